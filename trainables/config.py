@@ -1,0 +1,215 @@
+"""The trial configuration: one frozen, typed object per training run.
+
+A trial config has five sections plus run-level fields::
+
+    TrialConfig
+    ├── task   which synthetic task, its sizes and training lengths
+    ├── model  the HybridLM: width, depth, mixer, attention on/off
+    ├── dat    Delayed Attention Training: when and how attention is held back
+    ├── optim  AdamW, learning-rate schedule, clipping, batch size
+    ├── eval   evaluation interval and the fixed evaluation sets
+    └── steps, seed, device
+
+It is validated once, at the boundary (a YAML file, a CLI flag, the dict that
+Ray hands a trial); everything inside the trainer works with these objects.
+`load_trial_config` turns any mistake into a `ConfigError` whose message is one
+line naming the file, the key and the rule.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A user mistake in a config file or value; its message is one line."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaskConfig(_Frozen):
+    name: Literal["modsum_recall", "modsum", "recall"] = "modsum_recall"
+    modulus: int = Field(10, ge=2, le=64)  # m: ADD digits and running sums live in Z_m
+    n_keys: int = Field(16, ge=1, le=256)  # distinct keys that STORE/QUERY draw from
+    n_values: int = Field(10, ge=2, le=256)  # distinct values a key can hold
+    min_len: int = Field(5, ge=1)  # training lengths in steps, uniform in [min_len, max_len]
+    max_len: int = Field(25, ge=1)  # also the 1x evaluation length
+    p_store: float = Field(0.25, ge=0.0, le=1.0)  # share of STORE steps (modsum_recall)
+    p_query: float = Field(0.25, ge=0.0, le=1.0)  # share of QUERY steps; the rest are ADD
+
+    @model_validator(mode="after")
+    def _check(self) -> "TaskConfig":
+        if self.min_len > self.max_len:
+            raise ValueError(f"`min_len <= max_len` must hold, got ({self.min_len}, {self.max_len})")
+        if self.name == "modsum_recall":
+            if self.p_store + self.p_query >= 1.0:
+                raise ValueError(
+                    f"`p_store + p_query < 1` must hold (the rest are ADD steps), "
+                    f"got {self.p_store} + {self.p_query}"
+                )
+            if self.p_store <= 0.0 or self.p_query <= 0.0:
+                raise ValueError("modsum_recall needs p_store > 0 and p_query > 0")
+        return self
+
+
+class ModelConfig(_Frozen):
+    d_model: int = Field(64, ge=8, le=4096)  # residual width D
+    n_layers: int = Field(2, ge=1, le=64)  # hybrid blocks
+    n_heads: int = Field(4, ge=1)  # attention heads; must divide d_model
+    mixer: Literal["lstm", "none"] = "lstm"  # the recurrent sublayer ("none": pure Transformer)
+    attention: bool = True  # False: pure recurrent model (no attention sublayer)
+    positional: Literal["none", "sinusoidal"] = "none"  # the recurrence carries order by default
+    mlp_ratio: int = Field(4, ge=1, le=16)  # MLP hidden width = mlp_ratio * d_model
+    attn_zero_init: bool = True  # attention output projection starts at 0: switching it on is smooth
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelConfig":
+        if self.d_model % self.n_heads:
+            raise ValueError(f"`d_model % n_heads == 0` must hold, got ({self.d_model}, {self.n_heads})")
+        if self.mixer == "none" and not self.attention:
+            raise ValueError("a model needs a mixer or attention: got mixer=none and attention=false")
+        return self
+
+
+class DATConfig(_Frozen):
+    """Delayed Attention Training. `mode: none` trains attention jointly from step 0."""
+
+    mode: Literal["none", "fixed"] = "fixed"
+    switch_step: int = Field(2000, ge=0)  # fixed mode: first step with attention active
+    hold: Literal["gate", "freeze"] = "gate"  # how attention is held back before the switch
+    rewarmup_steps: int = Field(0, ge=0)  # linear LR re-warmup of the attention params after the switch
+
+
+class OptimConfig(_Frozen):
+    lr: float = Field(3e-3, gt=0.0, le=1.0)
+    weight_decay: float = Field(0.01, ge=0.0)
+    beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(0.98, ge=0.0, lt=1.0)
+    schedule: Literal["cosine", "constant"] = "cosine"  # after warmup
+    warmup_steps: int = Field(100, ge=0)
+    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0)  # cosine floor as a fraction of lr
+    grad_clip: float = Field(1.0, ge=0.0)  # 0 disables clipping
+    batch_size: int = Field(64, ge=1)
+
+
+class EvalConfig(_Frozen):
+    every: int = Field(250, ge=1)  # evaluate (and report, and checkpoint) every N steps
+    multipliers: tuple[int, ...] = (1, 2, 3, 4)  # evaluation lengths, as multiples of task.max_len
+    n_sequences: int = Field(256, ge=1)  # sequences per evaluation length
+    batch_size: int = Field(256, ge=1)
+    seed: int = 1_000_003  # evaluation sets' seed; kept apart from the training seed
+
+    @model_validator(mode="after")
+    def _check(self) -> "EvalConfig":
+        if not self.multipliers or any(k < 1 for k in self.multipliers):
+            raise ValueError(f"multipliers must be non-empty and >= 1, got {list(self.multipliers)}")
+        if len(set(self.multipliers)) != len(self.multipliers):
+            raise ValueError(f"multipliers must be distinct, got {list(self.multipliers)}")
+        return self
+
+
+class TrialConfig(_Frozen):
+    task: TaskConfig = TaskConfig()
+    model: ModelConfig = ModelConfig()
+    dat: DATConfig = DATConfig()
+    optim: OptimConfig = OptimConfig()
+    eval: EvalConfig = EvalConfig()
+    steps: int = Field(6000, ge=1)  # training steps (optimizer updates)
+    seed: int = 0  # model init, training data and dropout
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when present
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrialConfig":
+        if self.dat.mode != "none":
+            if not self.model.attention:
+                raise ValueError("dat.mode must be `none` when model.attention is false (nothing to delay)")
+            if self.model.mixer == "none":
+                raise ValueError("dat.mode must be `none` when model.mixer is none (nothing trains before the switch)")
+        if self.dat.mode == "fixed" and self.dat.switch_step > self.steps:
+            raise ValueError(
+                f"`dat.switch_step <= steps` must hold, got ({self.dat.switch_step}, {self.steps})"
+            )
+        return self
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """The first error of a pydantic ValidationError as `source: key: rule, got value`."""
+    first = err.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "<root>"
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif first["type"] != "value_error" and "input" in first:
+        msg = f"{msg}, got {first['input']!r}"
+    more = len(err.errors()) - 1
+    tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
+    return f"{source}: {key}: {msg}{tail}"
+
+
+def trial_config_from_dict(data: Mapping[str, Any], source: str = "<config>") -> TrialConfig:
+    """Validate a plain mapping (YAML, Ray's trial dict) into a TrialConfig."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: <root>: must be a mapping, got {type(data).__name__}")
+    try:
+        return TrialConfig.model_validate(dict(data))
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, source)) from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Safe-load a YAML file; any I/O or syntax problem becomes a one-line ConfigError."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from None
+    return {} if data is None else data
+
+
+PRESETS_DIR = Path(__file__).parent / "presets"
+
+
+def load_trial_config(path_or_preset: str | Path) -> TrialConfig:
+    """Load a trial config from a YAML file, or from a preset name (see trainables/presets/)."""
+    path = Path(path_or_preset)
+    if not path.exists() and (PRESETS_DIR / f"{path_or_preset}.yaml").exists():
+        path = PRESETS_DIR / f"{path_or_preset}.yaml"
+    if not path.exists():
+        presets = ", ".join(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml")))
+        raise ConfigError(f"{path}: no such file (and not a preset; presets: {presets})")
+    return trial_config_from_dict(read_yaml(path), source=str(path))
+
+
+def with_overrides(config: TrialConfig, overrides: Mapping[str, Any], source: str = "<overrides>") -> TrialConfig:
+    """A copy of `config` with dotted-path overrides applied (`{"dat.switch_step": 100}`), re-validated."""
+    data = config.model_dump()
+    for dotted, value in overrides.items():
+        set_dotted(data, dotted, value, source)
+    return trial_config_from_dict(data, source)
+
+
+def set_dotted(data: dict, dotted: str, value: Any, source: str = "<overrides>") -> None:
+    """Set `data["a"]["b"] = value` for `dotted="a.b"`; unknown sections are a ConfigError."""
+    *parents, leaf = dotted.split(".")
+    node = data
+    for part in parents:
+        if not isinstance(node.get(part), dict):
+            raise ConfigError(f"{source}: {dotted}: no such section `{part}` in the trial config")
+        node = node[part]
+    node[leaf] = value

@@ -1,0 +1,94 @@
+"""Delayed Attention Training: when attention is active, and how it is held back before.
+
+`DATSchedule` decides, step by step, whether attention is active; the trainer asks it
+once per step (`advance`) and applies its answer with `hold_attention` /
+`release_attention`.
+
+Modes:
+    none    attention trains jointly from step 0 (the control).
+    fixed   attention is switched on at `switch_step` (training steps count from 0).
+
+Two ways to hold attention back before the switch (`dat.hold`):
+    gate    (default) the attention sublayers are skipped: they contribute exactly
+            nothing to the residual stream and get no gradient, so the recurrent path
+            learns alone; the model before the switch *is* the attention-off model.
+    freeze  attention runs with its initial weights, frozen. The recurrent path then
+            learns around a fixed random mixing of the past, which is not the system the
+            paper describes, and with `model.attn_zero_init` it is the same as `gate`
+            (a zero output projection). Kept as an ablation.
+In both, the attention parameters have `requires_grad=False` before the switch, so the
+optimizer neither moves them nor builds state for them (no weight decay either). At the
+switch their optimizer state is cleared, so they start like freshly added parameters;
+`rewarmup_steps` ramps their learning rate up linearly from there (see `attention_lr_factor`).
+
+The schedule's state (switched yet, and at which step) is part of the checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from trainables.config import DATConfig
+from trainables.model import HybridLM
+
+
+@dataclass
+class DATState:
+    switch_step: int | None = None  # the step at which attention became active; None: not yet
+
+
+class DATSchedule:
+    def __init__(self, cfg: DATConfig, has_attention: bool):
+        self.cfg = cfg
+        self.has_attention = has_attention
+        self.state = DATState()
+
+    @property
+    def active(self) -> bool:
+        return self.has_attention and self.state.switch_step is not None
+
+    def advance(self, step: int) -> bool:
+        """Called before training step `step`; True exactly when attention switches on now."""
+        if self.active or not self.has_attention:
+            return False
+        if self.cfg.mode == "none" or step >= self.cfg.switch_step:
+            self.state.switch_step = step
+            return True
+        return False
+
+    def attention_lr_factor(self, step: int) -> float:
+        """Multiplier on the attention parameters' learning rate: 0 before the switch, then re-warmup."""
+        if not self.active:
+            return 0.0
+        if self.cfg.rewarmup_steps == 0 or self.cfg.mode == "none":
+            return 1.0
+        return min(1.0, (step - self.state.switch_step + 1) / self.cfg.rewarmup_steps)
+
+    def state_dict(self) -> dict:
+        return {"switch_step": self.state.switch_step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.state = DATState(switch_step=state["switch_step"])
+
+
+def hold_attention(model: HybridLM, how: str) -> None:
+    """Before the switch: attention gated off (`gate`) or running frozen (`freeze`)."""
+    model.attn_scale = 0.0 if how == "gate" else 1.0
+    for p in model.attention_parameters():
+        p.requires_grad_(False)
+
+
+def enable_attention(model: HybridLM) -> None:
+    """Attention active and trainable; optimizer state untouched (also used when resuming)."""
+    model.attn_scale = 1.0
+    for p in model.attention_parameters():
+        p.requires_grad_(True)
+
+
+def release_attention(model: HybridLM, optimizer: torch.optim.Optimizer) -> None:
+    """At the switch: attention on, trainable, with clean optimizer state."""
+    enable_attention(model)
+    for p in model.attention_parameters():
+        optimizer.state.pop(p, None)

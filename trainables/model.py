@@ -1,0 +1,99 @@
+"""HybridLM: a stack of recurrent + attention blocks over a token stream.
+
+    tokens (B, L)
+      -> embedding (+ sinusoidal positions, optional)       (B, L, D)
+      -> N x HybridBlock                                     (B, L, D)
+           x = x + mixer(LN(x))                 recurrent sublayer (LSTM; absent for mixer=none)
+           x = x + attn_scale * attn(LN(x))     causal multi-head attention (absent if attention=false)
+           x = x + mlp(LN(x))
+      -> LayerNorm -> linear head                            (B, L, V)
+
+The four systems of the DAT paper are settings of this one class:
+pure LSTM (attention=false), pure Transformer (mixer=none, usually with sinusoidal
+positions), hybrid (dat.mode=none), hybrid with DAT. `attn_scale` is the knob DAT
+turns: 0 skips the attention sublayers entirely (their output is exactly zero),
+1 is the normal model, values in between ramp attention in.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from trainables.config import ModelConfig
+from trainables.mixers import make_mixer
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, zero_init_out: bool):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        if zero_init_out:  # the sublayer starts as the identity of the residual stream
+            nn.init.zeros_(self.out.weight)
+            nn.init.zeros_(self.out.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, L, D = x.shape
+        q, k, v = self.qkv(x).split(D, dim=-1)  # 3 x (B, L, D)
+        q, k, v = (t.view(B, L, self.n_heads, D // self.n_heads).transpose(1, 2) for t in (q, k, v))  # (B, nh, L, hs)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, L, hs)
+        return self.out(y.transpose(1, 2).reshape(B, L, D))
+
+
+class HybridBlock(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        D = cfg.d_model
+        self.mixer = make_mixer(cfg.mixer, D)
+        self.mixer_norm = nn.LayerNorm(D) if self.mixer is not None else None
+        self.attn = CausalSelfAttention(D, cfg.n_heads, cfg.attn_zero_init) if cfg.attention else None
+        self.attn_norm = nn.LayerNorm(D) if cfg.attention else None
+        self.mlp_norm = nn.LayerNorm(D)
+        self.mlp = nn.Sequential(nn.Linear(D, cfg.mlp_ratio * D), nn.GELU(), nn.Linear(cfg.mlp_ratio * D, D))
+
+    def forward(self, x: Tensor, attn_scale: float) -> Tensor:
+        # x: (B, L, D) -> (B, L, D)
+        if self.mixer is not None:
+            x = x + self.mixer(self.mixer_norm(x))
+        if self.attn is not None and attn_scale != 0.0:
+            x = x + attn_scale * self.attn(self.attn_norm(x))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+def sinusoidal_positions(length: int, d_model: int, device: torch.device) -> Tensor:
+    """The Transformer's fixed sin/cos position table, (L, D)."""
+    pos = torch.arange(length, device=device, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, d_model, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(length, d_model, device=device)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : d_model // 2]
+    return table
+
+
+class HybridLM(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(HybridBlock(cfg) for _ in range(cfg.n_layers))
+        self.norm = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, vocab_size)
+        self.attn_scale = 1.0  # set by the DAT schedule; 0 skips every attention sublayer
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        # tokens: (B, L) int64 -> logits (B, L, V)
+        x = self.embed(tokens)  # (B, L, D)
+        if self.cfg.positional == "sinusoidal":
+            x = x + sinusoidal_positions(tokens.shape[1], self.cfg.d_model, tokens.device)
+        for block in self.blocks:
+            x = block(x, self.attn_scale)
+        return self.head(self.norm(x))
+
+    def attention_parameters(self) -> list[nn.Parameter]:
+        """Parameters of the attention sublayers (their norms included): what DAT holds back."""
+        return [p for b in self.blocks if b.attn is not None for m in (b.attn_norm, b.attn) for p in m.parameters()]
