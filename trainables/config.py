@@ -144,15 +144,15 @@ class TrialConfig(_Frozen):
 def format_validation_error(err: ValidationError, source: str) -> str:
     """The first error of a pydantic ValidationError as `source: key: rule, got value`."""
     first = err.errors()[0]
-    key = ".".join(str(p) for p in first["loc"]) or "<root>"
-    msg = first["msg"].removeprefix("Value error, ")
+    key = ".".join(str(p) for p in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
     if first["type"] == "extra_forbidden":
         msg = "unknown key"
     elif first["type"] != "value_error" and "input" in first:
         msg = f"{msg}, got {first['input']!r}"
     more = len(err.errors()) - 1
     tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
-    return f"{source}: {key}: {msg}{tail}"
+    return f"{source}: {key + ': ' if key else ''}{msg}{tail}"
 
 
 def trial_config_from_dict(data: Mapping[str, Any], source: str = "<config>") -> TrialConfig:
@@ -185,14 +185,17 @@ def read_yaml(path: str | Path) -> Any:
 PRESETS_DIR = Path(__file__).parent / "presets"
 
 
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
 def load_trial_config(path_or_preset: str | Path) -> TrialConfig:
     """Load a trial config from a YAML file, or from a preset name (see trainables/presets/)."""
     path = Path(path_or_preset)
     if not path.exists() and (PRESETS_DIR / f"{path_or_preset}.yaml").exists():
         path = PRESETS_DIR / f"{path_or_preset}.yaml"
     if not path.exists():
-        presets = ", ".join(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml")))
-        raise ConfigError(f"{path}: no such file (and not a preset; presets: {presets})")
+        raise ConfigError(f"{path}: no such file (and not a preset: {', '.join(preset_names())})")
     return trial_config_from_dict(read_yaml(path), source=str(path))
 
 

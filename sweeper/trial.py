@@ -1,0 +1,79 @@
+"""`sweeper trial`: train one configuration in this process, no Ray, and print its progress."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import torch
+import yaml
+
+from trainables.config import ConfigError, TrialConfig, load_trial_config, with_overrides
+from trainables.train import CHECKPOINT_FILE, train
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """`["a.b=3", "c=true"]` -> `{"a.b": 3, "c": True}`; values are read as YAML scalars."""
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item}: must be KEY=VALUE, e.g. --set dat.switch_step=500")
+        try:
+            out[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
+def format_progress(m: dict) -> str:
+    accs = " ".join(f"{k.removeprefix('acc_')}={v:.3f}" for k, v in m.items() if k.startswith("acc_"))
+    attn = f"on@{int(m['switch_step'])}" if m.get("attention_active") else "off"
+    return (f"step {int(m['step']):>6} | loss {m['loss']:.4f} | train_acc {m['train_acc']:.3f} | "
+            f"acc {accs} | attention {attn} | {m['steps_per_s']:.1f} steps/s")
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = parse_overrides(args.overrides)
+    if args.steps is not None:
+        overrides["steps"] = args.steps
+    cfg: TrialConfig = with_overrides(load_trial_config(args.config), overrides, source="--set")
+    if args.resume and not args.out:
+        raise ConfigError("--resume: needs --out DIR (the run directory to continue)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    out = Path(args.out) if args.out else None
+    resume_from = None
+    if out is not None:
+        ckpt = out / "checkpoint"
+        if args.resume and (ckpt / CHECKPOINT_FILE).exists():
+            resume_from = ckpt
+        elif (out / "metrics.jsonl").exists() and not args.resume:
+            raise ConfigError(f"--out {out}: already holds a run; pass --resume to continue it or choose another directory")
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+    def report(metrics: dict, checkpoint_dir: str | None) -> None:
+        print(format_progress(metrics) if not metrics.get("diverged") else f"step {metrics['step']}: diverged (non-finite loss)", flush=True)
+        if out is None:
+            return
+        with open(out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(metrics) + "\n")
+        if checkpoint_dir is not None:  # keep the latest checkpoint; swap it in atomically
+            tmp = out / "checkpoint.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(checkpoint_dir, tmp)
+            shutil.rmtree(out / "checkpoint", ignore_errors=True)
+            tmp.rename(out / "checkpoint")
+
+    if resume_from is not None:
+        print(f"resuming from {resume_from}")
+    result = train(cfg, report=report, resume_from=resume_from)
+    summary = {"status": result.status, "step": result.step, "metrics": result.metrics}
+    if out is not None:
+        (out / "result.json").write_text(json.dumps(summary, indent=2))
+    print(f"{result.status} after {result.step} steps" + (f"; acc_3x={result.metrics['acc_3x']:.3f}" if "acc_3x" in result.metrics else ""))
+    return 0 if result.status == "completed" else 1

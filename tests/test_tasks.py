@@ -1,0 +1,84 @@
+"""The vectorised task generators against the brute-force per-sequence reference."""
+
+import pytest
+import torch
+
+from trainables.config import TaskConfig
+from trainables.tasks import IGNORE, NO_TARGET, RECALL, STATE, SequenceTask, make_eval_sets, reference_targets
+
+TASKS = ["modsum_recall", "modsum", "recall"]
+
+
+@pytest.mark.parametrize("name", TASKS)
+@pytest.mark.parametrize("seed", range(5))
+def test_generator_matches_reference(name, seed):
+    task = SequenceTask(TaskConfig(name=name, n_keys=4, min_len=1, max_len=30))  # few keys: many overwrites
+    batch = task.sample_train(200, torch.Generator().manual_seed(seed))
+    for tokens, targets, kinds in zip(batch.tokens.tolist(), batch.targets.tolist(), batch.kinds.tolist()):
+        ref_targets, ref_kinds = reference_targets(tokens, task.vocab)
+        assert targets == ref_targets
+        assert kinds == ref_kinds
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_lengths_in_steps_stay_in_the_training_range(name):
+    cfg = TaskConfig(name=name, min_len=5, max_len=12)
+    task = SequenceTask(cfg)
+    batch = task.sample_train(500, torch.Generator().manual_seed(1))
+    # each step is one ADD token or two STORE/QUERY tokens; count steps from the stream
+    is_pad = batch.tokens == task.vocab.pad
+    n_tokens = (~is_pad).sum(1)
+    second_tokens = ((batch.tokens >= task.vocab.value0) & (batch.tokens < task.vocab.query)).sum(1) + (
+        (batch.tokens[:, :-1] == task.vocab.query).sum(1)
+    )
+    n_steps = n_tokens - second_tokens
+    assert n_steps.min() == 5 and n_steps.max() == 12  # both ends of the range are drawn
+
+
+def test_only_target_positions_are_supervised():
+    task = SequenceTask(TaskConfig())
+    b = task.sample_train(300, torch.Generator().manual_seed(2))
+    assert torch.equal(b.targets == IGNORE, b.kinds == NO_TARGET)
+    # state answers are digits, recall answers are values
+    assert (b.targets[b.kinds == STATE] < task.vocab.modulus).all()
+    recall = b.targets[b.kinds == RECALL]
+    assert ((recall >= task.vocab.value0) & (recall < task.vocab.query)).all()
+
+
+def test_step_shares_follow_the_config():
+    task = SequenceTask(TaskConfig(p_store=0.3, p_query=0.2, min_len=50, max_len=50))
+    b = task.sample_train(400, torch.Generator().manual_seed(3))
+    n_add = (b.kinds == STATE).sum().item()
+    n_query = (b.kinds == RECALL).sum().item()
+    total = 400 * 50
+    # queries before the first store fall back to ADD, so ADD is slightly above 0.5
+    assert 0.49 < n_add / total < 0.56
+    assert 0.17 < n_query / total < 0.21
+
+
+def test_same_seed_same_batch_and_different_seed_different_batch():
+    task = SequenceTask(TaskConfig())
+    a = task.sample_train(64, torch.Generator().manual_seed(7))
+    b = task.sample_train(64, torch.Generator().manual_seed(7))
+    c = task.sample_train(64, torch.Generator().manual_seed(8))
+    assert torch.equal(a.tokens, b.tokens)
+    assert not torch.equal(a.tokens[:, :10], c.tokens[:, :10])
+
+
+def test_eval_sets_have_exact_lengths_and_ignore_the_training_seed():
+    task = SequenceTask(TaskConfig(max_len=10))
+    sets = make_eval_sets(task, (1, 3), n_sequences=20, seed=5)
+    again = make_eval_sets(task, (3,), n_sequences=20, seed=5)
+    assert torch.equal(sets[3].tokens, again[3].tokens)  # independent of the other multipliers
+    for k, batch in sets.items():
+        for tokens in batch.tokens.tolist():
+            targets, kinds = reference_targets(tokens, task.vocab)
+            n_pad = tokens.count(task.vocab.pad)
+            n_two_token_steps = sum(1 for t in tokens if t == task.vocab.query or task.vocab.value0 <= t < task.vocab.query)
+            assert len(tokens) - n_pad - n_two_token_steps == 10 * k
+
+
+def test_reference_rejects_a_query_of_an_unstored_key():
+    vocab = SequenceTask(TaskConfig()).vocab
+    with pytest.raises(AssertionError):
+        reference_targets([vocab.query, vocab.key0 + 3], vocab)

@@ -1,0 +1,86 @@
+"""The training loop: it learns, resumes bit-identically, and ends diverged runs cleanly."""
+
+import shutil
+
+import pytest
+import torch
+
+from trainables.config import TrialConfig
+from trainables.train import CHECKPOINT_FILE, train
+
+
+def _cfg(steps: int, **kw) -> TrialConfig:
+    base = {
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+        "dat": {"mode": "fixed", "switch_step": 15, "rewarmup_steps": 5},
+        "optim": {"warmup_steps": 5, "batch_size": 16},
+        "eval": {"every": 10, "n_sequences": 16},
+        "steps": steps,
+    }
+    base.update(kw)
+    return TrialConfig.model_validate(base)
+
+
+def _final_state(cfg, resume_from=None, keep_at=None, tmp_path=None):
+    """Run and return (final model state_dict, list of reports); optionally keep the checkpoint at a step."""
+    reports, last = [], {}
+
+    def report(metrics, ckpt):
+        reports.append(metrics)
+        state = torch.load(f"{ckpt}/{CHECKPOINT_FILE}", weights_only=False)
+        last["model"] = state["model"]
+        if keep_at is not None and metrics["step"] == keep_at:
+            shutil.copytree(ckpt, tmp_path / "kept")
+
+    train(cfg, report=report, resume_from=resume_from)
+    return last["model"], reports
+
+
+def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
+    # N=20 steps, checkpoint, 20 more == 40 straight; the DAT switch (15) and re-warmup straddle the cut
+    straight, straight_reports = _final_state(_cfg(40))
+    _final_state(_cfg(40), keep_at=20, tmp_path=tmp_path)
+    resumed, resumed_reports = _final_state(_cfg(40), resume_from=tmp_path / "kept")
+    assert straight.keys() == resumed.keys()
+    for k in straight:
+        assert torch.equal(straight[k], resumed[k]), k
+    drop = ("steps_per_s",)
+    tail = [{k: v for k, v in m.items() if k not in drop} for m in straight_reports[2:]]
+    assert tail == [{k: v for k, v in m.items() if k not in drop} for m in resumed_reports]
+
+
+def test_resume_before_the_switch_keeps_attention_held(tmp_path):
+    straight, _ = _final_state(_cfg(40, dat={"mode": "fixed", "switch_step": 25}))
+    _final_state(_cfg(40, dat={"mode": "fixed", "switch_step": 25}), keep_at=20, tmp_path=tmp_path)
+    resumed, reports = _final_state(_cfg(40, dat={"mode": "fixed", "switch_step": 25}), resume_from=tmp_path / "kept")
+    assert reports[-1]["switch_step"] == 25.0
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+
+
+@pytest.mark.slow
+def test_a_short_cpu_run_lowers_the_loss():
+    _, reports = _final_state(_cfg(150, eval={"every": 50, "n_sequences": 16}, optim={"lr": 3e-3, "batch_size": 32}))
+    losses = [m["loss"] for m in reports]
+    assert losses[-1] < 0.8 * losses[0]
+    assert reports[-1]["train_acc"] > reports[0]["train_acc"]
+
+
+def test_non_finite_loss_ends_the_run_as_diverged(tmp_path):
+    _final_state(_cfg(20), keep_at=10, tmp_path=tmp_path)
+    state = torch.load(tmp_path / "kept" / CHECKPOINT_FILE, weights_only=False)
+    state["model"]["head.bias"][:] = float("nan")
+    torch.save(state, tmp_path / "kept" / CHECKPOINT_FILE)
+    reports = []
+    result = train(_cfg(20), report=lambda m, c: reports.append((m, c)), resume_from=tmp_path / "kept")
+    assert result.status == "diverged" and result.step == 10
+    metrics, ckpt = reports[-1]
+    assert metrics["diverged"] == 1.0 and metrics["acc_3x"] == 0.0 and ckpt is None
+
+
+def test_report_carries_the_promised_metrics():
+    _, reports = _final_state(_cfg(20))
+    need = {"step", "loss", "train_acc", "acc_1x", "acc_2x", "acc_3x", "acc_4x", "state_acc_3x",
+            "recall_acc_3x", "seq_acc_3x", "attention_active", "switch_step", "steps_per_s"}
+    assert need <= reports[-1].keys()
+    assert [m["step"] for m in reports] == [10, 20]
+    assert reports[0]["switch_step"] == -1.0 and reports[1]["switch_step"] == 15.0
