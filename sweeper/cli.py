@@ -9,6 +9,7 @@ from typing import Callable
 from trainables.config import ConfigError, preset_names
 
 from sweeper import trial as trial_cmd
+from sweeper import validate as validate_cmd
 
 
 def _add_trial(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +25,14 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=trial_cmd.run)
 
 
-PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [_add_trial]
+def _add_validate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("validate", help="check a search-space file and show what it searches; runs nothing")
+    p.add_argument("file", help="search-space YAML (search_spaces/*.yaml)")
+    p.add_argument("--samples", type=int, default=3, help="sampled configs to print (default 3)")
+    p.set_defaults(func=validate_cmd.run)
+
+
+PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [_add_trial, _add_validate]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -208,11 +208,12 @@ def with_overrides(config: TrialConfig, overrides: Mapping[str, Any], source: st
 
 
 def set_dotted(data: dict, dotted: str, value: Any, source: str = "<overrides>") -> None:
-    """Set `data["a"]["b"] = value` for `dotted="a.b"`; unknown sections are a ConfigError."""
+    """Set `data["a"]["b"] = value` for `dotted="a.b"`, creating sections as needed (validation
+    of the result rejects unknown keys); a path through a non-section is a ConfigError."""
     *parents, leaf = dotted.split(".")
     node = data
     for part in parents:
-        if not isinstance(node.get(part), dict):
-            raise ConfigError(f"{source}: {dotted}: no such section `{part}` in the trial config")
-        node = node[part]
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{source}: {dotted}: `{part}` is a value, not a section")
     node[leaf] = value

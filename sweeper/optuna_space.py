@@ -1,0 +1,152 @@
+"""The Optuna adapter: a SearchSpace as a define-by-run function, samplers, baselines.
+
+The only module of the sweeper that imports optuna (besides the importance table of
+`sweeper report`). A conditional parameter is suggested only after its parent's choice
+is drawn, so Optuna's trials hold exactly the parameters that exist for them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import optuna
+
+from trainables.config import ConfigError
+from sweeper.space import CategoricalParam, FloatParam, IntParam, Param, SearchSpace, SpaceError, param_names, trial_config_for
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+Condition = tuple[tuple[str, Any], ...]  # ((parent param name, required choice), ...)
+
+
+def walk(space: dict[str, Param], names: dict, cond: Condition = (), cond_str: str = "") -> Iterator[tuple[str, Param, str, Condition]]:
+    """(path, spec, optuna name, conditions) for every parameter, depth first."""
+    for path, spec in space.items():
+        name = names[(path, cond_str)]
+        yield path, spec, name, cond
+        if isinstance(spec, CategoricalParam):
+            for choice, sub in spec.when.items():
+                yield from walk(sub, names, cond + ((name, choice),), f"{path}={choice}")
+
+
+def distribution(spec: Param) -> optuna.distributions.BaseDistribution:
+    if isinstance(spec, IntParam):
+        return optuna.distributions.IntDistribution(spec.low, spec.high, log=spec.log, step=spec.step)
+    if isinstance(spec, FloatParam):
+        return optuna.distributions.FloatDistribution(spec.low, spec.high, log=spec.log, step=spec.step)
+    return optuna.distributions.CategoricalDistribution(spec.choices)
+
+
+def define_by_run(spec: SearchSpace) -> Callable[[optuna.Trial], None]:
+    """The function Ray Tune's OptunaSearch calls with each new Optuna trial."""
+    names = param_names(spec.space)
+
+    def suggest(trial: optuna.Trial, space: dict[str, Param], cond_str: str) -> None:
+        for path, p in space.items():
+            name = names[(path, cond_str)]
+            if isinstance(p, IntParam):
+                trial.suggest_int(name, p.low, p.high, step=p.step, log=p.log)
+            elif isinstance(p, FloatParam):
+                trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
+            else:
+                value = trial.suggest_categorical(name, p.choices)
+                sub = _branch(p, value)
+                if sub:
+                    suggest(trial, sub, f"{path}={value}")
+
+    return lambda trial: suggest(trial, spec.space, "")
+
+
+def _branch(p: CategoricalParam, value: Any) -> dict[str, Param] | None:
+    for key, sub in p.when.items():
+        if key == value and type(key) is type(value):
+            return sub
+    return None
+
+
+def make_sampler(spec: SearchSpace) -> optuna.samplers.BaseSampler:
+    seed = spec.searcher.seed
+    return {
+        "tpe": lambda: optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True),
+        "random": lambda: optuna.samplers.RandomSampler(seed=seed),
+        "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
+        "qmc": lambda: optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False),
+    }[spec.searcher.sampler]()
+
+
+def baseline_points(spec: SearchSpace, source: str = "<space>") -> list[dict[str, Any]]:
+    """The baseline points keyed by Optuna parameter name, checked against the space."""
+    entries = list(walk(spec.space, param_names(spec.space)))
+    by_name = {name: (p, cond) for _, p, name, cond in entries}
+    by_path: dict[str, list[str]] = {}
+    for path, _, name, _ in entries:
+        by_path.setdefault(path, []).append(name)
+    points = []
+    for i, raw in enumerate(spec.searcher.baseline):
+        where = f"{source}: searcher.baseline[{i}]"
+        point = {}
+        for key, value in raw.items():
+            if key in by_name:
+                name = key
+            elif len(by_path.get(key, [])) == 1:
+                name = by_path[key][0]
+            else:
+                known = ", ".join(by_name)
+                raise SpaceError(f"{where}.{key}: not a searched parameter (searched: {known})")
+            p, _ = by_name[name]
+            dist = distribution(p)
+            try:
+                ok = dist._contains(dist.to_internal_repr(value))
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise SpaceError(f"{where}.{key}: {value!r} is outside the searched {_describe(p)}")
+            point[name] = value
+        for name in point:
+            for parent, choice in by_name[name][1]:
+                if parent in point and point[parent] != choice:
+                    raise SpaceError(f"{where}.{name}: exists only when {parent}={choice}, but the point sets {parent}={point[parent]!r}")
+        points.append(point)
+    return points
+
+
+def _describe(p: Param) -> str:
+    if isinstance(p, CategoricalParam):
+        return f"choices {p.choices}"
+    return f"range [{p.low}, {p.high}]" + (f" with step {p.step}" if p.step not in (None, 1) else "")
+
+
+def sample_configs(spec: SearchSpace, source: str, n_random: int) -> list[dict[str, Any]]:
+    """Draw the baselines, every range end and choice, and `n_random` random points; each must
+    make a valid trial config. Returns the sampled parameter dicts."""
+    names = param_names(spec.space)
+    forced: list[dict[str, Any]] = list(baseline_points(spec, source))
+    for _, p, name, cond in walk(spec.space, names):
+        values = p.choices if isinstance(p, CategoricalParam) else [p.low, _top(p)]
+        forced += [{**dict(cond), name: v} for v in values]
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=spec.searcher.seed))
+    for point in forced:
+        study.enqueue_trial(point, skip_if_exists=False)
+    suggest = define_by_run(spec)
+    samples = []
+    for _ in range(len(forced) + n_random):
+        trial = study.ask()
+        suggest(trial)
+        samples.append(dict(trial.params))
+        study.tell(trial, 0.0)
+    for params in samples:
+        try:
+            trial_config_for(spec, params, source)
+        except ConfigError as err:
+            rule = str(err).removeprefix(f"{source}: ")
+            raise SpaceError(f"{source}: space: the sampled point {params} breaks a trial-config rule: {rule}") from None
+    return samples
+
+
+def _top(p: IntParam | FloatParam) -> float:
+    """The largest value the sampler can draw (the top of a stepped range may be unreachable)."""
+    if p.step is None or (isinstance(p, IntParam) and p.step == 1):
+        return p.high
+    n = int((p.high - p.low) // p.step)
+    return type(p.low)(p.low + n * p.step)

@@ -1,0 +1,284 @@
+"""The search-space file: one YAML file, one question (format: search_spaces/README.md).
+
+    SearchSpace
+    ├── name, description, metric (acc_3x), mode (max)
+    ├── fixed       a partial trial config shared by every trial
+    ├── space       dotted path -> int | float | categorical; a categorical may carry
+    │               `when: {choice: {path: param, ...}}`, parameters that exist only
+    │               when that choice is drawn (nesting allowed)
+    ├── budget      num_samples, max_concurrent, max_steps, eval_every
+    ├── scheduler   asha (grace_period, max_t, reduction_factor) | fifo
+    ├── searcher    sampler (tpe | random | cmaes | qmc), seed, baseline points
+    └── resources   cpu, gpu per trial (fractions allowed)
+
+`load_space` validates everything before anything runs: the schema, the dotted paths
+against the trial config, and 200 sampled configs (plus every range end and every
+choice) against the trial config's own rules. Every mistake is one `SpaceError` line:
+`file: key: rule`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, Iterator, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from trainables.config import ConfigError, TrialConfig, format_validation_error, read_yaml, set_dotted
+
+N_VALIDATION_SAMPLES = 200
+
+
+class SpaceError(ConfigError):
+    """A mistake in a search-space file; one line naming the file, key and rule."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IntParam(_Frozen):
+    type: Literal["int"]
+    low: int
+    high: int
+    step: int = Field(1, ge=1)
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> "IntParam":
+        _check_range(self.low, self.high, self.log)
+        if self.log and self.step != 1:
+            raise ValueError(f"`log` needs `step == 1`, got step={self.step}")
+        return self
+
+
+class FloatParam(_Frozen):
+    type: Literal["float"]
+    low: float
+    high: float
+    step: float | None = Field(None, gt=0)
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> "FloatParam":
+        _check_range(self.low, self.high, self.log)
+        if self.log and self.step is not None:
+            raise ValueError("`log` and `step` cannot be used together")
+        return self
+
+
+Scalar = Union[bool, int, float, str, None]
+
+
+class CategoricalParam(_Frozen):
+    type: Literal["categorical"]
+    choices: list[Scalar] = Field(min_length=1)
+    when: dict[Scalar, dict[str, "Param"]] = {}  # choice -> parameters that exist only under it
+
+    @model_validator(mode="after")
+    def _check(self) -> "CategoricalParam":
+        if len(set(map(repr, self.choices))) != len(self.choices):
+            raise ValueError(f"choices must be distinct, got {self.choices}")
+        for key in self.when:
+            if not any(key == c and type(key) is type(c) for c in self.choices):
+                raise ValueError(f"`when` key {key!r} is not one of the choices {self.choices}")
+        return self
+
+
+Param = Annotated[Union[IntParam, FloatParam, CategoricalParam], Field(discriminator="type")]
+CategoricalParam.model_rebuild()
+
+
+def _check_range(low: float, high: float, log: bool) -> None:
+    if not low < high:
+        raise ValueError(f"`low < high` must hold, got (low={low}, high={high})")
+    if log and low <= 0:
+        raise ValueError(f"`log` needs `low > 0`, got low={low}")
+
+
+class Budget(_Frozen):
+    num_samples: int = Field(20, ge=1)  # trials in the sweep, baselines included
+    max_concurrent: int = Field(2, ge=1)  # trials running at once
+    max_steps: int = Field(6000, ge=1)  # training steps of a trial that is never stopped
+    eval_every: int = Field(250, ge=1)  # report (and checkpoint, and ASHA decision) interval
+
+    @model_validator(mode="after")
+    def _check(self) -> "Budget":
+        if self.eval_every > self.max_steps:
+            raise ValueError(f"`eval_every <= max_steps` must hold, got ({self.eval_every}, {self.max_steps})")
+        return self
+
+
+class Scheduler(_Frozen):
+    type: Literal["asha", "fifo"] = "asha"
+    grace_period: int | None = Field(None, ge=1)  # steps before a trial can be stopped; default 2 x eval_every
+    max_t: int | None = Field(None, ge=1)  # default budget.max_steps
+    reduction_factor: float = Field(3.0, gt=1.0)
+
+
+class Searcher(_Frozen):
+    sampler: Literal["tpe", "random", "cmaes", "qmc"] = "tpe"
+    seed: int = 0
+    baseline: list[dict[str, Any]] = []  # points evaluated first: {param name: value}
+
+
+class Resources(_Frozen):
+    cpu: float = Field(1.0, gt=0)
+    gpu: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "Resources":
+        if self.gpu > 1 and self.gpu != int(self.gpu):
+            raise ValueError(f"gpu above 1 must be a whole number, got {self.gpu}")
+        return self
+
+
+class SearchSpace(_Frozen):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    metric: str = "acc_3x"
+    mode: Literal["max", "min"] = "max"
+    fixed: dict[str, Any] = {}
+    space: dict[str, Param] = Field(min_length=1)
+    budget: Budget = Budget()
+    scheduler: Scheduler = Scheduler()
+    searcher: Searcher = Searcher()
+    resources: Resources = Resources()
+
+
+# --------------------------------------------------------------------------- walking the tree
+
+
+def iter_params(space: dict[str, Param], parent: str = "") -> Iterator[tuple[str, Param, str]]:
+    """Every parameter as (dotted path, spec, condition), depth first; condition is '' at top level."""
+    for path, spec in space.items():
+        yield path, spec, parent
+        if isinstance(spec, CategoricalParam):
+            for choice, sub in spec.when.items():
+                yield from iter_params(sub, f"{path}={choice}")
+
+
+def param_names(space: dict[str, Param]) -> dict[tuple[str, str], str]:
+    """(path, condition) -> the Optuna parameter name: the path, or `path|condition` when the
+    same path is searched under several parents (different parameters, per the tuning playbook)."""
+    entries = [(path, cond) for path, _, cond in iter_params(space)]
+    counts: dict[str, int] = {}
+    for path, _ in entries:
+        counts[path] = counts.get(path, 0) + 1
+    return {(p, c): (p if counts[p] == 1 else f"{p}|{c or 'top'}") for p, c in entries}
+
+
+def trial_config_paths() -> set[str]:
+    """Every dotted path a trial config accepts (`model.n_layers`, `steps`, ...)."""
+    def walk(model: type[BaseModel], prefix: str) -> Iterator[str]:
+        for name, field in model.model_fields.items():
+            ann = field.annotation
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                yield from walk(ann, f"{prefix}{name}.")
+            else:
+                yield f"{prefix}{name}"
+    return set(walk(TrialConfig, ""))
+
+
+def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_space(path: str | Path, n_samples: int = N_VALIDATION_SAMPLES) -> SearchSpace:
+    """Read and fully validate a search-space file; raise SpaceError on the first mistake."""
+    source = str(path)
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise SpaceError(f"{source}: must be a mapping of keys (name, space, ...), got {type(data).__name__}")
+    try:
+        spec = SearchSpace.model_validate(data)
+    except ValidationError as err:
+        raise SpaceError(_space_error_line(err, source)) from None
+    check_space(spec, source, n_samples)
+    return spec
+
+
+def _space_error_line(err: ValidationError, source: str) -> str:
+    # drop pydantic's discriminator hops (`space.x.int.low` -> `space.x.low`)
+    first = err.errors()[0]
+    loc = [p for p in first["loc"] if p not in ("int", "float", "categorical")]
+    cleaned = ValidationError.from_exception_data(err.title, [{**first, "loc": tuple(loc)}]) if loc != list(first["loc"]) else err
+    try:
+        return format_validation_error(cleaned, source)
+    except Exception:  # noqa: BLE001 - never let formatting hide the original message
+        return format_validation_error(err, source)
+
+
+def base_trial_dict(spec: SearchSpace) -> dict:
+    """`fixed` with the budget applied: steps = max_steps, eval.every = eval_every."""
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in spec.fixed.items()}
+    data["steps"] = spec.budget.max_steps
+    data.setdefault("eval", {})
+    data["eval"] = {**data["eval"], "every": spec.budget.eval_every}
+    return data
+
+
+def trial_config_for(spec: SearchSpace, params: dict[str, Any], source: str = "<trial>") -> TrialConfig:
+    """The trial config of one sampled point: `fixed` + budget + the sampled dotted paths."""
+    data = base_trial_dict(spec)
+    for name, value in params.items():
+        set_dotted(data, name.split("|")[0], value, source)
+    try:
+        return TrialConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, source)) from None
+
+
+def check_space(spec: SearchSpace, source: str, n_samples: int) -> None:
+    """Cross-checks the schema cannot express: paths, fixed, budget, scheduler, baselines, samples."""
+    from sweeper.optuna_space import sample_configs  # optuna is imported only when validating samples
+
+    known = trial_config_paths()
+    fixed_flat = flatten(spec.fixed)
+    for key in ("steps", "eval.every"):
+        if key in fixed_flat:
+            raise SpaceError(f"{source}: fixed.{key}: set it with budget.{'max_steps' if key == 'steps' else 'eval_every'} instead")
+    for path, _, cond in iter_params(spec.space):
+        where = f"space.{path}" + (f" (when {cond})" if cond else "")
+        if path not in known:
+            raise SpaceError(f"{source}: {where}: no such key in the trial config (e.g. model.n_layers, dat.switch_step)")
+        if path in ("steps", "eval.every"):
+            raise SpaceError(f"{source}: {where}: the budget sets this; it cannot be searched")
+        if path in fixed_flat:
+            raise SpaceError(f"{source}: {where}: also set in `fixed`; a key is either fixed or searched")
+    try:
+        TrialConfig.model_validate(base_trial_dict(spec))
+    except ValidationError as err:
+        # field errors in `fixed` are reported here; cross-field rules may depend on the
+        # searched values and are checked on the samples below
+        for e in err.errors():
+            key = ".".join(map(str, e["loc"]))
+            if e["type"] == "extra_forbidden" or key in fixed_flat:
+                one = ValidationError.from_exception_data(err.title, [e])
+                raise SpaceError(format_validation_error(one, f"{source}: fixed").replace(": fixed: ", ": fixed.", 1)) from None
+
+    sch, budget = spec.scheduler, spec.budget
+    max_t = sch.max_t or budget.max_steps
+    if max_t > budget.max_steps:
+        raise SpaceError(f"{source}: scheduler.max_t: `max_t <= budget.max_steps` must hold, got ({max_t}, {budget.max_steps})")
+    if sch.type == "asha" and (sch.grace_period or 0) > max_t:
+        raise SpaceError(f"{source}: scheduler.grace_period: `grace_period <= max_t` must hold, got ({sch.grace_period}, {max_t})")
+    if sch.type == "asha" and sch.grace_period is not None and sch.grace_period < budget.eval_every:
+        raise SpaceError(f"{source}: scheduler.grace_period: `grace_period >= budget.eval_every` must hold "
+                         f"(trials report every eval_every steps), got ({sch.grace_period}, {budget.eval_every})")
+    if spec.searcher.sampler == "cmaes" and any(isinstance(p, CategoricalParam) for _, p, _ in iter_params(spec.space)):
+        raise SpaceError(f"{source}: searcher.sampler: cmaes cannot search categorical parameters; use tpe or random")
+    if len(spec.searcher.baseline) > budget.num_samples:
+        raise SpaceError(f"{source}: searcher.baseline: more baseline points ({len(spec.searcher.baseline)}) than budget.num_samples ({budget.num_samples})")
+
+    sample_configs(spec, source, n_samples)
