@@ -8,6 +8,7 @@ from typing import Callable
 
 from trainables.config import ConfigError, preset_names
 
+from sweeper import launch as launch_cmd
 from sweeper import trial as trial_cmd
 from sweeper import validate as validate_cmd
 
@@ -32,7 +33,40 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=validate_cmd.run)
 
 
-PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [_add_trial, _add_validate]
+def _add_launch(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("launch", help="run a sweep (or resume it, if its directory exists)",
+                       description="Run the sweep a search-space file describes: Optuna search, ASHA early "
+                                   "stopping, on a local Ray instance or an existing cluster. A sweep whose "
+                                   "directory exists is resumed.")
+    p.add_argument("file", help="search-space YAML (search_spaces/*.yaml)")
+    p.add_argument("--address", help="an existing Ray cluster: auto, or ray://HOST:10001 (default: a local Ray)")
+    p.add_argument("--storage", help=f"where trial results go: a path or s3://, gs:// (default ./{launch_cmd.DEFAULT_STORAGE})")
+    p.add_argument("--shared-storage", action="store_true", help="confirm that a local --storage path is shared by all nodes")
+    p.add_argument("--restart", action="store_true", help="delete the sweep's directory and start over")
+    p.set_defaults(func=launch_cmd.run)
+
+
+def _add_status(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="the state of a running or finished sweep, from its directory")
+    p.add_argument("name", help="the sweep's name (its directory under --storage), or a path to it")
+    p.add_argument("--storage", help=f"the storage the sweep ran with (default ./{launch_cmd.DEFAULT_STORAGE})")
+    p.set_defaults(func=status_cmd)
+
+
+def status_cmd(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from sweeper.status import STATUS_FILE, print_status
+
+    direct = Path(args.name)
+    sweep_dir = direct if (direct / STATUS_FILE).exists() else launch_cmd.sweep_dir_for(args.name, args.storage)[1]
+    if not (sweep_dir / STATUS_FILE).exists():
+        raise ConfigError(f"{sweep_dir}: no sweep here (no {STATUS_FILE}); `sweeper launch FILE` starts one")
+    print_status(sweep_dir)
+    return 0
+
+
+PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [_add_trial, _add_validate, _add_launch, _add_status]
 
 
 def build_parser() -> argparse.ArgumentParser:

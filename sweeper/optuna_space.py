@@ -7,7 +7,8 @@ is drawn, so Optuna's trials hold exactly the parameters that exist for them.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+import warnings
+from typing import Any, Iterator
 
 import optuna
 
@@ -15,6 +16,7 @@ from trainables.config import ConfigError
 from sweeper.space import CategoricalParam, FloatParam, IntParam, Param, SearchSpace, SpaceError, param_names, trial_config_for
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 Condition = tuple[tuple[str, Any], ...]  # ((parent param name, required choice), ...)
 
@@ -37,13 +39,20 @@ def distribution(spec: Param) -> optuna.distributions.BaseDistribution:
     return optuna.distributions.CategoricalDistribution(spec.choices)
 
 
-def define_by_run(spec: SearchSpace) -> Callable[[optuna.Trial], None]:
-    """The function Ray Tune's OptunaSearch calls with each new Optuna trial."""
-    names = param_names(spec.space)
+class DefineByRun:
+    """The function Ray Tune's OptunaSearch calls with each new Optuna trial (picklable: Ray
+    saves the searcher with the experiment)."""
 
-    def suggest(trial: optuna.Trial, space: dict[str, Param], cond_str: str) -> None:
+    def __init__(self, spec: SearchSpace):
+        self.space = spec.space
+        self.names = param_names(spec.space)
+
+    def __call__(self, trial: optuna.Trial) -> None:
+        self._suggest(trial, self.space, "")
+
+    def _suggest(self, trial: optuna.Trial, space: dict[str, Param], cond_str: str) -> None:
         for path, p in space.items():
-            name = names[(path, cond_str)]
+            name = self.names[(path, cond_str)]
             if isinstance(p, IntParam):
                 trial.suggest_int(name, p.low, p.high, step=p.step, log=p.log)
             elif isinstance(p, FloatParam):
@@ -52,9 +61,10 @@ def define_by_run(spec: SearchSpace) -> Callable[[optuna.Trial], None]:
                 value = trial.suggest_categorical(name, p.choices)
                 sub = _branch(p, value)
                 if sub:
-                    suggest(trial, sub, f"{path}={value}")
+                    self._suggest(trial, sub, f"{path}={value}")
 
-    return lambda trial: suggest(trial, spec.space, "")
+
+define_by_run = DefineByRun
 
 
 def _branch(p: CategoricalParam, value: Any) -> dict[str, Param] | None:

@@ -1,0 +1,116 @@
+"""`sweeper launch`: run (or resume) a sweep of a search-space file on Ray Tune.
+
+    validate the file  ->  pick the sweep directory (new, resume, or --restart)
+    ->  start or join Ray  ->  Tuner(OptunaSearch + ASHA).fit()  ->  table + summary.json
+
+A sweep whose directory already holds a restorable experiment is resumed: finished
+trials are kept, unfinished ones continue from their last checkpoint, and the Optuna
+study comes back from its SQLite file. Ctrl-C or SIGTERM stop it cleanly for a later resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+from sweeper.space import SearchSpace, SpaceError, load_space
+from sweeper.status import SPACE_FILE, SweepListener, format_table, write_summary
+
+DEFAULT_STORAGE = "sweeps"
+OPTUNA_DB = "optuna.db"
+
+
+def is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def sweep_dir_for(name: str, storage: str | None) -> tuple[str, Path]:
+    """(Ray's experiment directory, our local sweep directory). They are the same folder for
+    a local storage path; for a URI (s3://...) our files stay in ./sweeps/<name>."""
+    storage = storage or DEFAULT_STORAGE
+    if is_uri(storage):
+        return f"{storage.rstrip('/')}/{name}", Path(DEFAULT_STORAGE).resolve() / name
+    local = Path(storage).expanduser().resolve() / name
+    return str(local), local
+
+
+def space_digest(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def prepare_sweep_dir(spec: SearchSpace, space_file: str, sweep_dir: Path, restorable: bool, restart: bool) -> bool:
+    """Create, clear or check the sweep directory. Returns True when the sweep resumes."""
+    if restart and sweep_dir.exists():
+        print(f"--restart: removing {sweep_dir}")
+        shutil.rmtree(sweep_dir)
+    elif restorable:
+        saved = sweep_dir / SPACE_FILE
+        if saved.exists() and space_digest(saved) != space_digest(space_file):
+            raise SpaceError(
+                f"{space_file}: differs from the file sweep `{spec.name}` was started with ({saved}); "
+                f"pass --restart to start over, or change `name` to keep both"
+            )
+        return True
+    elif sweep_dir.exists():  # a directory without a restorable experiment holds nothing to keep
+        shutil.rmtree(sweep_dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(space_file, sweep_dir / SPACE_FILE)
+    return False
+
+
+def _sigterm_as_sigint() -> None:
+    """Ray Tune stops gracefully (and saves state) on SIGINT; treat SIGTERM the same."""
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load_space(args.file)  # every user mistake surfaces here, before Ray starts
+    experiment_dir, sweep_dir = sweep_dir_for(spec.name, args.storage)
+    if args.address and not is_uri(args.storage or DEFAULT_STORAGE) and not args.shared_storage:
+        print(f"note: --address {args.address} with a local storage path ({experiment_dir}): on a multi-node "
+              "cluster every node must see it (NFS, a shared volume); otherwise use --storage s3://... "
+              "(pass --shared-storage to confirm the path is shared)", file=sys.stderr)
+
+    from sweeper import ray_tune  # heavy: imported only once the input is known to be good
+
+    restorable = ray_tune.can_restore(experiment_dir)
+    resuming = prepare_sweep_dir(spec, args.file, sweep_dir, restorable, args.restart)
+    ray_tune.init_ray(args.address)
+    listener = SweepListener(sweep_dir, spec.name, spec.metric, spec.mode, spec.budget.num_samples)
+    if resuming:
+        print(f"resuming sweep {spec.name} from {experiment_dir}")
+        tuner = ray_tune.restore_tuner(spec, experiment_dir)
+    else:
+        print(f"sweep {spec.name}: {spec.budget.num_samples} trials, {spec.budget.max_concurrent} at once -> {experiment_dir}")
+        monitor = ray_tune.SweepMonitor(listener, spec.budget.max_steps)
+        tuner = ray_tune.build_tuner(spec, experiment_dir, monitor, f"sqlite:///{sweep_dir / OPTUNA_DB}")
+    _sigterm_as_sigint()
+    tuner.fit()
+
+    # the final records come from status.json, which the monitor keeps current
+    from sweeper.status import load_records
+
+    _, records = load_records(sweep_dir)
+    unfinished = [r for r in records if r.status in ("pending", "running")]
+    best_config = _best_config(spec, records)
+    write_summary(sweep_dir, spec.name, spec.metric, spec.mode, records, best_config)
+    print(format_table(records, spec.metric, spec.mode))
+    if unfinished or len(records) < spec.budget.num_samples:
+        print(f"sweep {spec.name} interrupted with {len(records)} of {spec.budget.num_samples} trials started; "
+              f"run the same command to resume", file=sys.stderr)
+        return 130
+    print(f"summary: {sweep_dir / 'summary.json'}")
+    return 0
+
+
+def _best_config(spec: SearchSpace, records) -> dict | None:
+    from sweeper.records import ranked
+    from sweeper.space import trial_config_for
+
+    top = ranked(records, spec.metric, spec.mode)
+    return trial_config_for(spec, top[0].params).model_dump(mode="json") if top else None

@@ -1,0 +1,186 @@
+"""Ray Tune adapter on the driver: ray.init, the Tuner (OptunaSearch + ASHA), restore, events.
+
+The driver-side twin of `trainables/tune.py`; together they are the only modules that
+import ray. `SweepMonitor` turns Ray's trial events into plain `TrialRecord`s and hands
+them to a listener (the progress line, the status file, the tracker), so nothing
+downstream needs to know Ray's trial objects.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our own progress line instead of Ray's tables
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # no TensorBoard/CSV/JSON logger spam
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+import optuna  # noqa: E402
+import ray  # noqa: E402
+from ray import tune  # noqa: E402
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler  # noqa: E402
+from ray.tune.search.optuna import OptunaSearch  # noqa: E402
+
+from sweeper.optuna_space import baseline_points, define_by_run, make_sampler  # noqa: E402
+from sweeper.records import TrialRecord, classify  # noqa: E402
+from sweeper.space import SearchSpace, trial_config_for  # noqa: E402
+from trainables.tune import make_trainable  # noqa: E402
+
+STEP = "step"  # ASHA's time attribute: the training step the trainer reports
+
+
+def init_ray(address: str | None, quiet: bool = True) -> None:
+    """A local Ray instance on this machine (address None), or an existing cluster."""
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {"log_to_driver": not quiet, "logging_level": "ERROR" if quiet else "INFO"}
+    if address is None:
+        kwargs["include_dashboard"] = False
+    ray.init(address=address, **kwargs)
+
+
+def cluster_nodes() -> int:
+    return sum(1 for n in ray.nodes() if n.get("Alive"))
+
+
+class StepAwareOptunaSearch(OptunaSearch):
+    """OptunaSearch that files results under the training step and tells Optuna PRUNED for
+    trials the scheduler stopped early (Ray's own class marks them COMPLETE)."""
+
+    def __init__(self, *args, max_steps: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._max_steps = max_steps
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if trial_id in self._completed_trials or self.metric not in result:
+            return
+        self._ot_trials[trial_id].report(result[self.metric], int(result[STEP]))
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        stopped_early = (
+            result is not None and not error and trial_id not in self._completed_trials
+            and result.get(STEP, self._max_steps) < self._max_steps and not result.get("diverged")
+        )
+        if stopped_early:
+            self._ot_study.tell(self._ot_trials[trial_id], state=optuna.trial.TrialState.PRUNED)
+            self._completed_trials.add(trial_id)
+            return
+        super().on_trial_complete(trial_id, result=result, error=error)
+
+
+class SweepMonitor(tune.Callback):
+    """Calls `listener(records, final)` whenever a trial starts, reports, ends or fails."""
+
+    def __init__(self, listener: Callable[[list[TrialRecord], bool], None], max_steps: int):
+        self.listener = listener
+        self.max_steps = max_steps
+
+    def setup(self, **info):  # also called when a sweep is resumed
+        reset = getattr(self.listener, "reset", None)
+        if reset:
+            reset()
+
+    def _emit(self, trials, final: bool = False) -> None:
+        self.listener([self.record(t) for t in trials], final)
+
+    def record(self, trial) -> TrialRecord:
+        last = dict(trial.last_result or {})
+        metrics = {k: v for k, v in last.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return TrialRecord(
+            trial_id=trial.trial_id,
+            params=dict(trial.config),
+            status=classify(trial.status, metrics, self.max_steps),
+            step=int(metrics.get(STEP, 0)),
+            metrics=metrics,
+            path=str(trial.path) if trial.path else "",
+        )
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self._emit(trials)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self._emit(trials)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._emit(trials)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._emit(trials)
+
+    def on_experiment_end(self, trials, **info):
+        self._emit(trials, final=True)
+
+
+def _trial_config(spec: SearchSpace, params: dict):
+    return trial_config_for(spec, params, source=f"trial {params}")
+
+
+def build_tuner(spec: SearchSpace, experiment_dir: Path | str, monitor: SweepMonitor, optuna_storage: str) -> tune.Tuner:
+    """A fresh Tuner for `spec` whose results go to `experiment_dir` (= storage/name)."""
+    budget, sch = spec.budget, spec.scheduler
+    searcher = StepAwareOptunaSearch(
+        space=define_by_run(spec),
+        metric=spec.metric,
+        mode=spec.mode,
+        points_to_evaluate=baseline_points(spec) or None,
+        sampler=make_sampler(spec),
+        study_name=spec.name,
+        storage=optuna.storages.RDBStorage(optuna_storage),
+        max_steps=budget.max_steps,
+    )
+    if sch.type == "asha":
+        scheduler = ASHAScheduler(
+            time_attr=STEP,
+            max_t=sch.max_t or budget.max_steps,
+            grace_period=sch.grace_period or min(2 * budget.eval_every, budget.max_steps),
+            reduction_factor=sch.reduction_factor,
+        )
+    else:
+        scheduler = FIFOScheduler()
+    experiment_dir = str(experiment_dir)
+    storage_path, name = experiment_dir.rstrip("/").rsplit("/", 1)
+    return tune.Tuner(
+        _resourced_trainable(spec),
+        tune_config=tune.TuneConfig(
+            metric=spec.metric,
+            mode=spec.mode,
+            search_alg=searcher,
+            scheduler=scheduler,
+            num_samples=budget.num_samples,
+            max_concurrent_trials=budget.max_concurrent,
+        ),
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=storage_path,
+            failure_config=tune.FailureConfig(max_failures=2),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            callbacks=[monitor],
+            verbose=0,
+        ),
+    )
+
+
+def _resourced_trainable(spec: SearchSpace):
+    threads = max(1, int(spec.resources.cpu))
+    trainable = make_trainable(functools.partial(_trial_config, spec), threads)
+    return tune.with_resources(trainable, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu})
+
+
+def can_restore(experiment_dir: Path | str) -> bool:
+    return tune.Tuner.can_restore(str(experiment_dir))
+
+
+def restore_tuner(spec: SearchSpace, experiment_dir: Path | str) -> tune.Tuner:
+    """Continue a sweep: finished trials are kept, unfinished ones resume from their checkpoints,
+    errored ones are retried, and the searcher (with its Optuna study) comes back."""
+    return tune.Tuner.restore(str(experiment_dir), trainable=_resourced_trainable(spec),
+                              resume_unfinished=True, resume_errored=True)
+
+
+def wait_for_shutdown(seconds: float = 0.0) -> None:
+    if seconds:
+        time.sleep(seconds)
+    ray.shutdown()

@@ -1,0 +1,55 @@
+"""Plain records of a sweep's trials, shared by the progress view, status files and tracking."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Status = Literal["pending", "running", "completed", "stopped", "diverged", "failed"]
+
+
+@dataclass
+class TrialRecord:
+    trial_id: str
+    params: dict[str, Any]  # the sampled parameters, by Optuna name
+    status: Status
+    step: int  # training steps reported so far
+    metrics: dict[str, float] = field(default_factory=dict)  # the last report
+    path: str = ""  # the trial's directory in the sweep's storage
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrialRecord":
+        return cls(**data)
+
+
+def classify(ray_status: str, metrics: dict, max_steps: int) -> Status:
+    """Our status from Ray's trial status and the last report.
+
+    completed: ran all max_steps; stopped: ended earlier by the scheduler (ASHA);
+    diverged: the trainer hit a non-finite loss (a finished trial with score 0);
+    failed: raised, even after retries.
+    """
+    if ray_status == "ERROR":
+        return "failed"
+    if ray_status == "TERMINATED":
+        if metrics.get("diverged"):
+            return "diverged"
+        return "completed" if metrics.get("step", 0) >= max_steps else "stopped"
+    if ray_status == "RUNNING":
+        return "running"
+    return "pending"
+
+
+def score(record: TrialRecord, metric: str) -> float | None:
+    """The trial's score: its last reported value of `metric` (None if it never reported)."""
+    value = record.metrics.get(metric)
+    return None if value is None else float(value)
+
+
+def ranked(records: list[TrialRecord], metric: str, mode: str) -> list[TrialRecord]:
+    """Trials with a score, best first."""
+    scored = [r for r in records if score(r, metric) is not None]
+    return sorted(scored, key=lambda r: score(r, metric), reverse=(mode == "max"))

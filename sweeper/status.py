@@ -1,0 +1,152 @@
+"""A sweep's state on disk and on the terminal: status.json, summary.json, progress, tables.
+
+Files in the sweep directory (`sweeps/<name>/` by default):
+    space.yaml     the search-space file the sweep was started from
+    status.json    every trial's record, rewritten atomically while the sweep runs
+    summary.json   at the end: the best trial, its config and score, all trial records
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TextIO
+
+from sweeper.records import TrialRecord, ranked, score
+
+STATUS_FILE, SUMMARY_FILE, SPACE_FILE = "status.json", "summary.json", "space.yaml"
+ORDER = ("running", "pending", "completed", "stopped", "diverged", "failed")
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def counts_line(records: list[TrialRecord], num_samples: int) -> str:
+    c = Counter(r.status for r in records)
+    parts = [f"{c[s]} {s}" for s in ORDER if c[s]]
+    not_started = max(0, num_samples - len(records))
+    if not_started:
+        parts.append(f"{not_started} to sample")
+    return ", ".join(parts) or "no trials yet"
+
+
+def best_line(records: list[TrialRecord], metric: str, mode: str) -> str:
+    top = ranked(records, metric, mode)
+    if not top:
+        return f"best {metric}: -"
+    b = top[0]
+    return f"best {metric} {score(b, metric):.3f} ({b.trial_id}, step {b.step})"
+
+
+class SweepListener:
+    """Receives trial records from the driver: keeps status.json current and prints a
+    compact progress line (at most every `every_s` seconds, and whenever a trial ends).
+    Picklable: Ray stores it with the experiment and brings it back on resume."""
+
+    def __init__(self, sweep_dir: Path, name: str, metric: str, mode: str, num_samples: int, every_s: float = 5.0):
+        self.sweep_dir, self.name, self.metric, self.mode = Path(sweep_dir), name, metric, mode
+        self.num_samples, self.every_s = num_samples, every_s
+        self.reset()
+
+    def reset(self) -> None:
+        self.started = time.time()
+        self.last_print = 0.0
+        self.last_counts = ""
+        self.records: list[TrialRecord] = []
+
+    def __call__(self, records: list[TrialRecord], final: bool) -> None:
+        self.records = records
+        self.write_status("finished" if final else "running")
+        counts = counts_line(records, self.num_samples)
+        now = time.time()
+        if counts != self.last_counts or now - self.last_print >= self.every_s or final:
+            elapsed = now - self.started
+            print(f"[{self.name} {elapsed:6.0f}s] {counts} | {best_line(records, self.metric, self.mode)}", flush=True)
+            self.last_print, self.last_counts = now, counts
+
+    def write_status(self, state: str) -> None:
+        write_json_atomic(self.sweep_dir / STATUS_FILE, {
+            "name": self.name, "metric": self.metric, "mode": self.mode, "num_samples": self.num_samples,
+            "state": state, "updated": time.time(), "driver": {"host": socket.gethostname(), "pid": os.getpid()},
+            "trials": [r.to_dict() for r in self.records],
+        })
+
+
+def load_records(sweep_dir: Path) -> tuple[dict, list[TrialRecord]]:
+    data = read_json(Path(sweep_dir) / STATUS_FILE)
+    return data, [TrialRecord.from_dict(t) for t in data["trials"]]
+
+
+def driver_alive(status: dict) -> bool:
+    """Whether the process that writes status.json still runs (only knowable on its host)."""
+    driver = status.get("driver", {})
+    if driver.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(driver.get("pid", -1)), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def format_table(records: list[TrialRecord], metric: str, mode: str, top: int = 10, multipliers=(1, 2, 3, 4)) -> str:
+    """The top trials: params, accuracy at each length, steps used, status."""
+    rows = ranked(records, metric, mode)[:top]
+    if not rows:
+        return "(no trial has reported yet)"
+    param_keys = sorted({k for r in rows for k in r.params})
+    header = ["trial", *param_keys, *(f"acc_{k}x" for k in multipliers), "steps", "status"]
+    body = []
+    for r in rows:
+        params = [_fmt(r.params.get(k, "")) for k in param_keys]
+        accs = [_fmt(r.metrics.get(f"acc_{k}x", "")) for k in multipliers]
+        body.append([r.trial_id, *params, *accs, str(r.step), r.status])
+    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1e-2 and v != 0 else f"{v:.3f}"
+    return str(v)
+
+
+def write_summary(sweep_dir: Path, name: str, metric: str, mode: str, records: list[TrialRecord], best_config: dict | None) -> dict:
+    top = ranked(records, metric, mode)
+    best = top[0] if top else None
+    summary = {
+        "name": name, "metric": metric, "mode": mode,
+        "best": None if best is None else {
+            "trial_id": best.trial_id, "score": score(best, metric), "params": best.params,
+            "status": best.status, "step": best.step, "config": best_config,
+        },
+        "counts": dict(Counter(r.status for r in records)),
+        "trials": [r.to_dict() for r in records],
+    }
+    write_json_atomic(Path(sweep_dir) / SUMMARY_FILE, summary)
+    return summary
+
+
+def print_status(sweep_dir: Path, out: TextIO = sys.stdout) -> None:
+    data, records = load_records(sweep_dir)
+    state = data["state"]
+    if state == "running" and not driver_alive(data):
+        state = "interrupted (driver gone; run `sweeper launch` with the same file to resume)"
+    age = time.time() - data["updated"]
+    print(f"sweep {data['name']}: {state}, updated {age:.0f}s ago", file=out)
+    print(f"trials: {counts_line(records, data['num_samples'])}", file=out)
+    print(best_line(records, data["metric"], data["mode"]), file=out)
+    print(format_table(records, data["metric"], data["mode"]), file=out)

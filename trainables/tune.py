@@ -1,0 +1,42 @@
+"""Ray Tune adapter: the trainer as a function trainable (the trial side of Ray).
+
+`make_trainable(to_config, threads)` returns the function Ray runs once per trial. It
+turns the sampled parameters into a validated TrialConfig, pins torch's CPU threads to
+the trial's CPUs, resumes from Ray's checkpoint when the trial is restored (after a
+failure or a resumed sweep), and forwards each `report` of the trainer to
+`ray.tune.report` with its checkpoint. ASHA reads the `step` metric, so its time unit is
+the training step, not the report count.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any, Callable
+
+import torch
+from ray import tune
+
+from trainables.config import TrialConfig
+from trainables.train import train
+
+
+def make_trainable(to_config: Callable[[dict[str, Any]], TrialConfig], threads: int) -> Callable[[dict], None]:
+    """`to_config` maps Ray's trial config (the sampled parameters) to a TrialConfig; it must pickle."""
+
+    def trainable(params: dict) -> None:
+        torch.set_num_threads(max(1, threads))
+        cfg = to_config(params)
+        checkpoint = tune.get_checkpoint()
+        with tempfile.TemporaryDirectory(prefix="dat-restore-") as restore_dir:
+            resume_from = None
+            if checkpoint is not None:
+                checkpoint.to_directory(restore_dir)
+                resume_from = restore_dir
+
+            def report(metrics: dict, checkpoint_dir: str | None) -> None:
+                ckpt = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
+                tune.report(metrics, checkpoint=ckpt)
+
+            train(cfg, report=report, resume_from=resume_from)
+
+    return trainable
