@@ -66,7 +66,23 @@ def status_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [_add_trial, _add_validate, _add_launch, _add_status]
+def _add_reproduce(sub: argparse._SubParsersAction) -> None:
+    from sweeper import reproduce
+
+    p = sub.add_parser("reproduce", help="train the DAT paper's four systems over seeds and write the results table",
+                       description=reproduce.__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--workers", type=int, default=None, help="processes at once (default: all cores)")
+    p.add_argument("--systems", nargs="+", choices=list(reproduce.SYSTEMS), help="a subset of the systems")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a trial-config field for every system (dat.* only for the DAT hybrid)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
+    p.add_argument("--quick", action="store_true", help="a tiny budget that checks the plumbing, not the science")
+    p.add_argument("--out", default="docs/results", help="where the markdown, plot and JSON go ('' for nowhere)")
+    p.set_defaults(func=lambda args: reproduce.run(args))
+
+
+PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [_add_trial, _add_validate, _add_launch, _add_status, _add_reproduce]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,199 @@
+"""`sweeper reproduce`: the DAT paper's four systems, several seeds each, side by side.
+
+    pure LSTM         preset lstm          (attention off)
+    pure Transformer  preset transformer   (no recurrence, sinusoidal positions)
+    hybrid, joint     preset hybrid_joint  (attention on from step 0)
+    hybrid + DAT      preset hybrid_dat    (attention switched on at dat.switch_step)
+
+Every (system, seed) trains in its own process, one torch thread each, `--workers` at a
+time. Prints a table of mean and min over seeds at each evaluation length (the state and
+recall halves too), checks the bar of the reproduction issue, and writes
+docs/results/dat_reproduction.md with a plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from statistics import mean
+
+from trainables.config import TrialConfig, load_trial_config, with_overrides
+
+SYSTEMS = {"lstm": "pure LSTM", "transformer": "pure Transformer", "hybrid_joint": "hybrid, joint", "hybrid_dat": "hybrid + DAT"}
+QUICK = {"steps": 40, "model.d_model": 16, "model.n_layers": 1, "model.n_heads": 2,
+         "eval.every": 20, "eval.n_sequences": 32, "optim.batch_size": 16}
+
+
+def system_config(system: str, seed: int, overrides: dict, device: str) -> TrialConfig:
+    """The preset of `system` with the shared overrides (dat.* only for the DAT hybrid). If the
+    step budget is cut below the preset's switch step, DAT switches at a third of the run."""
+    cfg = load_trial_config(system)
+    chosen = {"seed": seed, "device": device, **{k: v for k, v in overrides.items() if _applies(system, k)}}
+    steps = chosen.get("steps", cfg.steps)
+    if system == "hybrid_dat" and "dat.switch_step" not in chosen and cfg.dat.switch_step > steps:
+        chosen["dat.switch_step"] = steps // 3
+    return with_overrides(cfg, chosen, source="--set")
+
+
+def _job(args: tuple) -> dict:
+    system, seed, overrides, device = args
+    import torch
+
+    from trainables.train import train
+
+    torch.set_num_threads(1)
+    cfg = system_config(system, seed, overrides, device)
+    start = time.perf_counter()
+    result = train(cfg)
+    return {"system": system, "seed": seed, "status": result.status, "metrics": result.metrics,
+            "wall_s": time.perf_counter() - start, "steps": cfg.steps}
+
+
+def _applies(system: str, key: str) -> bool:
+    """DAT settings only make sense for the DAT hybrid; the rest applies to every system."""
+    return not (key.startswith("dat.") and system != "hybrid_dat")
+
+
+def run_all(systems: list[str], seeds: int, overrides: dict, workers: int, device: str) -> list[dict]:
+    jobs = [(s, seed, overrides, device) for seed in range(seeds) for s in systems]
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(workers) as pool:
+        results = []
+        for r in pool.imap_unordered(_job, jobs):
+            m = r["metrics"]
+            print(f"  done {r['system']:<13} seed {r['seed']}  acc 1x..4x: "
+                  + " ".join(f"{m.get(f'acc_{k}x', float('nan')):.3f}" for k in (1, 2, 3, 4))
+                  + f"  ({r['wall_s']:.0f}s)", flush=True)
+            results.append(r)
+    return results
+
+
+def summarise(results: list[dict], multipliers=(1, 2, 3, 4)) -> dict:
+    """system -> metric -> {mean, min} over seeds."""
+    table: dict = {}
+    for system in dict.fromkeys(r["system"] for r in results):
+        runs = [r["metrics"] for r in results if r["system"] == system]
+        table[system] = {}
+        for k in multipliers:
+            for prefix in ("acc", "state_acc", "recall_acc"):
+                key = f"{prefix}_{k}x"
+                values = [m[key] for m in runs if key in m]
+                if values:
+                    table[system][key] = {"mean": mean(values), "min": min(values)}
+    return table
+
+
+def check_bar(table: dict) -> list[tuple[str, bool, str]]:
+    """The reproduction issue's bar, row by row: (row, passed, measured)."""
+    get = lambda s, k: table.get(s, {}).get(k, {}).get("mean")  # noqa: E731
+    rows = []
+    dat3, joint1, joint3 = get("hybrid_dat", "acc_3x"), get("hybrid_joint", "acc_1x"), get("hybrid_joint", "acc_3x")
+    if dat3 is not None:
+        rows.append(("hybrid + DAT: mean acc at 3x >= 0.90", dat3 >= 0.90, f"{dat3:.3f}"))
+    if joint1 is not None:
+        rows.append(("hybrid, joint: mean acc at 1x >= 0.95", joint1 >= 0.95, f"{joint1:.3f}"))
+    if joint3 is not None and dat3 is not None:
+        rows.append(("hybrid, joint: acc at 3x at least 0.25 below DAT's", dat3 - joint3 >= 0.25, f"{joint3:.3f} (gap {dat3 - joint3:+.3f})"))
+    lstm_r3, tf_s3 = get("lstm", "recall_acc_3x"), get("transformer", "state_acc_3x")
+    if lstm_r3 is not None:
+        rows.append(("pure LSTM: recall at 3x < 0.6", lstm_r3 < 0.6, f"{lstm_r3:.3f}"))
+    if tf_s3 is not None:
+        rows.append(("pure Transformer: state tracking at 3x < 0.6", tf_s3 < 0.6, f"{tf_s3:.3f}"))
+    return rows
+
+
+def format_table(table: dict, multipliers=(1, 2, 3, 4)) -> str:
+    lines = ["| system | metric | " + " | ".join(f"{k}x mean (min)" for k in multipliers) + " |",
+             "|---|---|" + "---|" * len(multipliers)]
+    for system, metrics in table.items():
+        for prefix, label in (("acc", "all"), ("state_acc", "state"), ("recall_acc", "recall")):
+            cells = [metrics.get(f"{prefix}_{k}x") for k in multipliers]
+            if any(c is None for c in cells):
+                continue
+            lines.append(f"| {SYSTEMS.get(system, system)} | {label} | " + " | ".join(f"{c['mean']:.3f} ({c['min']:.3f})" for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(table: dict, max_len: int, path: Path, multipliers=(1, 2, 3, 4)) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
+    lengths = [k * max_len for k in multipliers]
+    for ax, (prefix, title) in zip(axes, (("acc", "all targets"), ("state_acc", "state tracking (ADD)"), ("recall_acc", "recall (QUERY)"))):
+        ax.axvspan(0, max_len, color="0.9", label="training lengths")
+        for system, metrics in table.items():
+            ys = [metrics.get(f"{prefix}_{k}x", {}).get("mean") for k in multipliers]
+            if None not in ys:
+                ax.plot(lengths, ys, marker="o", label=SYSTEMS.get(system, system))
+        ax.set_title(title)
+        ax.set_xlabel("evaluation length (steps)")
+        ax.set_xlim(0, lengths[-1] + 5)
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("per-token accuracy (mean over seeds)")
+    axes[-1].legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def write_markdown(path: Path, table: dict, bar: list, command: str, wall_s: float, overrides: dict, seeds: int) -> None:
+    bar_lines = "\n".join(f"| {row} | {'pass' if ok else '**miss**'} | {value} |" for row, ok, value in bar)
+    path.write_text(f"""# DAT reproduction
+
+Command: `{command}`
+Commit: `{_commit()}`; wall time {wall_s / 60:.1f} min; {seeds} seeds per system; overrides: `{json.dumps(overrides)}`
+
+![accuracy against evaluation length]({path.with_suffix('.png').name})
+
+{format_table(table)}
+
+| the bar | result | measured |
+|---|---|---|
+{bar_lines}
+""")
+
+
+def run(args: argparse.Namespace) -> int:
+    from sweeper.trial import parse_overrides
+
+    overrides = {**(QUICK if args.quick else {}), **parse_overrides(args.overrides)}
+    systems = args.systems or list(SYSTEMS)
+    for s in systems:
+        system_config(s, 0, overrides, args.device)  # fail fast on a bad override
+    workers = args.workers or os.cpu_count() or 1
+    print(f"reproduce: {len(systems)} systems x {args.seeds} seeds, {workers} workers, overrides {overrides}")
+    start = time.perf_counter()
+    results = run_all(systems, args.seeds, overrides, workers, args.device)
+    wall = time.perf_counter() - start
+    table = summarise(results)
+    print(format_table(table))
+    bar = check_bar(table)
+    for row, ok, value in bar:
+        print(f"{'PASS' if ok else 'MISS'}  {row}: {value}")
+    print(f"wall time {wall / 60:.1f} min")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        md = out / ("dat_reproduction_quick.md" if args.quick else "dat_reproduction.md")
+        plot(table, load_trial_config("hybrid_dat").task.max_len, md.with_suffix(".png"))
+        write_markdown(md, table, bar, "sweeper " + " ".join(sys.argv[1:]), wall, overrides, args.seeds)
+        (md.with_suffix(".json")).write_text(json.dumps({"results": results, "table": table}, indent=1))
+        print(f"wrote {md}")
+    return 0
