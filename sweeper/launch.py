@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from sweeper.space import SearchSpace, SpaceError, load_space
-from sweeper.status import SPACE_FILE, SweepListener, format_table, write_summary
+from sweeper.status import SPACE_FILE, SweepListener, format_table, load_records, mark_state, write_summary
 
 DEFAULT_STORAGE = "sweeps"
 OPTUNA_DB = "optuna.db"
@@ -63,9 +63,10 @@ def prepare_sweep_dir(spec: SearchSpace, space_file: str, sweep_dir: Path, resto
     return False
 
 
-def _sigterm_as_sigint() -> None:
-    """Ray Tune stops gracefully (and saves state) on SIGINT; treat SIGTERM the same."""
-    signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+def _graceful_sigterm() -> None:
+    """Ray Tune stops gracefully (saving state for a resume) on SIGINT and SIGUSR1, but ray.init
+    makes SIGTERM exit at once; route SIGTERM to the graceful path. Call after ray.init."""
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGUSR1))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,21 +90,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"sweep {spec.name}: {spec.budget.num_samples} trials, {spec.budget.max_concurrent} at once -> {experiment_dir}")
         monitor = ray_tune.SweepMonitor(listener, spec.budget.max_steps)
         tuner = ray_tune.build_tuner(spec, experiment_dir, monitor, f"sqlite:///{sweep_dir / OPTUNA_DB}")
-    _sigterm_as_sigint()
+    _graceful_sigterm()
     tuner.fit()
 
     # the final records come from status.json, which the monitor keeps current
-    from sweeper.status import load_records
-
     _, records = load_records(sweep_dir)
     unfinished = [r for r in records if r.status in ("pending", "running")]
-    best_config = _best_config(spec, records)
-    write_summary(sweep_dir, spec.name, spec.metric, spec.mode, records, best_config)
+    write_summary(sweep_dir, spec.name, spec.metric, spec.mode, records, _best_config(spec, records))
     print(format_table(records, spec.metric, spec.mode))
     if unfinished or len(records) < spec.budget.num_samples:
-        print(f"sweep {spec.name} interrupted with {len(records)} of {spec.budget.num_samples} trials started; "
-              f"run the same command to resume", file=sys.stderr)
+        mark_state(sweep_dir, "interrupted")
+        print(f"sweep {spec.name} interrupted with {len(records) - len(unfinished)} of {spec.budget.num_samples} "
+              f"trials finished; run the same command to resume", file=sys.stderr)
         return 130
+    mark_state(sweep_dir, "finished")
     print(f"summary: {sweep_dir / 'summary.json'}")
     return 0
 

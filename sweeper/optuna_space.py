@@ -80,7 +80,7 @@ def make_sampler(spec: SearchSpace) -> optuna.samplers.BaseSampler:
         "tpe": lambda: optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True),
         "random": lambda: optuna.samplers.RandomSampler(seed=seed),
         "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
-        "qmc": lambda: optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False),
+        "qmc": lambda: optuna.samplers.QMCSampler(seed=seed, scramble=True, warn_independent_sampling=False),
     }[spec.searcher.sampler]()
 
 

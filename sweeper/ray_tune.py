@@ -14,9 +14,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our own progress line instead of Ray's tables
-os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # no TensorBoard/CSV/JSON logger spam
-os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# Defaults a user can still override from the environment:
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: our own progress line, not Ray's tables
+os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")  # fresh experiment snapshots: a killed sweep resumes
+os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")  # ...without nagging
+os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")  # trials keep the launch directory as their cwd
 
 import optuna  # noqa: E402
 import ray  # noqa: E402
@@ -37,8 +39,8 @@ def init_ray(address: str | None, quiet: bool = True) -> None:
     if ray.is_initialized():
         return
     kwargs: dict[str, Any] = {"log_to_driver": not quiet, "logging_level": "ERROR" if quiet else "INFO"}
-    if address is None:
-        kwargs["include_dashboard"] = False
+    if address is None:  # a private instance, even if some other Ray runs on this machine
+        address, kwargs["include_dashboard"] = "local", False
     ray.init(address=address, **kwargs)
 
 
@@ -47,8 +49,9 @@ def cluster_nodes() -> int:
 
 
 class StepAwareOptunaSearch(OptunaSearch):
-    """OptunaSearch that files results under the training step and tells Optuna PRUNED for
-    trials the scheduler stopped early (Ray's own class marks them COMPLETE)."""
+    """OptunaSearch that files results under the training step, tells Optuna PRUNED for trials
+    the scheduler stopped early (Ray's own class marks them COMPLETE), and survives a resume
+    from an experiment snapshot older than the study on disk."""
 
     def __init__(self, *args, max_steps: int, **kwargs):
         super().__init__(*args, **kwargs)
@@ -57,18 +60,32 @@ class StepAwareOptunaSearch(OptunaSearch):
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         if trial_id in self._completed_trials or self.metric not in result:
             return
-        self._ot_trials[trial_id].report(result[self.metric], int(result[STEP]))
+        try:
+            self._ot_trials[trial_id].report(result[self.metric], int(result[STEP]))
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # the study already holds this trial's end (the snapshot predates it)
+
+    def restore(self, checkpoint_path: str) -> None:
+        """After a kill, Optuna trials that Ray's snapshot never knew stay RUNNING: close them as FAIL."""
+        super().restore(checkpoint_path)
+        known = {t._trial_id for t in self._ot_trials.values()}
+        for orphan in self._ot_study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            if orphan._trial_id not in known:
+                self._ot_study.tell(orphan.number, state=optuna.trial.TrialState.FAIL)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         stopped_early = (
             result is not None and not error and trial_id not in self._completed_trials
             and result.get(STEP, self._max_steps) < self._max_steps and not result.get("diverged")
         )
-        if stopped_early:
-            self._ot_study.tell(self._ot_trials[trial_id], state=optuna.trial.TrialState.PRUNED)
+        try:
+            if stopped_early:
+                self._ot_study.tell(self._ot_trials[trial_id], state=optuna.trial.TrialState.PRUNED)
+                self._completed_trials.add(trial_id)
+                return
+            super().on_trial_complete(trial_id, result=result, error=error)
+        except optuna.exceptions.UpdateFinishedTrialError:
             self._completed_trials.add(trial_id)
-            return
-        super().on_trial_complete(trial_id, result=result, error=error)
 
 
 class SweepMonitor(tune.Callback):
@@ -83,16 +100,17 @@ class SweepMonitor(tune.Callback):
         if reset:
             reset()
 
-    def _emit(self, trials, final: bool = False) -> None:
-        self.listener([self.record(t) for t in trials], final)
+    def _emit(self, trials, final: bool = False, ending=None, ray_status: str = "") -> None:
+        # inside on_trial_complete/on_trial_error Ray has not yet updated the ending trial's status
+        self.listener([self.record(t, ray_status if t is ending else t.status) for t in trials], final)
 
-    def record(self, trial) -> TrialRecord:
+    def record(self, trial, ray_status: str) -> TrialRecord:
         last = dict(trial.last_result or {})
         metrics = {k: v for k, v in last.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         return TrialRecord(
             trial_id=trial.trial_id,
             params=dict(trial.config),
-            status=classify(trial.status, metrics, self.max_steps),
+            status=classify(ray_status, metrics, self.max_steps),
             step=int(metrics.get(STEP, 0)),
             metrics=metrics,
             path=str(trial.path) if trial.path else "",
@@ -105,10 +123,10 @@ class SweepMonitor(tune.Callback):
         self._emit(trials)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self._emit(trials)
+        self._emit(trials, ending=trial, ray_status="TERMINATED")
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self._emit(trials)
+        self._emit(trials, ending=trial, ray_status="ERROR")
 
     def on_experiment_end(self, trials, **info):
         self._emit(trials, final=True)

@@ -84,6 +84,13 @@ class SweepListener:
         })
 
 
+def mark_state(sweep_dir: Path, state: str) -> None:
+    """Set the sweep-level state in status.json (finished, interrupted)."""
+    path = Path(sweep_dir) / STATUS_FILE
+    if path.exists():
+        write_json_atomic(path, {**read_json(path), "state": state, "updated": time.time()})
+
+
 def load_records(sweep_dir: Path) -> tuple[dict, list[TrialRecord]]:
     data = read_json(Path(sweep_dir) / STATUS_FILE)
     return data, [TrialRecord.from_dict(t) for t in data["trials"]]

@@ -36,7 +36,7 @@ class _Frozen(BaseModel):
 class TaskConfig(_Frozen):
     name: Literal["modsum_recall", "modsum", "recall"] = "modsum_recall"
     modulus: int = Field(10, ge=2, le=64)  # m: ADD digits and running sums live in Z_m
-    n_keys: int = Field(16, ge=1, le=256)  # distinct keys that STORE/QUERY draw from
+    n_keys: int = Field(64, ge=1, le=256)  # distinct keys; many, so the LSTM alone cannot hold them all
     n_values: int = Field(10, ge=2, le=256)  # distinct values a key can hold
     min_len: int = Field(5, ge=1)  # training lengths in steps, uniform in [min_len, max_len]
     max_len: int = Field(25, ge=1)  # also the 1x evaluation length
@@ -81,9 +81,10 @@ class DATConfig(_Frozen):
     """Delayed Attention Training. `mode: none` trains attention jointly from step 0."""
 
     mode: Literal["none", "fixed"] = "fixed"
-    switch_step: int = Field(2000, ge=0)  # fixed mode: first step with attention active
+    switch_step: int = Field(1500, ge=0)  # fixed mode: first step with attention active
     hold: Literal["gate", "freeze"] = "gate"  # how attention is held back before the switch
     rewarmup_steps: int = Field(0, ge=0)  # linear LR re-warmup of the attention params after the switch
+    phase1_targets: Literal["all", "state"] = "state"  # trained before the switch: state only, or every target
 
 
 class OptimConfig(_Frozen):

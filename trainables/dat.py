@@ -21,6 +21,10 @@ optimizer neither moves them nor builds state for them (no weight decay either).
 switch their optimizer state is cleared, so they start like freshly added parameters;
 `rewarmup_steps` ramps their learning rate up linearly from there (see `attention_lr_factor`).
 
+`phase1_targets: state` trains the recurrent path on the state-tracking targets only before
+the switch, so that it does not spend itself on a partial recall solution that later keeps
+attention from being recruited (an option to search; the paper trains on all targets).
+
 The schedule's state (switched yet, and at which step) is part of the checkpoint.
 """
 

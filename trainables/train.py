@@ -29,7 +29,7 @@ from trainables.config import OptimConfig, TrialConfig
 from trainables.dat import DATSchedule, enable_attention, hold_attention, release_attention
 from trainables.evaluate import evaluate
 from trainables.model import HybridLM
-from trainables.tasks import IGNORE, make_eval_sets, make_task
+from trainables.tasks import IGNORE, RECALL, make_eval_sets, make_task
 
 ReportFn = Callable[[dict, Optional[str]], None]
 CHECKPOINT_FILE = "state.pt"
@@ -146,8 +146,11 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
 
         # -- one optimisation step
         batch = task.sample_train(cfg.optim.batch_size, data_gen).to(device)
+        targets = batch.targets  # (B, L)
+        if cfg.dat.phase1_targets == "state" and not dat.active:  # recall is left for attention to learn
+            targets = targets.masked_fill(batch.kinds == RECALL, IGNORE)
         logits = model(batch.tokens)  # (B, L, V)
-        loss = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=IGNORE)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
         if not torch.isfinite(loss):
             return _diverged(cfg, step, report)
         optimizer.zero_grad(set_to_none=True)
@@ -158,9 +161,9 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
         step += 1
 
         with torch.no_grad():
-            is_asked = batch.targets != IGNORE
+            is_asked = targets != IGNORE
             loss_sum += loss.detach()
-            hits += ((logits.argmax(-1) == batch.targets) & is_asked).sum()
+            hits += ((logits.argmax(-1) == targets) & is_asked).sum()
             asked += is_asked.sum()
 
         # -- evaluate, report, checkpoint
