@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from trainables.config import ConfigError, TrialConfig, load_trial_config, with_overrides
-from trainables.train import CHECKPOINT_FILE, train
+from trainables.train import CHECKPOINT_FILE, checkpoint_step, train
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -26,6 +26,13 @@ def parse_overrides(items: list[str]) -> dict:
         except yaml.YAMLError:
             out[key.strip()] = raw
     return out
+
+
+def _drop_reports_after(path: Path, step: int) -> None:
+    """A run killed between a report and its checkpoint logged reports the resume will redo."""
+    if path.exists():
+        kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
+        path.write_text("".join(line + "\n" for line in kept))
 
 
 def format_progress(m: dict) -> str:
@@ -51,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         ckpt = out / "checkpoint"
         if args.resume and (ckpt / CHECKPOINT_FILE).exists():
             resume_from = ckpt
+            _drop_reports_after(out / "metrics.jsonl", checkpoint_step(ckpt))
         elif (out / "metrics.jsonl").exists() and not args.resume:
             raise ConfigError(f"--out {out}: already holds a run; pass --resume to continue it or choose another directory")
         out.mkdir(parents=True, exist_ok=True)

@@ -93,6 +93,11 @@ def save_checkpoint(directory: str | Path, cfg: TrialConfig, step: int, model, o
     (directory / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
 
 
+def checkpoint_step(directory: str | Path) -> int:
+    """The training step a checkpoint was taken at."""
+    return int(torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=False)["step"])
+
+
 def load_checkpoint(directory: str | Path, model, optimizer, dat: DATSchedule, data_gen) -> int:
     """Restore everything `save_checkpoint` wrote; returns the step to continue from."""
     state = torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=False)
