@@ -43,6 +43,9 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", help=f"where trial results go: a path or s3://, gs:// (default ./{launch_cmd.DEFAULT_STORAGE})")
     p.add_argument("--shared-storage", action="store_true", help="confirm that a local --storage path is shared by all nodes")
     p.add_argument("--restart", action="store_true", help="delete the sweep's directory and start over")
+    p.add_argument("--tracking-uri", help="MLflow tracking server (http://HOST:5000); default $MLFLOW_TRACKING_URI "
+                                          "or the embedded ./mlflow.db")
+    p.add_argument("--experiment", help="MLflow experiment name (default: the sweep's name)")
     p.set_defaults(func=launch_cmd.run)
 
 
@@ -82,7 +85,63 @@ def _add_reproduce(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: reproduce.run(args))
 
 
-PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [_add_trial, _add_validate, _add_launch, _add_status, _add_reproduce]
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    from sweeper import report
+
+    p = sub.add_parser("report", help="compare a sweep's trials from MLflow: top trials, parameter effects, importances")
+    p.add_argument("name", help="the sweep's name, or a path to its directory")
+    p.add_argument("--storage", help=f"the storage the sweep ran with (default ./{launch_cmd.DEFAULT_STORAGE})")
+    p.add_argument("--tracking-uri", help="default: the one the sweep logged to")
+    p.add_argument("--experiment", help="MLflow experiment (default: the sweep's name)")
+    p.add_argument("--top", type=int, default=10)
+    p.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown")
+    p.set_defaults(func=report.run)
+
+
+def _add_ui(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ui", help="open the MLflow UI on the tracking store in use")
+    p.add_argument("name", nargs="?", help="a sweep whose experiment page to print")
+    p.add_argument("--tracking-uri", help="default $MLFLOW_TRACKING_URI or ./mlflow.db")
+    p.add_argument("--host", default="127.0.0.1", help="interface to serve on (default loopback only)")
+    p.add_argument("--port", type=int, default=5000)
+    p.set_defaults(func=ui_cmd)
+
+
+def ui_cmd(args: argparse.Namespace) -> int:
+    import time
+    import urllib.request
+
+    from sweeper import tracking
+
+    uri = tracking.resolve_uri(args.tracking_uri)
+    tracking.preflight(uri)
+    if uri.startswith("http"):
+        url = tracking.experiment_url(uri, args.name) if args.name else uri
+        print(f"MLflow UI: {url or uri}")
+        return 0
+    address = f"http://{args.host}:{args.port}"
+    proc = tracking.serve_ui(uri, args.host, args.port)
+    try:
+        for _ in range(120):
+            if proc.poll() is not None:
+                raise ConfigError(f"--port {args.port}: mlflow ui exited (is the port in use?)")
+            try:
+                urllib.request.urlopen(f"{address}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.5)
+        url = tracking.experiment_url(uri, args.name, address) if args.name else address
+        print(f"MLflow UI on {uri}: {url or address}  (Ctrl-C to stop)", flush=True)
+        return proc.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait()
+
+
+PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [_add_trial, _add_validate, _add_launch, _add_status, _add_report, _add_ui, _add_reproduce]
 
 
 def build_parser() -> argparse.ArgumentParser:

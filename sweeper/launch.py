@@ -70,8 +70,13 @@ def _graceful_sigterm() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sweeper import tracking
+    from sweeper.optuna_space import baseline_points
+
     spec = load_space(args.file)  # every user mistake surfaces here, before Ray starts
     experiment_dir, sweep_dir = sweep_dir_for(spec.name, args.storage)
+    uri = tracking.resolve_uri(args.tracking_uri)
+    tracking.preflight(uri)
     if args.address and not is_uri(args.storage or DEFAULT_STORAGE) and not args.shared_storage:
         print(f"note: --address {args.address} with a local storage path ({experiment_dir}): on a multi-node "
               "cluster every node must see it (NFS, a shared volume); otherwise use --storage s3://... "
@@ -81,8 +86,11 @@ def run(args: argparse.Namespace) -> int:
 
     restorable = ray_tune.can_restore(experiment_dir)
     resuming = prepare_sweep_dir(spec, args.file, sweep_dir, restorable, args.restart)
+    tracker = tracking.SweepTracker(uri, spec, sweep_dir, args.experiment)
+    tracker.start(sweep_dir / SPACE_FILE)
+    print(f"tracking: {uri} (experiment {tracker.experiment}); `sweeper ui` opens it")
     ray_tune.init_ray(args.address)
-    listener = SweepListener(sweep_dir, spec.name, spec.metric, spec.mode, spec.budget.num_samples)
+    listener = SweepListener(sweep_dir, spec.name, spec.metric, spec.mode, spec.budget.num_samples, tracker=tracker)
     if resuming:
         print(f"resuming sweep {spec.name} from {experiment_dir}")
         tuner = ray_tune.restore_tuner(spec, experiment_dir)
@@ -96,9 +104,11 @@ def run(args: argparse.Namespace) -> int:
     # the final records come from status.json, which the monitor keeps current
     _, records = load_records(sweep_dir)
     unfinished = [r for r in records if r.status in ("pending", "running")]
+    interrupted = bool(unfinished) or len(records) < spec.budget.num_samples
     write_summary(sweep_dir, spec.name, spec.metric, spec.mode, records, _best_config(spec, records))
+    tracking.SweepTracker(uri, spec, sweep_dir, args.experiment).finish(records, baseline_points(spec), interrupted)
     print(format_table(records, spec.metric, spec.mode))
-    if unfinished or len(records) < spec.budget.num_samples:
+    if interrupted:
         mark_state(sweep_dir, "interrupted")
         print(f"sweep {spec.name} interrupted with {len(records) - len(unfinished)} of {spec.budget.num_samples} "
               f"trials finished; run the same command to resume", file=sys.stderr)

@@ -12,7 +12,7 @@ import functools
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # Defaults a user can still override from the environment:
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: our own progress line, not Ray's tables
@@ -89,9 +89,10 @@ class StepAwareOptunaSearch(OptunaSearch):
 
 
 class SweepMonitor(tune.Callback):
-    """Calls `listener(records, final)` whenever a trial starts, reports, ends or fails."""
+    """Turns Ray's trial events into records for a listener: `on_result(record)` for each report,
+    `on_end(record)` when a trial ends, and `listener(records, final)` with all trials after each event."""
 
-    def __init__(self, listener: Callable[[list[TrialRecord], bool], None], max_steps: int):
+    def __init__(self, listener, max_steps: int):
         self.listener = listener
         self.max_steps = max_steps
 
@@ -120,12 +121,15 @@ class SweepMonitor(tune.Callback):
         self._emit(trials)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.listener.on_result(self.record(trial, "RUNNING"))
         self._emit(trials)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
+        self.listener.on_end(self.record(trial, "TERMINATED"))
         self._emit(trials, ending=trial, ray_status="TERMINATED")
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        self.listener.on_end(self.record(trial, "ERROR"))
         self._emit(trials, ending=trial, ray_status="ERROR")
 
     def on_experiment_end(self, trials, **info):

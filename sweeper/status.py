@@ -55,16 +55,37 @@ class SweepListener:
     compact progress line (at most every `every_s` seconds, and whenever a trial ends).
     Picklable: Ray stores it with the experiment and brings it back on resume."""
 
-    def __init__(self, sweep_dir: Path, name: str, metric: str, mode: str, num_samples: int, every_s: float = 5.0):
+    def __init__(self, sweep_dir: Path, name: str, metric: str, mode: str, num_samples: int,
+                 tracker=None, every_s: float = 5.0):
         self.sweep_dir, self.name, self.metric, self.mode = Path(sweep_dir), name, metric, mode
         self.num_samples, self.every_s = num_samples, every_s
+        self.tracker = tracker  # SweepTracker or None
         self.reset()
+
+    def on_result(self, record: TrialRecord) -> None:
+        self._track("on_result", record)
+
+    def on_end(self, record: TrialRecord) -> None:
+        self._track("on_end", record)
+
+    def _track(self, method: str, record: TrialRecord) -> None:
+        """Tracking trouble (a server gone mid-sweep) is reported, never allowed to stop the sweep."""
+        if self.tracker is None:
+            return
+        try:
+            getattr(self.tracker, method)(record)
+        except Exception as err:  # noqa: BLE001
+            if not self.tracking_failed:
+                print(f"warning: MLflow tracking failed ({type(err).__name__}: {str(err)[:200]}); "
+                      "the sweep goes on, status.json stays current", file=sys.stderr, flush=True)
+            self.tracking_failed = True
 
     def reset(self) -> None:
         self.started = time.time()
         self.last_print = 0.0
         self.last_counts = ""
         self.records: list[TrialRecord] = []
+        self.tracking_failed = False
 
     def __call__(self, records: list[TrialRecord], final: bool) -> None:
         self.records = records

@@ -23,3 +23,54 @@ def run_sweeper(tmp_path):
         return subprocess.run(sweeper_cmd(*args), cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=full_env)
 
     return run
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real `mlflow server` on 127.0.0.1 with a free port, SQLite backend, served artifacts."""
+    import time
+    import urllib.request
+
+    root = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = open(root / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+                             "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+                             "--artifacts-destination", str(root / "artifacts"), "--workers", "1"],
+                            stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    deadline = time.time() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                raise RuntimeError("mlflow server did not start: " + (root / "server.log").read_text()[-2000:])
+            time.sleep(0.5)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="session")
+def smoke_sweep(tmp_path_factory, mlflow_server):
+    """search_spaces/smoke.yaml run once through `sweeper launch`, logging to the real MLflow server."""
+    workdir = tmp_path_factory.mktemp("smoke")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = sweeper_cmd("launch", ROOT / "search_spaces" / "smoke.yaml", "--tracking-uri", mlflow_server)
+    r = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return workdir, r

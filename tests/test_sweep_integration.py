@@ -1,72 +1,130 @@
-"""`sweeper launch` on a real local Ray instance with a real Optuna study (no mocks)."""
+"""`sweeper launch` on a real local Ray instance, a real Optuna study and a real MLflow server."""
 
 import json
 import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 
 import pytest
+from mlflow import MlflowClient
 
-from conftest import ROOT, sweeper_cmd
+from conftest import ROOT, free_port, sweeper_cmd
 
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 pytestmark = pytest.mark.integration
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def _summary(tmp_path, name="smoke"):
-    return json.loads((tmp_path / "sweeps" / name / "summary.json").read_text())
+def _summary(workdir, name="smoke"):
+    return json.loads((workdir / "sweeps" / name / "summary.json").read_text())
 
 
-def _optuna_states(tmp_path, name="smoke"):
-    with sqlite3.connect(tmp_path / "sweeps" / name / "optuna.db") as db:
+def _optuna_states(workdir, name="smoke"):
+    with sqlite3.connect(workdir / "sweeps" / name / "optuna.db") as db:
         return [row[0] for row in db.execute("SELECT state FROM trials ORDER BY number")]
 
 
-def test_smoke_sweep_runs_end_to_end_with_asha_stopping_trials(tmp_path, run_sweeper):
-    r = run_sweeper("launch", SMOKE)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    summary = _summary(tmp_path)
+def _children(url, experiment):
+    c = MlflowClient(url)
+    exp = c.get_experiment_by_name(experiment)
+    runs = c.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("role") == "sweep"]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return c, exp, parents, children
+
+
+def test_smoke_sweep_runs_end_to_end_with_asha_stopping_trials(smoke_sweep):
+    workdir, r = smoke_sweep
+    summary = _summary(workdir)
     trials = summary["trials"]
     assert len(trials) == 6 and len({t["trial_id"] for t in trials}) == 6
     statuses = [t["status"] for t in trials]
     assert "stopped" in statuses, statuses  # ASHA stopped at least one trial early
     assert "completed" in statuses
     for t in trials:
-        if t["status"] == "stopped":
-            assert t["step"] < 60
-        if t["status"] == "completed":
-            assert t["step"] == 60
+        assert (t["step"] < 60) if t["status"] == "stopped" else (t["step"] == 60)
     # the baseline (joint training) was evaluated first
     assert any(t["params"] == {"dat.switch_step": 0, "optim.lr": 0.003} for t in trials)
     best = summary["best"]
     assert best["score"] == max(t["metrics"]["acc_3x"] for t in trials)
     assert best["config"]["steps"] == 60 and best["config"]["dat"]["switch_step"] == best["params"]["dat.switch_step"]
     # the Optuna study on disk knows which trials were pruned by ASHA
-    states = _optuna_states(tmp_path)
+    states = _optuna_states(workdir)
     assert len(states) == 6 and "PRUNED" in states and "COMPLETE" in states
-    # the live view printed a progress line, the end a table
+    # the live view printed a progress line, the end a table; `sweeper status` reads the directory
     assert "[smoke" in r.stdout and "acc_3x" in r.stdout
-    s = run_sweeper("status", "smoke")
+    s = subprocess.run(sweeper_cmd("status", "smoke"), cwd=workdir, env=ENV, capture_output=True, text=True)
     assert s.returncode == 0 and "sweep smoke: finished" in s.stdout
 
 
-def test_bad_space_exits_2_before_ray_starts_and_writes_nothing(tmp_path, run_sweeper):
+def test_mlflow_holds_one_parent_and_a_nested_child_per_trial(smoke_sweep, mlflow_server):
+    workdir, _ = smoke_sweep
+    c, exp, parents, children = _children(mlflow_server, "smoke")
+    assert len(parents) == 1 and len(children) == 6
+    parent = parents[0]
+    assert all(ch.data.tags["mlflow.parentRunId"] == parent.info.run_id for ch in children)
+    trials = {t["trial_id"]: t for t in _summary(workdir)["trials"]}
+    assert {ch.data.tags["trial_id"] for ch in children} == set(trials)
+    for ch in children:
+        t = trials[ch.data.tags["trial_id"]]
+        assert ch.data.tags["status"] == t["status"]  # completed / stopped, as the sweep saw it
+        assert ch.info.status == "FINISHED"
+        assert ch.data.params["dat.switch_step"] == str(t["params"]["dat.switch_step"])
+        assert ch.data.params["steps"] == "60" and "model.d_model" in ch.data.params
+        history = c.get_metric_history(ch.info.run_id, "acc_3x")
+        assert [m.step for m in history] == list(range(10, t["step"] + 1, 10))  # every report, at its step
+        assert history[-1].value == pytest.approx(t["metrics"]["acc_3x"])
+        assert {a.path for a in c.list_artifacts(ch.info.run_id)} >= {"config.yaml", "accuracy_vs_length.png"}
+    best = [ch for ch in children if ch.data.tags.get("best") == "true"]
+    assert len(best) == 1 and best[0].data.tags["trial_id"] == _summary(workdir)["best"]["trial_id"]
+    assert parent.data.metrics["best_acc_3x"] == pytest.approx(_summary(workdir)["best"]["score"])
+    parent_artifacts = {a.path for a in c.list_artifacts(parent.info.run_id)}
+    assert {"smoke.yaml", "summary.csv", "summary.md", "best_config.yaml", "plots"} <= parent_artifacts
+    plots = {a.path for a in c.list_artifacts(parent.info.run_id, "plots")}
+    assert plots == {"plots/acc_3x_vs_params.png", "plots/top_trials_vs_length.png", "plots/learning_curves.png"}
+    assert parent.data.params["space.dat.switch_step"].startswith("IntDistribution")
+
+
+def test_report_compares_the_trials_from_mlflow(smoke_sweep, tmp_path):
+    workdir, _ = smoke_sweep
+    md = tmp_path / "report.md"
+    r = subprocess.run(sweeper_cmd("report", "smoke", "--markdown", md), cwd=workdir, env=ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = md.read_text()
+    assert "## Top" in text and "(best)" in text and "`dat.switch_step`" in text and "`optim.lr`" in text
+    assert "Parameter importance" in text
+
+
+def test_bad_space_exits_2_before_ray_starts_and_writes_nothing(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(SMOKE.read_text().replace("low: 0, high: 60", "low: 60, high: 0"))
-    r = run_sweeper("launch", bad, timeout=60)
+    r = subprocess.run(sweeper_cmd("launch", bad), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "space.dat.switch_step: `low < high` must hold" in r.stderr
+    assert not (tmp_path / "sweeps").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_unreachable_tracking_server_fails_fast_before_ray(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    start = time.time()
+    r = subprocess.run(sweeper_cmd("launch", SMOKE, "--tracking-uri", url), cwd=tmp_path, env=ENV,
+                       capture_output=True, text=True, timeout=60)
+    elapsed = time.time() - start
+    assert r.returncode == 2 and elapsed < 10, (elapsed, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "MLflow tracking server unreachable" in lines[0] and url in lines[0]
     assert not (tmp_path / "sweeps").exists()
-    assert "Ray" not in r.stdout + r.stderr
+    assert "ray" not in (r.stdout + r.stderr).lower().replace(url, "")
 
 
-def test_killed_sweep_resumes_to_exactly_num_samples_trials(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def test_killed_sweep_resumes_to_exactly_num_samples_trials_and_runs(tmp_path, mlflow_server):
     status_file = tmp_path / "sweeps" / "smoke" / "status.json"
-    proc = subprocess.Popen(sweeper_cmd("launch", SMOKE), cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = sweeper_cmd("launch", SMOKE, "--tracking-uri", mlflow_server, "--experiment", "smoke-resume")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     finished_before = {}
     deadline = time.time() + 480
     try:
@@ -76,26 +134,37 @@ def test_killed_sweep_resumes_to_exactly_num_samples_trials(tmp_path):
                 continue
             trials = json.loads(status_file.read_text())["trials"]
             done = {t["trial_id"]: t for t in trials if t["status"] in ("completed", "stopped")}
-            if len(done) >= 2 and len(done) < 5:
+            if 2 <= len(done) < 5:
                 finished_before = done
                 break
         assert finished_before, "the sweep never reached two finished trials"
     finally:
         proc.send_signal(signal.SIGKILL)  # the driver dies without any chance to clean up
         proc.wait()
+        time.sleep(1)
+        try:  # and so does what it started (Ray leaves agents behind a killed driver)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
-    r = subprocess.run(sweeper_cmd("launch", SMOKE), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "resuming sweep smoke" in r.stdout
     trials = _summary(tmp_path)["trials"]
     assert len(trials) == 6 and len({t["trial_id"] for t in trials}) == 6
     after = {t["trial_id"]: t for t in trials}
     for trial_id, before in finished_before.items():
-        # a finished trial is kept as it was, not run again
+        # a finished trial is kept as it was, not run again: training is deterministic,
+        # but throughput is not, so a re-run would report another steps_per_s
         assert after[trial_id]["status"] == before["status"] and after[trial_id]["step"] == before["step"]
-        # training is deterministic, but throughput is not: a re-run would report other steps_per_s
-        assert after[trial_id]["metrics"] == before["metrics"]
         assert after[trial_id]["metrics"]["steps_per_s"] == before["metrics"]["steps_per_s"]
     assert all(t["status"] in ("completed", "stopped", "diverged") for t in trials)
     # the searcher sampled no extra trials (trials Ray's last snapshot never saw are closed as FAIL)
     assert len([s for s in _optuna_states(tmp_path) if s != "FAIL"]) == 6
+    # MLflow: the same parent, one child per trial, no duplicates, no report logged twice
+    c, _, parents, children = _children(mlflow_server, "smoke-resume")
+    assert len(parents) == 1 and len(children) == 6
+    assert {ch.data.tags["trial_id"] for ch in children} == set(after)
+    for ch in children:
+        steps = [m.step for m in c.get_metric_history(ch.info.run_id, "acc_3x")]
+        assert steps == sorted(set(steps)), steps

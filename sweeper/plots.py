@@ -1,0 +1,105 @@
+"""The pictures of a sweep, as PNG files (matplotlib, no display needed).
+
+    trial_lengths      one trial: accuracy against evaluation length, with the state and recall halves
+    metric_vs_params   the sweep: the score against each searched parameter, baselines marked
+    top_lengths        the sweep: accuracy-vs-length curves of the best trials
+    learning_curves    the sweep: the score over training steps for every trial (ASHA's stops visible)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from sweeper.records import TrialRecord, ranked, score  # noqa: E402
+
+MULTIPLIERS = (1, 2, 3, 4)
+HALVES = (("acc", "all targets", "-"), ("state_acc", "state (ADD)", "--"), ("recall_acc", "recall (QUERY)", ":"))
+
+
+def _lengths(max_len: int) -> list[int]:
+    return [k * max_len for k in MULTIPLIERS]
+
+
+def _finish(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def trial_lengths(metrics: dict, max_len: int, title: str, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    ax.axvspan(0, max_len, color="0.92", label="training lengths")
+    for prefix, label, style in HALVES:
+        ys = [metrics.get(f"{prefix}_{k}x") for k in MULTIPLIERS]
+        if None not in ys:
+            ax.plot(_lengths(max_len), ys, style, marker="o", label=label)
+    ax.set(xlabel="evaluation length (steps)", ylabel="per-token accuracy", ylim=(0, 1.02), title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+    return _finish(fig, path)
+
+
+def metric_vs_params(records: list[TrialRecord], metric: str, baselines: Sequence[dict], path: Path) -> Path | None:
+    scored = [r for r in records if score(r, metric) is not None]
+    names = sorted({k for r in scored for k in r.params})
+    if not names:
+        return None
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        rows = [r for r in scored if name in r.params]
+        is_base = [any(all(r.params.get(k) == v for k, v in b.items()) for b in baselines) for r in rows]
+        xs = [r.params[name] for r in rows]
+        categorical = any(isinstance(x, (str, bool)) or x is None for x in xs)
+        if categorical:
+            cats = sorted({str(x) for x in xs})
+            xs = [cats.index(str(x)) for x in xs]
+            ax.set_xticks(range(len(cats)), cats)
+        for flag, marker, label in ((False, "o", "trials"), (True, "*", "baseline / control")):
+            pts = [(x, score(r, metric), r.status) for x, r, b in zip(xs, rows, is_base) if b == flag]
+            if pts:
+                ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, s=120 if flag else 30,
+                           c=["tab:red" if flag else ("0.6" if p[2] == "stopped" else "tab:blue") for p in pts], label=label)
+        ax.set(xlabel=name, ylabel=metric, ylim=(0, 1.02))
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8, loc="lower right", title="grey: stopped early", title_fontsize=7)
+    return _finish(fig, path)
+
+
+def top_lengths(records: list[TrialRecord], metric: str, mode: str, max_len: int, path: Path, top: int = 5) -> Path | None:
+    best = ranked(records, metric, mode)[:top]
+    if not best:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    ax.axvspan(0, max_len, color="0.92", label="training lengths")
+    for r in best:
+        ys = [r.metrics.get(f"acc_{k}x") for k in MULTIPLIERS]
+        if None not in ys:
+            ax.plot(_lengths(max_len), ys, marker="o", label=f"{r.trial_id} ({score(r, metric):.3f})")
+    ax.set(xlabel="evaluation length (steps)", ylabel="per-token accuracy", ylim=(0, 1.02), title=f"top {len(best)} trials by {metric}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left")
+    return _finish(fig, path)
+
+
+def learning_curves(histories: dict[str, list[tuple[int, float]]], statuses: dict[str, str], metric: str, path: Path) -> Path | None:
+    if not histories:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for trial_id, points in histories.items():
+        if not points:
+            continue
+        steps, values = zip(*sorted(points))
+        stopped = statuses.get(trial_id) == "stopped"
+        ax.plot(steps, values, color="0.6" if stopped else None, alpha=0.8, lw=1)
+        if stopped:
+            ax.plot(steps[-1], values[-1], "x", color="tab:red")
+    ax.set(xlabel="training step", ylabel=metric, ylim=(0, 1.02), title=f"{metric} over training (x: stopped by ASHA)")
+    ax.grid(alpha=0.3)
+    return _finish(fig, path)

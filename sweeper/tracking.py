@@ -1,0 +1,297 @@
+"""MLflow tracking: one parent run per sweep, one nested child run per trial. The only module
+of the project that imports mlflow.
+
+    experiment (the sweep's name)
+    └── parent run "<name>"        space file, compiled space, at the end: best config and score,
+        │                          summary table (CSV, Markdown), sweep plots
+        ├── child run "<trial>"    flattened trial config as params, every report at its training
+        │                          step, tags trial_id / status / best, config YAML, length plot
+        └── ...
+
+The trial-to-run mapping lives in `<sweep dir>/mlflow_runs.json`, so a resumed sweep logs into
+the same parent and the same children, and a report already logged is not logged twice.
+
+Tracking location: `--tracking-uri`, else $MLFLOW_TRACKING_URI, else an embedded SQLite store
+`./mlflow.db` that needs no server.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sweeper import plots
+from sweeper.records import TrialRecord, ranked, score
+from sweeper.space import SearchSpace, flatten, trial_config_for
+from sweeper.status import format_table, write_json_atomic
+from trainables.config import ConfigError
+
+RUNS_FILE = "mlflow_runs.json"
+DEFAULT_DB = "mlflow.db"
+RUN_STATUS = {"completed": "FINISHED", "stopped": "FINISHED", "diverged": "FINISHED", "failed": "FAILED"}
+
+
+def resolve_uri(cli_value: str | None) -> str:
+    """--tracking-uri, else $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db (absolute)."""
+    uri = cli_value or os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return f"sqlite:///{(Path.cwd() / DEFAULT_DB).resolve()}"
+
+
+def preflight(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail fast, in one line, when the tracking store cannot be reached or written."""
+    if uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s) as response:
+                if response.status != 200:
+                    raise ConfigError(f"--tracking-uri {uri}: the MLflow server answered HTTP {response.status} on /health")
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            reason = getattr(err, "reason", err)
+            raise ConfigError(f"--tracking-uri {uri}: MLflow tracking server unreachable ({reason}); "
+                              f"start it, or omit --tracking-uri to log to ./{DEFAULT_DB}") from None
+    elif uri.startswith("sqlite:///"):
+        folder = Path(uri.removeprefix("sqlite:///")).parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise ConfigError(f"--tracking-uri {uri}: folder {folder} does not exist or is not writable")
+    elif uri.startswith("file:") or "://" not in uri:
+        return
+    elif uri.split("://")[0] not in ("databricks", "postgresql", "mysql", "mssql"):
+        raise ConfigError(f"--tracking-uri {uri}: unknown scheme; use http(s)://HOST:PORT or sqlite:///PATH")
+
+
+def client(uri: str):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+class SweepTracker:
+    """Mirrors a sweep into MLflow. Picklable (Ray stores it with the experiment): the client
+    and the mapping are rebuilt from `uri` and the runs file after unpickling."""
+
+    def __init__(self, uri: str, spec: SearchSpace, sweep_dir: Path, experiment: str | None = None):
+        self.uri, self.spec, self.sweep_dir = uri, spec, Path(sweep_dir)
+        self.experiment = experiment or spec.name
+        self._client = None
+        self._state: dict | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_client": None, "_state": None}
+
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = client(self.uri)
+        return self._client
+
+    # -- the mapping file ------------------------------------------------------------
+
+    @property
+    def state(self) -> dict:
+        if self._state is None:
+            path = self.sweep_dir / RUNS_FILE
+            self._state = json.loads(path.read_text()) if path.exists() else {}
+            if self._state.get("tracking_uri") not in (None, self.uri):  # moved stores: start a new mapping
+                self._state = {}
+        return self._state
+
+    def _save(self) -> None:
+        write_json_atomic(self.sweep_dir / RUNS_FILE, self.state)
+
+    # -- parent run --------------------------------------------------------------------
+
+    def start(self, space_file: str | Path) -> str:
+        """Create (or find again, on resume) the experiment and the sweep's parent run."""
+        st = self.state
+        if st.get("parent_run_id"):
+            self.client.update_run(st["parent_run_id"], status="RUNNING")
+            return st["parent_run_id"]
+        exp = self.client.get_experiment_by_name(self.experiment)
+        if exp is None:
+            artifacts = None if "://" in self.uri and not self.uri.startswith("sqlite") else (Path.cwd() / "mlartifacts").resolve().as_uri()
+            exp_id = self.client.create_experiment(self.experiment, artifact_location=artifacts)
+        else:
+            exp_id = exp.experiment_id
+        spec = self.spec
+        run = self.client.create_run(exp_id, run_name=spec.name, tags={
+            "sweep": spec.name, "role": "sweep", "metric": spec.metric, "mode": spec.mode,
+            "mlflow.note.content": spec.description or spec.name,
+        })
+        from mlflow.entities import Param
+
+        from sweeper.validate import describe_space
+
+        params = {
+            "budget.num_samples": spec.budget.num_samples, "budget.max_concurrent": spec.budget.max_concurrent,
+            "budget.max_steps": spec.budget.max_steps, "budget.eval_every": spec.budget.eval_every,
+            "scheduler": spec.scheduler.type, "searcher.sampler": spec.searcher.sampler, "searcher.seed": spec.searcher.seed,
+            **{f"fixed.{k}": v for k, v in flatten(spec.fixed).items()},
+        }
+        for line in describe_space(spec):
+            name, dist = line.strip().split(None, 1)
+            params[f"space.{name}"] = dist[:500]
+        self.client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+        self.client.log_artifact(run.info.run_id, str(space_file))
+        st.update({"tracking_uri": self.uri, "experiment_id": exp_id, "parent_run_id": run.info.run_id, "trials": {}})
+        self._save()
+        return run.info.run_id
+
+    # -- child runs --------------------------------------------------------------------
+
+    def _child(self, record: TrialRecord) -> dict:
+        trials = self.state.setdefault("trials", {})
+        if record.trial_id in trials:
+            return trials[record.trial_id]
+        from mlflow.entities import Param
+
+        run = self.client.create_run(self.state["experiment_id"], run_name=record.trial_id, tags={
+            "mlflow.parentRunId": self.state["parent_run_id"], "sweep": self.spec.name, "role": "trial",
+            "trial_id": record.trial_id, "status": "running", "searched": ",".join(sorted(record.params)),
+        })
+        cfg = trial_config_for(self.spec, record.params).model_dump(mode="json")
+        self.client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in flatten(cfg).items()])
+        trials[record.trial_id] = {"run_id": run.info.run_id, "last_step": 0}
+        self._save()
+        return trials[record.trial_id]
+
+    def on_result(self, record: TrialRecord) -> None:
+        """Log one report of a trial at its training step (skipped if already logged)."""
+        from mlflow.entities import Metric
+
+        entry = self._child(record)
+        if record.step <= entry["last_step"]:
+            return
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), now, record.step) for k, v in record.metrics.items()
+                   if k not in _RAY_KEYS and isinstance(v, (int, float)) and v == v]
+        self.client.log_batch(entry["run_id"], metrics=metrics)
+        entry["last_step"] = record.step
+        self._save()
+
+    def on_end(self, record: TrialRecord) -> None:
+        """A trial ended: its status, its config and its accuracy-vs-length plot."""
+        self.on_result(record)  # Ray skips on_trial_result for the report that ends a trial
+        entry = self._child(record)
+        run_id = entry["run_id"]
+        self.client.set_tag(run_id, "status", record.status)
+        cfg = trial_config_for(self.spec, record.params)
+        self.client.log_text(run_id, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), "config.yaml")
+        if any(k.startswith("acc_") for k in record.metrics):
+            with tempfile.TemporaryDirectory() as tmp:
+                title = f"{record.trial_id} ({record.status}, step {record.step})"
+                png = plots.trial_lengths(record.metrics, cfg.task.max_len, title, Path(tmp) / "accuracy_vs_length.png")
+                self.client.log_artifact(run_id, str(png))
+        self.client.set_terminated(run_id, RUN_STATUS.get(record.status, "FINISHED"))
+
+    # -- the end of the sweep -------------------------------------------------------------
+
+    def finish(self, records: list[TrialRecord], baselines: list[dict], interrupted: bool) -> list[Path]:
+        """Best-trial tags, summary tables and sweep plots on the parent run; returns the plot files."""
+        from mlflow.entities import Metric, Param
+
+        spec, parent = self.spec, self.state["parent_run_id"]
+        trials = self.state.get("trials", {})
+        top = ranked(records, spec.metric, spec.mode)
+        for r in records:
+            if r.trial_id in trials:
+                self.client.set_tag(trials[r.trial_id]["run_id"], "best", "true" if top and r is top[0] else "false")
+        if top:
+            best = top[0]
+            cfg = trial_config_for(spec, best.params).model_dump(mode="json")
+            self.client.log_batch(parent, metrics=[Metric(f"best_{spec.metric}", score(best, spec.metric), int(time.time() * 1000), 0)],
+                                  params=[Param(f"best.{k}", str(v)) for k, v in best.params.items()],
+                                  tags=[])
+            self.client.set_tag(parent, "best_trial", best.trial_id)
+            self.client.log_text(parent, yaml.safe_dump(cfg, sort_keys=False), "best_config.yaml")
+        self.client.log_text(parent, summary_csv(records), "summary.csv")
+        self.client.log_text(parent, "```\n" + format_table(records, spec.metric, spec.mode, top=len(records)) + "\n```\n", "summary.md")
+        written = self.sweep_plots(records, baselines)
+        for png in written:
+            self.client.log_artifact(parent, str(png), "plots")
+        self.client.set_terminated(parent, "KILLED" if interrupted else "FINISHED")
+        return written
+
+    def sweep_plots(self, records: list[TrialRecord], baselines: list[dict]) -> list[Path]:
+        spec = self.spec
+        max_len = trial_config_for(spec, records[0].params).task.max_len if records else 25
+        histories = {}
+        for r in records:
+            entry = self.state.get("trials", {}).get(r.trial_id)
+            if entry:
+                histories[r.trial_id] = [(m.step, m.value) for m in self.client.get_metric_history(entry["run_id"], spec.metric)]
+        out = [
+            plots.metric_vs_params(records, spec.metric, baselines, self.sweep_dir / f"{spec.metric}_vs_params.png"),
+            plots.top_lengths(records, spec.metric, spec.mode, max_len, self.sweep_dir / "top_trials_vs_length.png"),
+            plots.learning_curves(histories, {r.trial_id: r.status for r in records}, spec.metric, self.sweep_dir / "learning_curves.png"),
+        ]
+        return [p for p in out if p is not None]
+
+
+_RAY_KEYS = {"timestamp", "training_iteration", "time_this_iter_s", "time_total_s", "time_since_restore",
+             "iterations_since_restore", "pid", "done", "date", "hostname", "node_ip", "trial_id", "checkpoint_dir_name",
+             "should_checkpoint", "experiment_tag", "config"}
+
+
+def summary_csv(records: list[TrialRecord]) -> str:
+    params = sorted({k for r in records for k in r.params})
+    metrics = sorted({k for r in records for k in r.metrics if k.startswith(("acc_", "state_acc_", "recall_acc_", "seq_acc_"))})
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["trial_id", "status", "step", *params, *metrics])
+    for r in records:
+        writer.writerow([r.trial_id, r.status, r.step, *(r.params.get(p, "") for p in params), *(r.metrics.get(m, "") for m in metrics)])
+    return buf.getvalue()
+
+
+def experiment_url(uri: str, experiment: str, ui_address: str | None = None) -> str | None:
+    """The MLflow UI address of an experiment (the server's, or a local `sweeper ui`'s)."""
+    exp = client(uri).get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    base = ui_address or (uri if uri.startswith("http") else None)
+    return f"{base.rstrip('/')}/#/experiments/{exp.experiment_id}" if base else None
+
+
+def load_runs(sweep_dir: Path) -> dict[str, Any]:
+    path = Path(sweep_dir) / RUNS_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def fetch_trial_runs(uri: str, sweep_name: str, experiment: str | None = None) -> list[dict]:
+    """The child runs of a sweep, newest parent first: [{run_id, trial_id, status, best, params, metrics}]."""
+    c = client(uri)
+    exp = c.get_experiment_by_name(experiment or sweep_name)
+    if exp is None:
+        raise ConfigError(f"{sweep_name}: no MLflow experiment `{experiment or sweep_name}` at {uri}")
+    parents = c.search_runs([exp.experiment_id], filter_string=f"tags.role = 'sweep' and tags.sweep = '{sweep_name}'",
+                            order_by=["attributes.start_time DESC"], max_results=1)
+    if not parents:
+        raise ConfigError(f"{sweep_name}: no sweep run in experiment `{exp.name}` at {uri}")
+    parent = parents[0].info.run_id
+    runs = c.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'", max_results=10_000)
+    return [{
+        "run_id": r.info.run_id, "trial_id": r.data.tags.get("trial_id", r.info.run_name),
+        "status": r.data.tags.get("status", ""), "best": r.data.tags.get("best") == "true",
+        "searched": [s for s in r.data.tags.get("searched", "").split(",") if s],
+        "params": dict(r.data.params), "metrics": dict(r.data.metrics),
+    } for r in runs]
+
+
+def serve_ui(uri: str, host: str, port: int):
+    """Start `mlflow ui` on a local store (a subprocess); the caller waits on it."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
+    return subprocess.Popen(cmd)
