@@ -9,11 +9,10 @@ BIN    := $(VENV)/bin
 # `make TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" ...` avoids CUDA.
 TORCH_PIP_ARGS ?=
 
-.PHONY: install sweep trial test bench clean
+.PHONY: install test-deps sweep trial test bench reproduce clean
 
 $(BIN)/sweeper: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
@@ -26,11 +25,24 @@ sweep: install
 trial: install
 	$(BIN)/sweeper trial hybrid_dat
 
-test: install
+# The UI test drives Debian's chromium; as root we install it, otherwise that test is skipped.
+test-deps:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing chromium and chromium-driver (apt-get) for the MLflow UI test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else echo "note: chromium/chromium-driver missing and not root: the browser test will be skipped"; fi; \
+	fi
+
+test: install test-deps
 	$(BIN)/python -m pytest
 
 bench: install
 	$(BIN)/python bench/trainer_overhead.py
+	$(BIN)/python bench/sweep_overhead.py
+
+reproduce: install
+	$(BIN)/sweeper reproduce --seeds 3
 
 clean:
 	rm -rf $(VENV) *.egg-info

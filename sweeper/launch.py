@@ -90,12 +90,12 @@ def run(args: argparse.Namespace) -> int:
     tracker.start(sweep_dir / SPACE_FILE)
     print(f"tracking: {uri} (experiment {tracker.experiment}); `sweeper ui` opens it")
     ray_tune.init_ray(args.address)
-    listener = SweepListener(sweep_dir, spec.name, spec.metric, spec.mode, spec.budget.num_samples, tracker=tracker)
-    if resuming:
+    if resuming:  # the monitor, its listener and tracker come back with the experiment
         print(f"resuming sweep {spec.name} from {experiment_dir}")
         tuner = ray_tune.restore_tuner(spec, experiment_dir)
     else:
         print(f"sweep {spec.name}: {spec.budget.num_samples} trials, {spec.budget.max_concurrent} at once -> {experiment_dir}")
+        listener = SweepListener(sweep_dir, spec.name, spec.metric, spec.mode, spec.budget.num_samples, tracker=tracker)
         monitor = ray_tune.SweepMonitor(listener, spec.budget.max_steps)
         tuner = ray_tune.build_tuner(spec, experiment_dir, monitor, f"sqlite:///{sweep_dir / OPTUNA_DB}")
     _graceful_sigterm()
@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     unfinished = [r for r in records if r.status in ("pending", "running")]
     interrupted = bool(unfinished) or len(records) < spec.budget.num_samples
     write_summary(sweep_dir, spec.name, spec.metric, spec.mode, records, _best_config(spec, records))
+    # a fresh tracker: the callback's copy wrote the run mapping to disk while the sweep ran
     tracking.SweepTracker(uri, spec, sweep_dir, args.experiment).finish(records, baseline_points(spec), interrupted)
     print(format_table(records, spec.metric, spec.mode))
     if interrupted:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -200,9 +199,3 @@ def restore_tuner(spec: SearchSpace, experiment_dir: Path | str) -> tune.Tuner:
     errored ones are retried, and the searcher (with its Optuna study) comes back."""
     return tune.Tuner.restore(str(experiment_dir), trainable=_resourced_trainable(spec),
                               resume_unfinished=True, resume_errored=True)
-
-
-def wait_for_shutdown(seconds: float = 0.0) -> None:
-    if seconds:
-        time.sleep(seconds)
-    ray.shutdown()

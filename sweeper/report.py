@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from statistics import mean
 
@@ -50,6 +51,12 @@ def _number(v: str):
         return None
 
 
+def _short(value: str) -> str:
+    """A parameter value as MLflow stores it (a string), floats cut to 4 significant digits."""
+    number = _number(value)
+    return value if number is None or not math.isfinite(number) or number == int(number) else f"{number:.4g}"
+
+
 def parameter_effects(runs: list[dict], metric: str, mode: str, ranges: dict[str, tuple]) -> list[str]:
     """One Markdown row per searched parameter."""
     rows = []
@@ -69,7 +76,7 @@ def parameter_effects(runs: list[dict], metric: str, mode: str, ranges: dict[str
             lo, hi = ranges.get(name, (min(nums), max(nums)))
             best_v = _number(best["params"][path])
             edge = " **at the edge of the range**" if best_v is not None and (best_v <= lo or best_v >= hi) else ""
-            rows.append(f"| `{name}` | numeric | Spearman {'-' if rho is None else f'{rho:+.2f}'} | best {best['params'][path]}{edge} |")
+            rows.append(f"| `{name}` | numeric | Spearman {'-' if rho is None else f'{rho:+.2f}'} | best {_short(best['params'][path])}{edge} |")
         else:
             by_choice: dict[str, list[float]] = {}
             for v, s in zip(values, scores):
@@ -119,7 +126,7 @@ def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | 
              f"## Top {min(top, len(ordered))} trials", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in ordered[:top]:
         cells = [r["trial_id"] + (" (best)" if r["best"] else "")]
-        cells += [r["params"].get(s.split("|")[0], "") if s in r["searched"] else "" for s in searched]
+        cells += [_short(r["params"].get(s.split("|")[0], "")) if s in r["searched"] else "" for s in searched]
         cells += [f"{r['metrics'].get(f'acc_{k}x', float('nan')):.3f}" for k in (1, 2, 3, 4)]
         cells += [str(int(r["metrics"].get("step", 0))), r["status"]]
         lines.append("| " + " | ".join(cells) + " |")

@@ -167,6 +167,10 @@ Commit: `{_commit()}`; wall time {wall_s / 60:.1f} min; {seeds} seeds per system
 | the bar | result | measured |
 |---|---|---|
 {bar_lines}
+
+The DAT hybrid here is the default `hybrid_dat` preset: attention gated off until step 1500 and,
+before that, only the state-tracking targets trained (`dat.phase1_targets: state`). How these
+defaults were found, and what plain DAT (all targets before the switch) gave: [dat_exploration.md](dat_exploration.md).
 """)
 
 

@@ -120,7 +120,9 @@ class SweepTracker:
         exp = self.client.get_experiment_by_name(self.experiment)
         if exp is None:
             artifacts = None if "://" in self.uri and not self.uri.startswith("sqlite") else (Path.cwd() / "mlartifacts").resolve().as_uri()
-            exp_id = self.client.create_experiment(self.experiment, artifact_location=artifacts)
+            # the UI opens an experiment of this kind on its training-runs view
+            exp_id = self.client.create_experiment(self.experiment, artifact_location=artifacts,
+                                                   tags={"mlflow.experimentKind": "custom_model_development"})
         else:
             exp_id = exp.experiment_id
         spec = self.spec

@@ -55,21 +55,23 @@ def test_ui_shows_the_sweep_nested_trials_and_compares_two(smoke_sweep, mlflow_s
     assert len(children) == 6
 
     # the experiment page lists the parent run; expanding it shows its trials
-    browser.get(f"{mlflow_server}/#/experiments/{exp.experiment_id}")
-    wait_for_text(browser, ["smoke"])
-    expanders = browser.find_elements("css selector", "[data-testid*='expand'], button[aria-label*='xpand']")
-    for button in expanders:
-        try:
-            button.click()
-        except Exception:  # noqa: BLE001 - some expanders are not interactable; one is enough
-            continue
-    wait_for_text(browser, [children[0].data.tags["trial_id"], children[1].data.tags["trial_id"]])
+    browser.get(f"{mlflow_server}/#/experiments/{exp.experiment_id}/runs")
+    body = wait_for_text(browser, ["smoke", "matching runs"])
+    assert children[0].data.tags["trial_id"] not in body  # the trials are folded under their parent
+    expander = browser.find_element("css selector", "button[data-component-id*='runnamecellrenderer']")
+    expander.click()
+    wait_for_text(browser, [c.data.tags["trial_id"] for c in children])
 
     # the compare view of the two best trials
     ids = [c.info.run_id for c in children[:2]]
     browser.get(f'{mlflow_server}/#/compare-runs?runs=["{ids[0]}","{ids[1]}"]&experiments=["{exp.experiment_id}"]')
     body = wait_for_text(browser, [children[0].data.tags["trial_id"], children[1].data.tags["trial_id"], "dat.switch_step"])
     assert "acc_3x" in body
+    for close in browser.find_elements("css selector", "button[aria-label='Close']"):  # the assistant side panel
+        try:
+            close.click()
+        except Exception:  # noqa: BLE001 - cosmetic only
+            pass
     shot = tmp_path / "compare.png"
     browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 20_000
