@@ -77,7 +77,8 @@ def run_all(systems: list[str], seeds: int, overrides: dict, workers: int, devic
 def summarise(results: list[dict], multipliers=(1, 2, 3, 4)) -> dict:
     """system -> metric -> {mean, min} over seeds."""
     table: dict = {}
-    for system in dict.fromkeys(r["system"] for r in results):
+    present = {r["system"] for r in results}
+    for system in [s for s in SYSTEMS if s in present] + sorted(present - set(SYSTEMS)):
         runs = [r["metrics"] for r in results if r["system"] == system]
         table[system] = {}
         for k in multipliers:
@@ -186,6 +187,10 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     results = run_all(systems, args.seeds, overrides, workers, args.device)
     wall = time.perf_counter() - start
+    if args.reuse:  # the other systems' results from an earlier run, as they were
+        kept = [r for r in json.loads(Path(args.reuse).read_text())["results"] if r["system"] not in systems]
+        print(f"reusing {len(kept)} results of other systems from {args.reuse}")
+        results = kept + results
     table = summarise(results)
     print(format_table(table))
     bar = check_bar(table)

@@ -110,3 +110,26 @@ def test_schedule_state_round_trips():
     t = DATSchedule(DATConfig(mode="fixed", switch_step=3), has_attention=True)
     t.load_state_dict(s.state_dict())
     assert t.active and t.state.switch_step == 3 and not t.advance(6)
+
+
+def test_state_only_phase1_applies_only_while_attention_is_held():
+    # a model without attention is never "before the switch": it trains on every target
+    losses = {}
+    for targets in ("state", "all"):
+        cfg = TrialConfig.model_validate({
+            "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "attention": False},
+            "dat": {"mode": "none", "phase1_targets": targets},
+            "eval": {"every": 10, "n_sequences": 8}, "steps": 20,
+        })
+        losses[targets] = []
+        train(cfg, report=lambda m, c, t=targets: losses[t].append(m["loss"]))
+    assert losses["state"] == losses["all"]
+    assert not DATSchedule(DATConfig(), has_attention=False).holding
+
+
+def test_state_only_phase1_masks_recall_before_the_switch():
+    losses = {}
+    for targets in ("state", "all"):
+        losses[targets] = []
+        train(_cfg(switch_step=30, phase1_targets=targets), report=lambda m, c, t=targets: losses[t].append(m["loss"]))
+    assert losses["state"][0] != losses["all"][0]

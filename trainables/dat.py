@@ -53,6 +53,11 @@ class DATSchedule:
     def active(self) -> bool:
         return self.has_attention and self.state.switch_step is not None
 
+    @property
+    def holding(self) -> bool:
+        """Attention exists and is still held back (phase 1 of DAT)."""
+        return self.has_attention and self.state.switch_step is None
+
     def advance(self, step: int) -> bool:
         """Called before training step `step`; True exactly when attention switches on now."""
         if self.active or not self.has_attention:

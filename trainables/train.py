@@ -152,7 +152,7 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
         # -- one optimisation step
         batch = task.sample_train(cfg.optim.batch_size, data_gen).to(device)
         targets = batch.targets  # (B, L)
-        if cfg.dat.phase1_targets == "state" and not dat.active:  # recall is left for attention to learn
+        if cfg.dat.phase1_targets == "state" and dat.holding:  # recall is left for attention to learn
             targets = targets.masked_fill(batch.kinds == RECALL, IGNORE)
         logits = model(batch.tokens)  # (B, L, V)
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
