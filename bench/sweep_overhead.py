@@ -30,7 +30,7 @@ def space_file(directory: Path, trials: int, steps: int, concurrent: int) -> Pat
     spec = {
         "name": "overhead",
         "description": "bench/sweep_overhead.py: N fixed trials",
-        "fixed": {"eval": {"n_sequences": 128}},
+        "fixed": {"eval": {"n_sequences": 128}, "dat": {"switch_step": steps // 4}},
         "space": {"seed": {"type": "int", "low": 0, "high": max(1, trials - 1)}},
         "budget": {"num_samples": trials, "max_concurrent": concurrent, "max_steps": steps, "eval_every": max(1, steps // 4)},
         "scheduler": {"type": "fifo"},

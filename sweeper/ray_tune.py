@@ -172,6 +172,7 @@ def build_tuner(spec: SearchSpace, experiment_dir: Path | str, monitor: SweepMon
             scheduler=scheduler,
             num_samples=budget.num_samples,
             max_concurrent_trials=budget.max_concurrent,
+            reuse_actors=True,  # a finished trial's worker (torch already imported) takes the next one
         ),
         run_config=tune.RunConfig(
             name=name,
