@@ -77,14 +77,18 @@ class StepAwareOptunaSearch(OptunaSearch):
             result is not None and not error and trial_id not in self._completed_trials
             and result.get(STEP, self._max_steps) < self._max_steps and not result.get("diverged")
         )
-        try:
-            if stopped_early:
-                self._ot_study.tell(self._ot_trials[trial_id], state=optuna.trial.TrialState.PRUNED)
-                self._completed_trials.add(trial_id)
-                return
-            super().on_trial_complete(trial_id, result=result, error=error)
-        except optuna.exceptions.UpdateFinishedTrialError:
+        if trial_id in self._ot_trials and self._finished_in_study(trial_id):
+            self._completed_trials.add(trial_id)  # told before a kill that Ray's snapshot predates
+            return
+        if stopped_early:
+            self._ot_study.tell(self._ot_trials[trial_id], state=optuna.trial.TrialState.PRUNED)
             self._completed_trials.add(trial_id)
+            return
+        super().on_trial_complete(trial_id, result=result, error=error)
+
+    def _finished_in_study(self, trial_id: str) -> bool:
+        ot_trial = self._ot_trials[trial_id]
+        return self._ot_study._storage.get_trial(ot_trial._trial_id).state.is_finished()
 
 
 class SweepMonitor(tune.Callback):

@@ -82,7 +82,7 @@ def test_mlflow_holds_one_parent_and_a_nested_child_per_trial(smoke_sweep, mlflo
     assert len(best) == 1 and best[0].data.tags["trial_id"] == _summary(workdir)["best"]["trial_id"]
     assert parent.data.metrics["best_acc_3x"] == pytest.approx(_summary(workdir)["best"]["score"])
     parent_artifacts = {a.path for a in c.list_artifacts(parent.info.run_id)}
-    assert {"smoke.yaml", "summary.csv", "summary.md", "best_config.yaml", "plots"} <= parent_artifacts
+    assert {"space.yaml", "summary.csv", "summary.md", "best_config.yaml", "plots"} <= parent_artifacts
     plots = {a.path for a in c.list_artifacts(parent.info.run_id, "plots")}
     assert plots == {"plots/acc_3x_vs_params.png", "plots/top_trials_vs_length.png", "plots/learning_curves.png"}
     assert parent.data.params["space.dat.switch_step"].startswith("IntDistribution")
