@@ -43,10 +43,6 @@ def init_ray(address: str | None, quiet: bool = True) -> None:
     ray.init(address=address, **kwargs)
 
 
-def cluster_nodes() -> int:
-    return sum(1 for n in ray.nodes() if n.get("Alive"))
-
-
 class StepAwareOptunaSearch(OptunaSearch):
     """OptunaSearch that files results under the training step, tells Optuna PRUNED for trials
     the scheduler stopped early (Ray's own class marks them COMPLETE), and survives a resume

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Iterator, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from trainables.config import ConfigError, TrialConfig, format_validation_error, read_yaml, set_dotted
+from trainables.config import ConfigError, TrialConfig, format_validation_error, read_yaml, set_dotted, trial_config_from_dict
 
 N_VALIDATION_SAMPLES = 200
 
@@ -233,10 +233,7 @@ def trial_config_for(spec: SearchSpace, params: dict[str, Any], source: str = "<
     data = base_trial_dict(spec)
     for name, value in params.items():
         set_dotted(data, name.split("|")[0], value, source)
-    try:
-        return TrialConfig.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(format_validation_error(err, source)) from None
+    return trial_config_from_dict(data, source)
 
 
 def check_space(spec: SearchSpace, source: str, n_samples: int) -> None:
