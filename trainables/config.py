@@ -34,7 +34,7 @@ class _Frozen(BaseModel):
 
 
 class TaskConfig(_Frozen):
-    name: Literal["modsum_recall", "modsum", "recall"] = "modsum_recall"
+    name: Literal["modsum_recall", "modsum", "recall", "set_complement"] = "modsum_recall"
     modulus: int = Field(10, ge=2, le=64)  # m: ADD digits and running sums live in Z_m
     n_keys: int = Field(64, ge=1, le=256)  # distinct keys; many, so the LSTM alone cannot hold them all
     n_values: int = Field(10, ge=2, le=256)  # distinct values a key can hold
@@ -42,6 +42,7 @@ class TaskConfig(_Frozen):
     max_len: int = Field(25, ge=1)  # also the 1x evaluation length
     p_store: float = Field(0.25, ge=0.0, le=1.0)  # share of STORE steps (modsum_recall)
     p_query: float = Field(0.25, ge=0.0, le=1.0)  # share of QUERY steps; the rest are ADD
+    n_tokens: int = Field(64, ge=2, le=4096)  # set_complement: the set vocabulary v (lengths count tokens)
 
     @model_validator(mode="after")
     def _check(self) -> "TaskConfig":
@@ -62,11 +63,14 @@ class ModelConfig(_Frozen):
     d_model: int = Field(64, ge=8, le=4096)  # residual width D
     n_layers: int = Field(2, ge=1, le=64)  # hybrid blocks
     n_heads: int = Field(4, ge=1)  # attention heads; must divide d_model
-    mixer: Literal["lstm", "none"] = "lstm"  # the recurrent sublayer ("none": pure Transformer)
+    mixer: Literal["lstm", "ssm", "none"] = "lstm"  # the recurrent sublayer ("none": pure Transformer)
     attention: bool = True  # False: pure recurrent model (no attention sublayer)
     positional: Literal["none", "sinusoidal"] = "none"  # the recurrence carries order by default
-    mlp_ratio: int = Field(4, ge=1, le=16)  # MLP hidden width = mlp_ratio * d_model
+    mlp_ratio: int = Field(4, ge=0, le=16)  # MLP hidden width = mlp_ratio * d_model; 0: no MLP (attention-only)
     attn_zero_init: bool = True  # attention output projection starts at 0: switching it on is smooth
+    ssm_d_state: int = Field(16, ge=1, le=256)  # SSM mixer: state size N per channel
+    ssm_d_conv: int = Field(4, ge=1, le=16)  # SSM mixer: causal depthwise convolution width
+    ssm_expand: int = Field(2, ge=1, le=8)  # SSM mixer: inner width E = expand * d_model
 
     @model_validator(mode="after")
     def _check(self) -> "ModelConfig":

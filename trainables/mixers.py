@@ -1,13 +1,18 @@
 """Sequence mixers: the recurrent sublayer of a hybrid block.
 
 A mixer maps (B, L, D) -> (B, L, D) causally: output t depends on inputs <= t only.
-`make_mixer` is the one place that knows the kinds; the block only sees the interface,
-so another recurrent core (an SSM) plugs in here without touching the block.
+`make_mixer` is the one place that knows the kinds; the block only sees the interface.
+
+    lstm   a single-layer LSTM (below)
+    ssm    a Mamba-style selective state-space mixer (trainables/ssm.py)
+    none   no recurrent sublayer (pure Transformer)
 """
 
 from __future__ import annotations
 
 from torch import Tensor, nn
+
+from trainables.config import ModelConfig
 
 
 class LSTMMixer(nn.Module):
@@ -23,10 +28,14 @@ class LSTMMixer(nn.Module):
         return out
 
 
-def make_mixer(kind: str, d_model: int) -> nn.Module | None:
-    """The mixer for `model.mixer`; None for `none` (the block has no recurrent sublayer)."""
-    if kind == "lstm":
-        return LSTMMixer(d_model)
-    if kind == "none":
+def make_mixer(cfg: ModelConfig) -> nn.Module | None:
+    """The mixer for `cfg.mixer`; None for `none` (the block has no recurrent sublayer)."""
+    if cfg.mixer == "lstm":
+        return LSTMMixer(cfg.d_model)
+    if cfg.mixer == "ssm":
+        from trainables.ssm import SSMMixer
+
+        return SSMMixer(cfg.d_model, d_state=cfg.ssm_d_state, d_conv=cfg.ssm_d_conv, expand=cfg.ssm_expand)
+    if cfg.mixer == "none":
         return None
-    raise ValueError(f"unknown mixer {kind!r}")
+    raise ValueError(f"unknown mixer {cfg.mixer!r}")

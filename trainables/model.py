@@ -49,7 +49,7 @@ class HybridBlock(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         D = cfg.d_model
-        self.mixer = make_mixer(cfg.mixer, D)
+        self.mixer = make_mixer(cfg)
         self.mixer_norm = nn.LayerNorm(D) if self.mixer is not None else None
         self.attn = CausalSelfAttention(D, cfg.n_heads, cfg.attn_zero_init) if cfg.attention else None
         self.attn_norm = nn.LayerNorm(D) if cfg.attention else None
