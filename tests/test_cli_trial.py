@@ -30,7 +30,7 @@ BAD = {
     "range.yaml": ("model:\n  n_layers: 0\n", "model.n_layers: must be greater than or equal to 1, got 0"),
     "unknown.yaml": ("modell:\n  d_model: 8\n", "modell: unknown key"),
     "syntax.yaml": ("model: [\n", "invalid YAML at line 2"),
-    "choice.yaml": ("model:\n  mixer: gru\n", "model.mixer: must be 'lstm' or 'none', got 'gru'"),
+    "choice.yaml": ("model:\n  mixer: gru\n", "model.mixer: must be 'lstm', 'ssm' or 'none', got 'gru'"),
     "cross.yaml": ("model:\n  d_model: 30\n  n_heads: 4\n", "`d_model % n_heads == 0` must hold"),
     "type.yaml": ("steps: many\n", "steps: must be a valid integer"),
     "list.yaml": ("- 1\n- 2\n", "must be a mapping"),

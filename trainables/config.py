@@ -1,12 +1,13 @@
 """The trial configuration: one frozen, typed object per training run.
 
-A trial config has five sections plus run-level fields::
+A trial config has six sections plus run-level fields::
 
     TrialConfig
     ├── task   which synthetic task, its sizes and training lengths
     ├── model  the HybridLM: width, depth, mixer, attention on/off
     ├── dat    Delayed Attention Training: when and how attention is held back
     ├── optim  AdamW, learning-rate schedule, clipping, batch size
+    ├── ema    exponential moving average of the weights, evaluated instead of the raw weights
     ├── eval   evaluation interval and the fixed evaluation sets
     └── steps, seed, device
 
@@ -68,6 +69,8 @@ class ModelConfig(_Frozen):
     positional: Literal["none", "sinusoidal"] = "none"  # the recurrence carries order by default
     mlp_ratio: int = Field(4, ge=0, le=16)  # MLP hidden width = mlp_ratio * d_model; 0: no MLP (attention-only)
     attn_zero_init: bool = True  # attention output projection starts at 0: switching it on is smooth
+    attn_dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout on the attention probabilities (seed 002)
+    resid_dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout on every sublayer's output before the residual add
     ssm_d_state: int = Field(16, ge=1, le=256)  # SSM mixer: state size N per channel
     ssm_d_conv: int = Field(4, ge=1, le=16)  # SSM mixer: causal depthwise convolution width
     ssm_expand: int = Field(2, ge=1, le=8)  # SSM mixer: inner width E = expand * d_model
@@ -84,11 +87,34 @@ class ModelConfig(_Frozen):
 class DATConfig(_Frozen):
     """Delayed Attention Training. `mode: none` trains attention jointly from step 0."""
 
-    mode: Literal["none", "fixed"] = "fixed"
+    mode: Literal["none", "fixed", "adaptive"] = "fixed"
     switch_step: int = Field(1500, ge=0)  # fixed mode: first step with attention active
     hold: Literal["gate", "freeze"] = "gate"  # how attention is held back before the switch
     rewarmup_steps: int = Field(0, ge=0)  # linear LR re-warmup of the attention params after the switch
+    ramp_steps: int = Field(0, ge=0)  # attention's output rises linearly from 0 to 1 over this many steps after the switch
     phase1_targets: Literal["all", "state"] = "state"  # trained before the switch: state only, or every target
+    # adaptive mode (trainables/switch.py): a criterion on smoothed training signals decides the switch
+    criterion: Literal["state_acc", "loss_plateau", "grad_norm"] = "state_acc"
+    min_step: int = Field(250, ge=0)  # never switch before this step
+    max_step: int = Field(3000, ge=0)  # switch at this step if the criterion has not fired
+    smoothing: float = Field(0.95, ge=0.0, lt=1.0)  # EMA decay of the signals (0: raw per-step values)
+    acc_threshold: float = Field(0.95, gt=0.0, le=1.0)  # state_acc: smoothed state-tracking accuracy to reach
+    plateau_delta: float = Field(0.01, ge=0.0, lt=1.0)  # loss_plateau: relative improvement that counts
+    patience: int = Field(200, ge=1)  # loss_plateau: steps without such an improvement
+    grad_ratio: float = Field(0.3, gt=0.0, lt=1.0)  # grad_norm: settled at this fraction of the peak norm
+
+    @model_validator(mode="after")
+    def _check(self) -> "DATConfig":
+        if self.mode == "adaptive" and self.min_step > self.max_step:
+            raise ValueError(f"`min_step <= max_step` must hold, got ({self.min_step}, {self.max_step})")
+        return self
+
+
+class EMAConfig(_Frozen):
+    """Exponential moving average of the weights (seed 002); evaluation then uses the average."""
+
+    decay: float = Field(0.0, ge=0.0, lt=1.0)  # 0 disables EMA; e.g. 0.999 averages over ~1000 steps
+    bias_correction: bool = False  # Adam-style correction: early averages are not pulled to the init
 
 
 class OptimConfig(_Frozen):
@@ -124,6 +150,7 @@ class TrialConfig(_Frozen):
     model: ModelConfig = ModelConfig()
     dat: DATConfig = DATConfig()
     optim: OptimConfig = OptimConfig()
+    ema: EMAConfig = EMAConfig()
     eval: EvalConfig = EvalConfig()
     steps: int = Field(6000, ge=1)  # training steps (optimizer updates)
     seed: int = 0  # model init, training data and dropout
@@ -140,6 +167,10 @@ class TrialConfig(_Frozen):
             raise ValueError(
                 f"`dat.switch_step <= steps` must hold, got ({self.dat.switch_step}, {self.steps})"
             )
+        if self.dat.mode == "adaptive" and self.dat.max_step > self.steps:
+            raise ValueError(f"`dat.max_step <= steps` must hold, got ({self.dat.max_step}, {self.steps})")
+        if self.dat.mode == "adaptive" and self.dat.criterion == "state_acc" and self.task.name in ("recall", "set_complement"):
+            raise ValueError(f"dat.criterion state_acc needs state-tracking targets; task {self.task.name} has none")
         return self
 
 

@@ -5,8 +5,14 @@ once per step (`advance`) and applies its answer with `hold_attention` /
 `release_attention`.
 
 Modes:
-    none    attention trains jointly from step 0 (the control).
-    fixed   attention is switched on at `switch_step` (training steps count from 0).
+    none      attention trains jointly from step 0 (the control).
+    fixed     attention is switched on at `switch_step` (training steps count from 0).
+    adaptive  a criterion on the training signals decides (trainables/switch.py): the trainer
+              feeds it each step's `Signals` through `observe`; attention switches on before
+              the first step >= `min_step` after the criterion is ready, at `max_step` at the latest.
+
+`ramp_steps` (fixed and adaptive) scales the attention sublayers' output from 0 up to 1
+linearly over that many steps after the switch (`attn_scale`), instead of all at once.
 
 Two ways to hold attention back before the switch (`dat.hold`):
     gate    (default) the attention sublayers are skipped: they contribute exactly
@@ -36,6 +42,7 @@ import torch
 
 from trainables.config import DATConfig
 from trainables.model import HybridLM
+from trainables.switch import Criterion, Signals, make_criterion
 
 
 @dataclass
@@ -48,6 +55,7 @@ class DATSchedule:
         self.cfg = cfg
         self.has_attention = has_attention
         self.state = DATState()
+        self.criterion: Criterion | None = make_criterion(cfg) if cfg.mode == "adaptive" and has_attention else None
 
     @property
     def active(self) -> bool:
@@ -58,14 +66,37 @@ class DATSchedule:
         """Attention exists and is still held back (phase 1 of DAT)."""
         return self.has_attention and self.state.switch_step is None
 
+    @property
+    def needs(self) -> str | None:
+        """The signal the adaptive criterion reads while holding (None: nothing to measure)."""
+        return self.criterion.signal if self.criterion is not None and self.holding else None
+
+    def observe(self, signals: Signals) -> None:
+        """After a training step while holding: feed the adaptive criterion."""
+        if self.criterion is not None and self.holding:
+            self.criterion.observe(signals)
+
     def advance(self, step: int) -> bool:
         """Called before training step `step`; True exactly when attention switches on now."""
-        if self.active or not self.has_attention:
+        if not self.holding:
             return False
-        if self.cfg.mode == "none" or step >= self.cfg.switch_step:
+        if self._switch_now(step):
             self.state.switch_step = step
             return True
         return False
+
+    def _switch_now(self, step: int) -> bool:
+        if self.cfg.mode == "none":
+            return True
+        if self.cfg.mode == "fixed":
+            return step >= self.cfg.switch_step
+        return step >= self.cfg.max_step or (step >= self.cfg.min_step and self.criterion.ready)
+
+    def attn_scale(self, step: int) -> float:
+        """The attention sublayers' output scale at `step` once active: 1, or the linear ramp."""
+        if self.cfg.ramp_steps == 0 or self.cfg.mode == "none":
+            return 1.0
+        return min(1.0, (step - self.state.switch_step + 1) / self.cfg.ramp_steps)
 
     def attention_lr_factor(self, step: int) -> float:
         """Multiplier on the attention parameters' learning rate: 0 before the switch, then re-warmup."""
@@ -76,10 +107,15 @@ class DATSchedule:
         return min(1.0, (step - self.state.switch_step + 1) / self.cfg.rewarmup_steps)
 
     def state_dict(self) -> dict:
-        return {"switch_step": self.state.switch_step}
+        state = {"switch_step": self.state.switch_step}
+        if self.criterion is not None:
+            state["criterion"] = self.criterion.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.state = DATState(switch_step=state["switch_step"])
+        if self.criterion is not None:
+            self.criterion.load_state_dict(state["criterion"])
 
 
 def hold_attention(model: HybridLM, how: str) -> None:

@@ -3,10 +3,13 @@
     tokens (B, L)
       -> embedding (+ sinusoidal positions, optional)       (B, L, D)
       -> N x HybridBlock                                     (B, L, D)
-           x = x + mixer(LN(x))                 recurrent sublayer (LSTM; absent for mixer=none)
-           x = x + attn_scale * attn(LN(x))     causal multi-head attention (absent if attention=false)
-           x = x + mlp(LN(x))
+           x = x + drop(mixer(LN(x)))                recurrent sublayer (LSTM or SSM; absent for mixer=none)
+           x = x + attn_scale * drop(attn(LN(x)))    causal multi-head attention (absent if attention=false)
+           x = x + drop(mlp(LN(x)))                  (absent if mlp_ratio=0: attention-only)
       -> LayerNorm -> linear head                            (B, L, V)
+
+`drop` is residual dropout (`model.resid_dropout`); attention-probability dropout is
+`model.attn_dropout`. Both are active in training mode only.
 
 The four systems of the DAT paper are settings of this one class:
 pure LSTM (attention=false), pure Transformer (mixer=none, usually with sinusoidal
@@ -28,9 +31,10 @@ from trainables.mixers import make_mixer
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, zero_init_out: bool):
+    def __init__(self, d_model: int, n_heads: int, zero_init_out: bool, dropout: float = 0.0):
         super().__init__()
         self.n_heads = n_heads
+        self.dropout = dropout
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
         if zero_init_out:  # the sublayer starts as the identity of the residual stream
@@ -41,7 +45,8 @@ class CausalSelfAttention(nn.Module):
         B, L, D = x.shape
         q, k, v = self.qkv(x).split(D, dim=-1)  # 3 x (B, L, D)
         q, k, v = (t.view(B, L, self.n_heads, D // self.n_heads).transpose(1, 2) for t in (q, k, v))  # (B, nh, L, hs)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, L, hs)
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)  # (B, nh, L, hs)
         return self.out(y.transpose(1, 2).reshape(B, L, D))
 
 
@@ -51,18 +56,22 @@ class HybridBlock(nn.Module):
         D = cfg.d_model
         self.mixer = make_mixer(cfg)
         self.mixer_norm = nn.LayerNorm(D) if self.mixer is not None else None
-        self.attn = CausalSelfAttention(D, cfg.n_heads, cfg.attn_zero_init) if cfg.attention else None
+        self.attn = CausalSelfAttention(D, cfg.n_heads, cfg.attn_zero_init, cfg.attn_dropout) if cfg.attention else None
         self.attn_norm = nn.LayerNorm(D) if cfg.attention else None
-        self.mlp_norm = nn.LayerNorm(D)
-        self.mlp = nn.Sequential(nn.Linear(D, cfg.mlp_ratio * D), nn.GELU(), nn.Linear(cfg.mlp_ratio * D, D))
+        H = cfg.mlp_ratio * D
+        self.mlp = nn.Sequential(nn.Linear(D, H), nn.GELU(), nn.Linear(H, D)) if H else None
+        self.mlp_norm = nn.LayerNorm(D) if H else None
+        self.drop = nn.Dropout(cfg.resid_dropout)
 
     def forward(self, x: Tensor, attn_scale: float) -> Tensor:
         # x: (B, L, D) -> (B, L, D)
         if self.mixer is not None:
-            x = x + self.mixer(self.mixer_norm(x))
+            x = x + self.drop(self.mixer(self.mixer_norm(x)))
         if self.attn is not None and attn_scale != 0.0:
-            x = x + attn_scale * self.attn(self.attn_norm(x))
-        return x + self.mlp(self.mlp_norm(x))
+            x = x + attn_scale * self.drop(self.attn(self.attn_norm(x)))
+        if self.mlp is not None:
+            x = x + self.drop(self.mlp(self.mlp_norm(x)))
+        return x
 
 
 def sinusoidal_positions(length: int, d_model: int, device: torch.device) -> Tensor:
@@ -93,6 +102,10 @@ class HybridLM(nn.Module):
         for block in self.blocks:
             x = block(x, self.attn_scale)
         return self.head(self.norm(x))
+
+    def mixer_parameters(self) -> list[nn.Parameter]:
+        """Parameters of the recurrent sublayers (their norms included): the path DAT trains first."""
+        return [p for b in self.blocks if b.mixer is not None for m in (b.mixer_norm, b.mixer) for p in m.parameters()]
 
     def attention_parameters(self) -> list[nn.Parameter]:
         """Parameters of the attention sublayers (their norms included): what DAT holds back."""

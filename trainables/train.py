@@ -7,9 +7,12 @@ caller copies what it needs out of that directory before returning; the director
 deleted afterwards. `train(cfg, resume_from=dir)` continues from such a checkpoint, and a
 resumed run is bit-identical to one that never stopped (same device and thread count).
 
-Reported metrics (all floats): step, loss, train_acc, acc_{k}x, state_acc_{k}x,
-recall_acc_{k}x, seq_acc_{k}x for each evaluation multiplier k, attention_active,
-switch_step (-1 before the switch), lr, steps_per_s, diverged (0 or 1).
+Reported metrics (all floats): step, loss, train_acc, the task's evaluation metrics for
+each length multiplier k (acc_{k}x, state_acc_{k}x, recall_acc_{k}x, seq_acc_{k}x for the
+sequence tasks; acc_{k}x, seen_mass_{k}x, tv_{k}x, loss_{k}x for set_complement; see
+trainables/objectives.py), attention_active, attn_scale, switch_step (-1 before the
+switch), lr, steps_per_s, diverged (0 or 1). With `ema.decay > 0` the evaluation metrics
+are those of the averaged weights, and the live weights' appear again prefixed `raw_`.
 """
 
 from __future__ import annotations
@@ -22,14 +25,14 @@ from pathlib import Path
 from typing import Callable, Literal, Optional
 
 import torch
-import torch.nn.functional as F
 import yaml
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from trainables.config import OptimConfig, TrialConfig
+from trainables.config import EMAConfig, OptimConfig, TrialConfig
 from trainables.dat import DATSchedule, enable_attention, hold_attention, release_attention
-from trainables.evaluate import evaluate
 from trainables.model import HybridLM
-from trainables.tasks import IGNORE, RECALL, make_eval_sets, make_task
+from trainables.objectives import make_objective
+from trainables.switch import Signals
 
 ReportFn = Callable[[dict, Optional[str]], None]
 CHECKPOINT_FILE = "state.pt"
@@ -78,11 +81,34 @@ def lr_factor(step: int, cfg: OptimConfig, total_steps: int) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def save_checkpoint(directory: str | Path, cfg: TrialConfig, step: int, model, optimizer, dat: DATSchedule, data_gen) -> None:
+def make_ema(model: HybridLM, cfg: EMAConfig) -> AveragedModel | None:
+    """torch's AveragedModel as an EMA of `model` (None when `decay` is 0).
+
+    AveragedModel copies the weights at the first update, then averages with weight `decay`
+    on the average. `bias_correction` instead uses the Adam-style corrected average of an EMA
+    started at zero, i.e. the weight decay * (1 - decay^n) / (1 - decay^(n+1)) after n updates,
+    which gives recent weights their fair share early in training.
+    """
+    if cfg.decay == 0.0:
+        return None
+    if not cfg.bias_correction:
+        return AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.decay))
+    decay = cfg.decay
+
+    def corrected(averaged: list[torch.Tensor], current: list[torch.Tensor], n: torch.Tensor) -> None:
+        w = decay * (1 - decay ** int(n)) / (1 - decay ** (int(n) + 1))  # weight on the average
+        for a, c in zip(averaged, current):
+            a.lerp_(c, 1 - w)
+
+    return AveragedModel(model, multi_avg_fn=corrected)
+
+
+def save_checkpoint(directory: str | Path, cfg: TrialConfig, step: int, model, optimizer, dat: DATSchedule, data_gen, ema=None) -> None:
     directory = Path(directory)
     state = {
         "step": step,
         "model": model.state_dict(),
+        "ema": ema.state_dict() if ema is not None else None,
         "optimizer": optimizer.state_dict(),
         "dat": dat.state_dict(),
         "data_gen": data_gen.get_state(),
@@ -98,10 +124,14 @@ def checkpoint_step(directory: str | Path) -> int:
     return int(torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=False)["step"])
 
 
-def load_checkpoint(directory: str | Path, model, optimizer, dat: DATSchedule, data_gen) -> int:
+def load_checkpoint(directory: str | Path, model, optimizer, dat: DATSchedule, data_gen, ema=None) -> int:
     """Restore everything `save_checkpoint` wrote; returns the step to continue from."""
     state = torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=False)
     model.load_state_dict(state["model"])
+    if ema is not None:
+        if state.get("ema") is None:
+            raise ValueError(f"{directory}: the checkpoint has no EMA weights, but ema.decay > 0")
+        ema.load_state_dict(state["ema"])
     optimizer.load_state_dict(state["optimizer"])
     dat.load_state_dict(state["dat"])
     data_gen.set_state(state["data_gen"])
@@ -117,16 +147,17 @@ def load_checkpoint(directory: str | Path, model, optimizer, dat: DATSchedule, d
 def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | Path | None = None) -> TrainResult:
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
-    task = make_task(cfg.task)
-    model = HybridLM(cfg.model, task.vocab_size).to(device)
+    objective = make_objective(cfg)
+    model = HybridLM(cfg.model, objective.vocab_size).to(device)
+    ema = make_ema(model, cfg.ema)
     optimizer = build_optimizer(model, cfg.optim)
     dat = DATSchedule(cfg.dat, has_attention=cfg.model.attention)
     data_gen = torch.Generator().manual_seed(cfg.seed)  # training batches, drawn on the CPU
-    eval_sets = {k: b.to(device) for k, b in make_eval_sets(task, cfg.eval.multipliers, cfg.eval.n_sequences, cfg.eval.seed).items()}
+    eval_sets = objective.eval_sets(device)
 
     step = 0
     if resume_from is not None:
-        step = load_checkpoint(resume_from, model, optimizer, dat, data_gen)
+        step = load_checkpoint(resume_from, model, optimizer, dat, data_gen, ema)
     if dat.active:  # resumed after the switch: the checkpoint holds attention's optimizer state
         enable_attention(model)
     else:
@@ -140,9 +171,11 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
     metrics: dict = {}
     model.train()
     while step < cfg.steps:
-        # -- DAT: switch attention on when the schedule says so
+        # -- DAT: switch attention on when the schedule says so; ramp its output in
         if dat.advance(step):
             release_attention(model, optimizer)
+        if dat.active:
+            model.attn_scale = dat.attn_scale(step)
 
         # -- learning rate for this step
         base = cfg.optim.lr * lr_factor(step, cfg.optim, cfg.steps)
@@ -150,26 +183,26 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
             group["lr"] = base * (dat.attention_lr_factor(step) if group["attention"] else 1.0)
 
         # -- one optimisation step
-        batch = task.sample_train(cfg.optim.batch_size, data_gen).to(device)
-        targets = batch.targets  # (B, L)
-        if cfg.dat.phase1_targets == "state" and dat.holding:  # recall is left for attention to learn
-            targets = targets.masked_fill(batch.kinds == RECALL, IGNORE)
+        batch = objective.sample_train(cfg.optim.batch_size, data_gen).to(device)
         logits = model(batch.tokens)  # (B, L, V)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
-        if not torch.isfinite(loss):
+        out = objective.step(logits, batch, state_only=cfg.dat.phase1_targets == "state" and dat.holding)
+        if not torch.isfinite(out.loss):
             return _diverged(cfg, step, report)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        out.loss.backward()
+        signals = _signals(dat.needs, out.loss, objective, logits, batch, model)  # before clipping
         if cfg.optim.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
         optimizer.step()
+        if ema is not None:
+            ema.update_parameters(model)
+        if signals is not None:
+            dat.observe(signals)
         step += 1
 
-        with torch.no_grad():
-            is_asked = targets != IGNORE
-            loss_sum += loss.detach()
-            hits += ((logits.argmax(-1) == targets) & is_asked).sum()
-            asked += is_asked.sum()
+        loss_sum += out.loss.detach()
+        hits += out.hits
+        asked += out.asked
 
         # -- evaluate, report, checkpoint
         if step % cfg.eval.every == 0 or step == cfg.steps:
@@ -178,20 +211,44 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
                 "step": step,
                 "loss": float(loss_sum) / n,
                 "train_acc": float(hits) / max(1, int(asked)),
-                **evaluate(model, eval_sets, task.kinds_present, cfg.eval.batch_size),
+                **_evaluate(objective, model, ema, eval_sets),
                 "attention_active": float(dat.active),
+                "attn_scale": float(model.attn_scale if dat.active else 0.0),
                 "switch_step": float(dat.state.switch_step if dat.active else -1),
                 "lr": base,
                 "diverged": 0.0,
             }
             metrics["steps_per_s"] = n / (time.perf_counter() - interval_start)
             with tempfile.TemporaryDirectory(prefix="dat-ckpt-") as ckpt:
-                save_checkpoint(ckpt, cfg, step, model, optimizer, dat, data_gen)
+                save_checkpoint(ckpt, cfg, step, model, optimizer, dat, data_gen, ema)
                 report(metrics, ckpt)
             loss_sum.zero_(), hits.zero_(), asked.zero_()
             interval_start, interval_step0 = time.perf_counter(), step
 
     return TrainResult("completed", step, metrics)
+
+
+def _signals(needs: str | None, loss: torch.Tensor, objective, logits, batch, model: HybridLM) -> Signals | None:
+    """The adaptive switch's signals for this step; None when no criterion is listening.
+    Only the signal the criterion reads is measured (each costs a host sync)."""
+    if needs is None:
+        return None
+    if needs == "state_acc":
+        return Signals(loss=float(loss.detach()), state_acc=objective.state_accuracy(logits.detach(), batch))
+    if needs == "mixer_grad_norm":
+        grads = [p.grad for p in model.mixer_parameters() if p.grad is not None]
+        return Signals(loss=float(loss.detach()), mixer_grad_norm=float(torch.nn.utils.get_total_norm(grads)))
+    return Signals(loss=float(loss.detach()))
+
+
+def _evaluate(objective, model: HybridLM, ema: AveragedModel | None, eval_sets: dict) -> dict[str, float]:
+    """The evaluation metrics: of the EMA weights when there are any (plus the live weights'
+    as raw_*), else of the live weights."""
+    if ema is None:
+        return objective.evaluate(model, eval_sets)
+    ema.module.attn_scale = model.attn_scale  # a plain attribute: AveragedModel's copy does not follow it
+    raw = objective.evaluate(model, eval_sets)
+    return {**objective.evaluate(ema.module, eval_sets), **{f"raw_{k}": v for k, v in raw.items()}}
 
 
 def _diverged(cfg: TrialConfig, step: int, report: ReportFn) -> TrainResult:

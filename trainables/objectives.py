@@ -1,0 +1,108 @@
+"""What the training loop optimises and measures, per task family.
+
+The loop (trainables/train.py) is the same for every task; an objective supplies the parts
+that differ:
+
+    sample_train(batch_size, gen)      a training batch, drawn on the CPU
+    eval_sets(device)                  the fixed evaluation sets, one per length multiplier
+    step(logits, batch, state_only)    loss, and hits/asked for train_acc
+    state_accuracy(logits, batch)      accuracy on state-tracking positions (adaptive switch signal)
+    evaluate(model, eval_sets)         the reported metrics at every length
+
+    SequenceObjective       modsum_recall / modsum / recall (trainables/tasks.py): hard targets,
+                            cross-entropy on asked positions, exact-match accuracy
+    SetComplementObjective  set_complement (trainables/set_complement.py): soft targets, soft
+                            cross-entropy, seen-mass and total-variation metrics
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from trainables.config import TrialConfig
+from trainables.evaluate import evaluate
+from trainables.tasks import IGNORE, RECALL, STATE, make_eval_sets, make_task
+
+
+@dataclass
+class StepOutput:
+    loss: Tensor  # scalar, with grad
+    hits: Tensor  # scalar int: asked positions predicted right
+    asked: Tensor  # scalar int: asked positions
+
+
+class SequenceObjective:
+    def __init__(self, cfg: TrialConfig):
+        self.cfg = cfg
+        self.task = make_task(cfg.task)
+        self.vocab_size = self.task.vocab_size
+
+    def sample_train(self, batch_size: int, gen: torch.Generator):
+        return self.task.sample_train(batch_size, gen)
+
+    def eval_sets(self, device: torch.device) -> dict:
+        e = self.cfg.eval
+        return {k: b.to(device) for k, b in make_eval_sets(self.task, e.multipliers, e.n_sequences, e.seed).items()}
+
+    def step(self, logits: Tensor, batch, state_only: bool) -> StepOutput:
+        # logits: (B, L, V); batch.targets, batch.kinds: (B, L)
+        targets = batch.targets
+        if state_only:  # DAT phase 1 with phase1_targets=state: recall is left for attention to learn
+            targets = targets.masked_fill(batch.kinds == RECALL, IGNORE)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+        with torch.no_grad():
+            is_asked = targets != IGNORE
+            right = logits.argmax(-1) == targets
+            hits, asked = (right & is_asked).sum(), is_asked.sum()
+        return StepOutput(loss, hits, asked)
+
+    def state_accuracy(self, logits: Tensor, batch) -> float:
+        """Accuracy on the batch's state-tracking positions (a host sync: only asked for when needed)."""
+        is_state = batch.kinds == STATE
+        n = int(is_state.sum())
+        return float(((logits.argmax(-1) == batch.targets) & is_state).sum()) / n if n else math.nan
+
+    def evaluate(self, model: nn.Module, eval_sets: dict) -> dict[str, float]:
+        return evaluate(model, eval_sets, self.task.kinds_present, self.cfg.eval.batch_size)
+
+
+class SetComplementObjective:
+    def __init__(self, cfg: TrialConfig):
+        from trainables import set_complement as sc
+
+        self.cfg = cfg
+        self.sc = sc
+        self.task = sc.SetComplementTask(cfg.task)
+        self.vocab_size = self.task.vocab_size
+
+    def sample_train(self, batch_size: int, gen: torch.Generator):
+        return self.task.sample_train(batch_size, gen)
+
+    def eval_sets(self, device: torch.device) -> dict:
+        e = self.cfg.eval
+        return {k: b.to(device) for k, b in self.sc.make_set_eval_sets(self.task, e.multipliers, e.n_sequences, e.seed).items()}
+
+    def step(self, logits: Tensor, batch, state_only: bool) -> StepOutput:
+        # logits: (B, L, V); batch.target: (B, L, V) soft; batch.mask: (B, L)
+        loss = self.sc.soft_cross_entropy(logits, batch)
+        with torch.no_grad():  # a hit: the argmax is a token not yet seen (target mass > 0)
+            chosen = batch.target.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1)  # (B, L)
+            hits, asked = ((chosen > 0) & batch.mask).sum(), batch.mask.sum()
+        return StepOutput(loss, hits, asked)
+
+    def state_accuracy(self, logits: Tensor, batch) -> float:
+        return math.nan
+
+    def evaluate(self, model: nn.Module, eval_sets: dict) -> dict[str, float]:
+        return self.sc.evaluate_set_complement(model, eval_sets, self.cfg.eval.batch_size)
+
+
+def make_objective(cfg: TrialConfig) -> SequenceObjective | SetComplementObjective:
+    if cfg.task.name == "set_complement":
+        return SetComplementObjective(cfg)
+    return SequenceObjective(cfg)
