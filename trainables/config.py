@@ -167,6 +167,11 @@ class TrialConfig(_Frozen):
             raise ValueError(
                 f"`dat.switch_step <= steps` must hold, got ({self.dat.switch_step}, {self.steps})"
             )
+        if self.task.name == "set_complement" and self.task.max_len * max(self.eval.multipliers) >= self.task.n_tokens:
+            raise ValueError(
+                f"set_complement needs `task.max_len * max(eval.multipliers) < task.n_tokens` (a token must be left "
+                f"unseen), got {self.task.max_len} * {max(self.eval.multipliers)} >= {self.task.n_tokens}"
+            )
         if self.dat.mode == "adaptive" and self.dat.max_step > self.steps:
             raise ValueError(f"`dat.max_step <= steps` must hold, got ({self.dat.max_step}, {self.steps})")
         if self.dat.mode == "adaptive" and self.dat.criterion == "state_acc" and self.task.name in ("recall", "set_complement"):
