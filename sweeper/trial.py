@@ -36,10 +36,13 @@ def _drop_reports_after(path: Path, step: int) -> None:
 
 
 def format_progress(m: dict) -> str:
-    accs = " ".join(f"{k.removeprefix('acc_')}={v:.3f}" for k, v in m.items() if k.startswith("acc_"))
+    def by_length(prefix: str) -> str:
+        return " ".join(f"{k.removeprefix(prefix)}={v:.3f}" for k, v in m.items() if k.startswith(prefix))
+
     attn = f"on@{int(m['switch_step'])}" if m.get("attention_active") else "off"
+    tv = f" | tv {by_length('tv_')}" if any(k.startswith("tv_") for k in m) else ""  # set_complement
     return (f"step {int(m['step']):>6} | loss {m['loss']:.4f} | train_acc {m['train_acc']:.3f} | "
-            f"acc {accs} | attention {attn} | {m['steps_per_s']:.1f} steps/s")
+            f"acc {by_length('acc_')}{tv} | attention {attn} | {m['steps_per_s']:.1f} steps/s")
 
 
 def run(args: argparse.Namespace) -> int:
