@@ -9,6 +9,15 @@ from trainables.ssm import SSMMixer, selective_scan, selective_scan_reference
 from trainables.train import train
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Trials run on one CPU thread; several threads on a busy shared machine only add contention."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _scan_inputs(L: int, b=2, E=3, N=4, seed=0):
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
@@ -19,10 +28,11 @@ def _scan_inputs(L: int, b=2, E=3, N=4, seed=0):
     return [t.requires_grad_() for t in (u, delta, A, B, C, D)]
 
 
+@pytest.mark.parametrize("chunk", [1, 4, 16, 128])  # 128: one chunk, the whole scan in parallel
 @pytest.mark.parametrize("L", [1, 2, 7, 13, 64, 100])
-def test_parallel_scan_equals_the_sequential_reference_in_outputs_and_gradients(L):
+def test_parallel_scan_equals_the_sequential_reference_in_outputs_and_gradients(L, chunk):
     inputs = _scan_inputs(L)
-    fast, slow = selective_scan(*inputs), selective_scan_reference(*inputs)
+    fast, slow = selective_scan(*inputs, chunk=chunk), selective_scan_reference(*inputs)
     assert torch.allclose(fast, slow, rtol=1e-10, atol=1e-10)
     weights = torch.randn_like(fast)  # a generic scalar function of the outputs
     g_fast = torch.autograd.grad((fast * weights).sum(), inputs, allow_unused=True)  # L=1 never uses A

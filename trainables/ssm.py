@@ -46,45 +46,94 @@ def selective_scan_reference(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: 
     return torch.stack(ys, dim=1) + u * D
 
 
-def _parallel_affine_scan(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-    """Inclusive scan of the affine maps h -> a_t h + b_t along dim 1, in ceil(log2 L) passes.
-    Returns (A_t, H_t): the product of a up to t, and h_t from h_{-1} = 0."""
-    L, k = a.shape[1], 1
-    while k < L:
-        # compose each position's map with the one k steps earlier (applied first)
-        b = torch.cat([b[:, :k], a[:, k:] * b[:, :-k] + b[:, k:]], dim=1)
-        a = torch.cat([a[:, :k], a[:, k:] * a[:, :-k]], dim=1)
+SCAN_CHUNK = 2  # steps scanned in parallel at once; measured on one CPU thread (bench/ssm_speed.py)
+
+
+def _affine_scan(a: Tensor, b: Tensor, reverse: bool = False) -> Tensor:
+    """Inclusive scan of the maps h -> a_t h + b_t along dim 1 from h = 0, in ceil(log2 T) passes
+    (Hillis-Steele). Forward: h_t = a_t h_{t-1} + b_t. Reverse: h_t = a_t h_{t+1} + b_t.
+    After the pass with offset k, position t holds the composition of 2k consecutive maps."""
+    T, k = a.shape[1], 1
+    while k < T:
+        if reverse:  # compose each map with the one k steps later (applied first)
+            b = torch.cat([torch.addcmul(b[:, :-k], a[:, :-k], b[:, k:]), b[:, -k:]], dim=1)
+            if 2 * k < T:  # the last pass needs no product of the a's
+                a = torch.cat([a[:, :-k] * a[:, k:], a[:, -k:]], dim=1)
+        else:  # compose each map with the one k steps earlier (applied first)
+            b = torch.cat([b[:, :k], torch.addcmul(b[:, k:], a[:, k:], b[:, :-k])], dim=1)
+            if 2 * k < T:
+                a = torch.cat([a[:, :k], a[:, k:] * a[:, :-k]], dim=1)
         k *= 2
-    return a, b
+    return b
 
 
-def _chunked_scan(a: Tensor, b: Tensor, chunk: int) -> Tensor:
-    """h_t = a_t h_{t-1} + b_t (h_{-1} = 0): parallel within chunks of `chunk` steps, carried
-    across them. a, b: (B, L, E, N) -> h (B, L, E, N)."""
-    out, h = [], None
-    for start in range(0, a.shape[1], chunk):
-        prod, local = _parallel_affine_scan(a[:, start : start + chunk], b[:, start : start + chunk])
-        if h is not None:
-            local = local + prod * h.unsqueeze(1)  # the carry, decayed through the chunk
-        out.append(local)
-        h = local[:, -1]
-    return torch.cat(out, dim=1)
+def _chunk_states(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, h0: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """One chunk of the scan from state h0 (b, E, N). u, delta: (b, T, E); B: (b, T, N).
+    Returns the decays a, the drives x and the states h, each (b, T, E, N)."""
+    a = torch.exp(delta.unsqueeze(-1) * A)  # (b, T, E, N), in (0, 1]
+    x = (delta * u).unsqueeze(-1) * B.unsqueeze(2)  # (b, T, E, N)
+    x0 = torch.addcmul(x[:, :1], a[:, :1], h0.unsqueeze(1))  # the carried state enters at the first step
+    h = _affine_scan(a, torch.cat([x0, x[:, 1:]], dim=1) if x.shape[1] > 1 else x0)
+    return a, x, h
 
 
-def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor) -> Tensor:
-    """The scan, parallel over time (fused CUDA kernel when available). Shapes as the reference."""
+class _ChunkedScan(torch.autograd.Function):
+    """The selective scan on the CPU: parallel within chunks of `chunk` steps, the state carried
+    from chunk to chunk. Only the states at chunk starts are kept; the backward pass recomputes
+    each chunk's states and runs the adjoint recurrence g_t = a_{t+1} g_{t+1} + dL/dh_t as a
+    reverse scan. Memory is O(b * chunk * E * N) besides inputs and outputs, at any length."""
+
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, D, chunk):
+        b, L, E = u.shape
+        h = u.new_zeros(b, E, A.shape[1])  # (b, E, N)
+        y, starts = torch.empty_like(u), []
+        for s in range(0, L, chunk):
+            starts.append(h)
+            _, _, hs = _chunk_states(u[:, s : s + chunk], delta[:, s : s + chunk], A, B[:, s : s + chunk], h)
+            y[:, s : s + chunk] = (hs * C[:, s : s + chunk].unsqueeze(2)).sum(-1)  # (b, T, E)
+            h = hs[:, -1]
+        if any(ctx.needs_input_grad):
+            ctx.chunk = chunk
+            ctx.save_for_backward(u, delta, A, B, C, D, torch.stack(starts, dim=1))  # starts: (b, L/chunk, E, N)
+        return torch.addcmul(y, u, D)
+
+    @staticmethod
+    def backward(ctx, gy):
+        # gy: (b, L, E) -> gradients of u, delta, A, B, C, D
+        u, delta, A, B, C, D, starts = ctx.saved_tensors
+        chunk, L = ctx.chunk, u.shape[1]
+        gu, gD = gy * D, (gy * u).sum((0, 1))
+        gdelta, gB, gC, gA = torch.empty_like(delta), torch.empty_like(B), torch.empty_like(C), torch.zeros_like(A)
+        carry = None  # a_{t+1} g_{t+1} from the chunk after this one, (b, E, N)
+        for i, s in reversed(list(enumerate(range(0, L, chunk)))):
+            sl = slice(s, s + chunk)
+            uc, dc, Bc, Cc, gyc = u[:, sl], delta[:, sl], B[:, sl], C[:, sl], gy[:, sl]
+            a, x, h = _chunk_states(uc, dc, A, Bc, starts[:, i])  # (b, T, E, N) each
+            gh = gyc.unsqueeze(-1) * Cc.unsqueeze(2)  # dL/dh_t through y_t only
+            if carry is not None:
+                gh[:, -1] += carry
+            g = _affine_scan(torch.roll(a, -1, dims=1), gh, reverse=True)  # total dL/dh_t; a_{t+1} at t
+            carry = a[:, 0] * g[:, 0]
+            gC[:, sl] = (h * gyc.unsqueeze(-1)).sum(2)
+            gB[:, sl] = (g * (dc * uc).unsqueeze(-1)).sum(2)
+            gdu = (g * Bc.unsqueeze(2)).sum(-1)  # dL/d(delta u), (b, T, E)
+            gz = g * (h - x)  # dL/d(delta A): a_t h_{t-1} = h_t - x_t
+            gdelta[:, sl] = (gz * A).sum(-1) + gdu * uc
+            gA += (gz * dc.unsqueeze(-1)).sum((0, 1))
+            gu[:, sl] += gdu * dc
+        return gu, gdelta, gA, gB, gC, gD, None
+
+
+def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor,
+                   chunk: int = SCAN_CHUNK) -> Tensor:
+    """The scan, parallel within chunks (fused CUDA kernel when available). Shapes as the reference."""
     if u.is_cuda:
         fused = _fused_kernel()
-        if fused is not None:
+        if fused is not None:  # untested here: this project has no GPU
             t = lambda x: x.transpose(1, 2).contiguous()  # noqa: E731  (b, L, .) -> (b, ., L)
             return fused(t(u), t(delta), A.contiguous(), t(B), t(C), D.float()).transpose(1, 2)
-    decay = torch.exp(delta.unsqueeze(-1) * A)  # (b, L, E, N), in (0, 1]
-    drive = (delta * u).unsqueeze(-1) * B.unsqueeze(2)  # (b, L, E, N)
-    h = _chunked_scan(decay, drive, SCAN_CHUNK)  # (b, L, E, N)
-    return (h * C.unsqueeze(2)).sum(-1) + u * D  # (b, L, E)
-
-
-SCAN_CHUNK = 8  # steps scanned in parallel at once; see bench/ssm_speed.py
+    return _ChunkedScan.apply(u, delta, A, B, C, D, chunk)
 
 
 def _fused_kernel():
