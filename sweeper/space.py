@@ -209,14 +209,8 @@ def load_space(path: str | Path, n_samples: int = N_VALIDATION_SAMPLES) -> Searc
 
 
 def _space_error_line(err: ValidationError, source: str) -> str:
-    # drop pydantic's discriminator hops (`space.x.int.low` -> `space.x.low`)
-    first = err.errors()[0]
-    loc = [p for p in first["loc"] if p not in ("int", "float", "categorical")]
-    cleaned = ValidationError.from_exception_data(err.title, [{**first, "loc": tuple(loc)}]) if loc != list(first["loc"]) else err
-    try:
-        return format_validation_error(cleaned, source)
-    except Exception:  # noqa: BLE001 - never let formatting hide the original message
-        return format_validation_error(err, source)
+    # without pydantic's discriminator hops: `space.x.low`, not `space.x.int.low`
+    return format_validation_error(err, source, hide=("int", "float", "categorical"))
 
 
 def base_trial_dict(spec: SearchSpace) -> dict:

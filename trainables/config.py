@@ -182,10 +182,11 @@ class TrialConfig(_Frozen):
 # --------------------------------------------------------------------------- loading
 
 
-def format_validation_error(err: ValidationError, source: str) -> str:
-    """The first error of a pydantic ValidationError as `source: key: rule, got value`."""
+def format_validation_error(err: ValidationError, source: str, hide: tuple[str, ...] = ()) -> str:
+    """The first error of a pydantic ValidationError as `source: key: rule, got value`;
+    `hide` names location parts to leave out of the key (a union's discriminator tags)."""
     first = err.errors()[0]
-    key = ".".join(str(p) for p in first["loc"])
+    key = ".".join(str(p) for p in first["loc"] if p not in hide)
     msg = first["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
     if first["type"] == "extra_forbidden":
         msg = "unknown key"
