@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from trainables.config import ModelConfig, load_trial_config, with_overrides
+from trainables import ssm
 from trainables.model import HybridLM
 from trainables.ssm import SSMMixer, selective_scan, selective_scan_reference
 from trainables.train import train
@@ -28,9 +29,12 @@ def _scan_inputs(L: int, b=2, E=3, N=4, seed=0):
     return [t.requires_grad_() for t in (u, delta, A, B, C, D)]
 
 
+@pytest.mark.parametrize("recompute", [False, True], ids=["kept", "recomputed"])  # the backward's two sources
 @pytest.mark.parametrize("chunk", [1, 4, 16, 128])  # 128: one chunk, the whole scan in parallel
 @pytest.mark.parametrize("L", [1, 2, 7, 13, 64, 100])
-def test_parallel_scan_equals_the_sequential_reference_in_outputs_and_gradients(L, chunk):
+def test_parallel_scan_equals_the_sequential_reference_in_outputs_and_gradients(L, chunk, recompute, monkeypatch):
+    if recompute:  # keep only the chunk-start states; the backward pass recomputes each chunk
+        monkeypatch.setattr(ssm, "KEEP_MAX", 0)
     inputs = _scan_inputs(L)
     fast, slow = selective_scan(*inputs, chunk=chunk), selective_scan_reference(*inputs)
     assert torch.allclose(fast, slow, rtol=1e-10, atol=1e-10)

@@ -47,6 +47,7 @@ def selective_scan_reference(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: 
 
 
 SCAN_CHUNK = 2  # steps scanned in parallel at once; measured on one CPU thread (bench/ssm_speed.py)
+KEEP_MAX = 2**26  # float elements (256 MB in float32) that training may keep per scan for the backward pass
 
 
 def _affine_scan(a: Tensor, b: Tensor, reverse: bool = False) -> Tensor:
@@ -83,22 +84,30 @@ def _chunk_states(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, h0: Tensor) ->
 
 class _ChunkedScan(torch.autograd.Function):
     """The selective scan on the CPU: parallel within chunks of `chunk` steps, the state carried
-    from chunk to chunk. Only the states at chunk starts are kept; the backward pass recomputes
-    each chunk's states and runs the adjoint recurrence g_t = a_{t+1} g_{t+1} + dL/dh_t as a
-    reverse scan. Memory is O(b * chunk * E * N) besides inputs and outputs, at any length."""
+    from chunk to chunk. The backward pass runs the adjoint recurrence
+    g_t = a_{t+1} g_{t+1} + dL/dh_t as a reverse scan, chunk by chunk from the end.
+
+    Memory: evaluation (no gradients) holds one chunk, O(b * chunk * E * N), at any length.
+    Training keeps each chunk's decays and states for the backward pass while they total at
+    most KEEP_MAX elements (recomputing them costs ~25% of the step); beyond that it keeps only
+    the states at chunk starts and recomputes each chunk in the backward pass."""
 
     @staticmethod
     def forward(ctx, u, delta, A, B, C, D, chunk):
         b, L, E = u.shape
-        h = u.new_zeros(b, E, A.shape[1])  # (b, E, N)
-        y, starts = torch.empty_like(u), []
+        N = A.shape[1]
+        keep = any(ctx.needs_input_grad) and 2 * b * L * E * N <= KEEP_MAX
+        h = u.new_zeros(b, E, N)
+        y, starts, kept = torch.empty_like(u), [], []
         for s in range(0, L, chunk):
             starts.append(h)
-            _, _, hs = _chunk_states(u[:, s : s + chunk], delta[:, s : s + chunk], A, B[:, s : s + chunk], h)
+            a, _, hs = _chunk_states(u[:, s : s + chunk], delta[:, s : s + chunk], A, B[:, s : s + chunk], h)
             y[:, s : s + chunk] = (hs * C[:, s : s + chunk].unsqueeze(2)).sum(-1)  # (b, T, E)
             h = hs[:, -1]
+            if keep:
+                kept.append((a, hs))
         if any(ctx.needs_input_grad):
-            ctx.chunk = chunk
+            ctx.chunk, ctx.kept = chunk, kept
             ctx.save_for_backward(u, delta, A, B, C, D, torch.stack(starts, dim=1))  # starts: (b, L/chunk, E, N)
         return torch.addcmul(y, u, D)
 
@@ -113,20 +122,22 @@ class _ChunkedScan(torch.autograd.Function):
         for i, s in reversed(list(enumerate(range(0, L, chunk)))):
             sl = slice(s, s + chunk)
             uc, dc, Bc, Cc, gyc = u[:, sl], delta[:, sl], B[:, sl], C[:, sl], gy[:, sl]
-            a, x, h = _chunk_states(uc, dc, A, Bc, starts[:, i])  # (b, T, E, N) each
+            h0 = starts[:, i].unsqueeze(1)  # (b, 1, E, N)
+            a, h = ctx.kept[i] if ctx.kept else _chunk_states(uc, dc, A, Bc, starts[:, i])[::2]  # (b, T, E, N)
             gh = gyc.unsqueeze(-1) * Cc.unsqueeze(2)  # dL/dh_t through y_t only
             if carry is not None:
                 gh[:, -1] += carry
             g = _affine_scan(a[:, 1:], gh, reverse=True)  # total dL/dh_t = gh_t + a_{t+1} g_{t+1}
-            carry = a[:, 0] * g[:, 0]
+            ag = a * g
+            carry = ag[:, 0]
+            gz = ag * (torch.cat([h0, h[:, :-1]], dim=1) if h.shape[1] > 1 else h0)  # dL/d(delta A) = g_t a_t h_{t-1}
             gC[:, sl] = (h * gyc.unsqueeze(-1)).sum(2)
             gB[:, sl] = (g * (dc * uc).unsqueeze(-1)).sum(2)
             gdu = (g * Bc.unsqueeze(2)).sum(-1)  # dL/d(delta u), (b, T, E)
-            gz = g * (h - x)  # dL/d(delta A) = g_t a_t h_{t-1}, and a_t h_{t-1} = h_t - x_t ...
-            gz[:, 0] = carry * starts[:, i]  # ... except at t = 0, where x_0 holds a_0 h0
             gdelta[:, sl] = (gz * A).sum(-1) + gdu * uc
             gA += (gz * dc.unsqueeze(-1)).sum((0, 1))
             gu[:, sl] += gdu * dc
+        ctx.kept = None
         return gu, gdelta, gA, gB, gC, gD, None
 
 
