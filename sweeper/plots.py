@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from sweeper.records import TrialRecord, ranked, score  # noqa: E402
+from sweeper.records import TrialRecord, length_family, ranked, score  # noqa: E402
 
 MULTIPLIERS = (1, 2, 3, 4)
 HALVES = (("acc", "all targets", "-"), ("state_acc", "state (ADD)", "--"), ("recall_acc", "recall (QUERY)", ":"))
@@ -76,13 +76,15 @@ def top_lengths(records: list[TrialRecord], metric: str, mode: str, max_len: int
     best = ranked(records, metric, mode)[:top]
     if not best:
         return None
+    family = length_family(metric)  # acc, or the family of the score (tv for set_complement)
     fig, ax = plt.subplots(figsize=(6, 3.8))
     ax.axvspan(0, max_len, color="0.92", label="training lengths")
     for r in best:
-        ys = [r.metrics.get(f"acc_{k}x") for k in MULTIPLIERS]
+        ys = [r.metrics.get(f"{family}_{k}x") for k in MULTIPLIERS]
         if None not in ys:
             ax.plot(_lengths(max_len), ys, marker="o", label=f"{r.trial_id} ({score(r, metric):.3f})")
-    ax.set(xlabel="evaluation length (steps)", ylabel="per-token accuracy", ylim=(0, 1.02), title=f"top {len(best)} trials by {metric}")
+    ylabel = "per-token accuracy" if family == "acc" else family
+    ax.set(xlabel="evaluation length", ylabel=ylabel, ylim=(0, 1.02), title=f"top {len(best)} trials by {metric}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
     return _finish(fig, path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -23,6 +24,12 @@ class TrialRecord:
     @classmethod
     def from_dict(cls, data: dict) -> "TrialRecord":
         return cls(**data)
+
+
+def length_family(metric: str) -> str:
+    """The per-length metric family a score belongs to: `tv_3x` -> `tv`; `acc` if it has none."""
+    match = re.fullmatch(r"(.+)_\d+x", metric)
+    return match.group(1) if match else "acc"
 
 
 def classify(ray_status: str, metrics: dict, max_steps: int) -> Status:

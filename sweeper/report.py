@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from statistics import mean
 
+from sweeper.records import length_family
 from trainables.config import ConfigError
 
 
@@ -121,13 +122,14 @@ def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | 
     sign = 1 if mode == "max" else -1
     ordered = sorted((r for r in runs if metric in r["metrics"]), key=lambda r: -sign * r["metrics"][metric])
     searched = sorted({p for r in runs for p in r["searched"]})
-    header = ["trial", *searched, *(f"acc_{k}x" for k in (1, 2, 3, 4)), "steps", "status"]
+    family = length_family(metric)  # the scored metric at every length: acc_{k}x, or tv_{k}x, ...
+    header = ["trial", *searched, *(f"{family}_{k}x" for k in (1, 2, 3, 4)), "steps", "status"]
     lines = [f"# Sweep `{name}`", "", f"{len(runs)} trials in MLflow ({uri}); scored by `{metric}` ({mode}).", "",
              f"## Top {min(top, len(ordered))} trials", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in ordered[:top]:
         cells = [r["trial_id"] + (" (best)" if r["best"] else "")]
         cells += [_short(r["params"].get(s.split("|")[0], "")) if s in r["searched"] else "" for s in searched]
-        cells += [f"{r['metrics'].get(f'acc_{k}x', float('nan')):.3f}" for k in (1, 2, 3, 4)]
+        cells += [f"{r['metrics'].get(f'{family}_{k}x', float('nan')):.3f}" for k in (1, 2, 3, 4)]
         cells += [str(int(r["metrics"].get("step", 0))), r["status"]]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Parameter effect", "", "| parameter | kind | effect | best value |", "|---|---|---|---|",

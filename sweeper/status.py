@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TextIO
 
-from sweeper.records import TrialRecord, ranked, score
+from sweeper.records import TrialRecord, length_family, ranked, score
 
 STATUS_FILE, SUMMARY_FILE, SPACE_FILE = "status.json", "summary.json", "space.yaml"
 ORDER = ("running", "pending", "completed", "stopped", "diverged", "failed")
@@ -130,16 +130,17 @@ def driver_alive(status: dict) -> bool:
 
 
 def format_table(records: list[TrialRecord], metric: str, mode: str, top: int = 10, multipliers=(1, 2, 3, 4)) -> str:
-    """The top trials: params, accuracy at each length, steps used, status."""
+    """The top trials: params, the scored metric at each length, steps used, status."""
     rows = ranked(records, metric, mode)[:top]
     if not rows:
         return "(no trial has reported yet)"
+    family = length_family(metric)
     param_keys = sorted({k for r in rows for k in r.params})
-    header = ["trial", *param_keys, *(f"acc_{k}x" for k in multipliers), "steps", "status"]
+    header = ["trial", *param_keys, *(f"{family}_{k}x" for k in multipliers), "steps", "status"]
     body = []
     for r in rows:
         params = [_fmt(r.params.get(k, "")) for k in param_keys]
-        accs = [_fmt(r.metrics.get(f"acc_{k}x", "")) for k in multipliers]
+        accs = [_fmt(r.metrics.get(f"{family}_{k}x", "")) for k in multipliers]
         body.append([r.trial_id, *params, *accs, str(r.step), r.status])
     widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(header)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731

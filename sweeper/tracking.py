@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import json
 import os
 import tempfile
@@ -247,7 +248,7 @@ _RAY_KEYS = {"timestamp", "training_iteration", "time_this_iter_s", "time_total_
 
 def summary_csv(records: list[TrialRecord]) -> str:
     params = sorted({k for r in records for k in r.params})
-    metrics = sorted({k for r in records for k in r.metrics if k.startswith(("acc_", "state_acc_", "recall_acc_", "seq_acc_"))})
+    metrics = sorted({k for r in records for k in r.metrics if re.fullmatch(r"(raw_)?[a-z_]+_\d+x", k)})
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(["trial_id", "status", "step", *params, *metrics])

@@ -64,3 +64,13 @@ def test_a_dead_driver_is_detected():
 
     assert driver_alive({"driver": {"host": socket.gethostname(), "pid": os.getpid()}})
     assert not driver_alive({"driver": {"host": socket.gethostname(), "pid": 2**22 + 12345}})
+
+
+def test_tables_show_the_scored_metric_at_every_length():
+    from sweeper.records import TrialRecord, length_family
+    from sweeper.status import format_table
+
+    assert length_family("tv_3x") == "tv" and length_family("acc_3x") == "acc" and length_family("loss") == "acc"
+    rec = TrialRecord("t1", {"ema.decay": 0.99}, "completed", 10, {"tv_1x": 0.1, "tv_2x": 0.2, "tv_3x": 0.3, "tv_4x": 0.4, "acc_3x": 0.9})
+    table = format_table([rec], "tv_3x", "min")
+    assert "tv_3x" in table.splitlines()[0] and "0.3" in table.splitlines()[2] and "acc_3x" not in table
