@@ -93,20 +93,22 @@ class _ChunkedScan(torch.autograd.Function):
     the states at chunk starts and recomputes each chunk in the backward pass."""
 
     @staticmethod
-    def forward(ctx, u, delta, A, B, C, D, chunk):
+    def forward(ctx, u, delta, A, B, C, D, chunk, grad):
+        # u, delta: (b, L, E); A: (E, N); B, C: (b, L, N); D: (E,) -> y (b, L, E)
         b, L, E = u.shape
         N = A.shape[1]
-        keep = any(ctx.needs_input_grad) and 2 * b * L * E * N <= KEEP_MAX
+        keep = grad and 2 * b * L * E * N <= KEEP_MAX
         h = u.new_zeros(b, E, N)
         y, starts, kept = torch.empty_like(u), [], []
         for s in range(0, L, chunk):
-            starts.append(h)
+            if grad:  # a copy: a view would hold on to the whole chunk
+                starts.append(h if keep else h.clone())
             a, _, hs = _chunk_states(u[:, s : s + chunk], delta[:, s : s + chunk], A, B[:, s : s + chunk], h)
             y[:, s : s + chunk] = (hs * C[:, s : s + chunk].unsqueeze(2)).sum(-1)  # (b, T, E)
             h = hs[:, -1]
             if keep:
                 kept.append((a, hs))
-        if any(ctx.needs_input_grad):
+        if grad:
             ctx.chunk, ctx.kept = chunk, kept
             ctx.save_for_backward(u, delta, A, B, C, D, torch.stack(starts, dim=1))  # starts: (b, L/chunk, E, N)
         return torch.addcmul(y, u, D)
@@ -138,7 +140,7 @@ class _ChunkedScan(torch.autograd.Function):
             gA += (gz * dc.unsqueeze(-1)).sum((0, 1))
             gu[:, sl] += gdu * dc
         ctx.kept = None
-        return gu, gdelta, gA, gB, gC, gD, None
+        return gu, gdelta, gA, gB, gC, gD, None, None
 
 
 def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor,
@@ -149,7 +151,9 @@ def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D:
         if fused is not None:  # untested here: this project has no GPU
             t = lambda x: x.transpose(1, 2).contiguous()  # noqa: E731  (b, L, .) -> (b, ., L)
             return fused(t(u), t(delta), A.contiguous(), t(B), t(C), D.float()).transpose(1, 2)
-    return _ChunkedScan.apply(u, delta, A, B, C, D, chunk or SCAN_CHUNK)
+    u, delta, B, C = (t.contiguous() for t in (u, delta, B, C))  # slices of strided inputs cost memory
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (u, delta, A, B, C, D))  # False under no_grad
+    return _ChunkedScan.apply(u, delta, A, B, C, D, chunk or SCAN_CHUNK, grad)
 
 
 def _fused_kernel():
