@@ -11,18 +11,23 @@ Structure, for input x (B, L, D) and inner width E = expand * D, state size N pe
     y_t = C_t · h_t + D * u_t                 (B, L, E)
     y * SiLU(z) ──out_proj──> (B, L, D)
 
-The scan is the only sequential part. `selective_scan` computes it with a log-depth
-(Hillis-Steele) parallel scan over time: after the pass with offset k, position t holds the
-composition of the affine maps h -> a h + b of steps t-2k+1..t, so ceil(log2 L) passes of
-whole-tensor operations replace L small ones. Any length works (no power-of-two padding).
-The scan runs in chunks of SCAN_CHUNK steps, parallel inside a chunk, the state carried
-from one chunk to the next: the log-depth scan does O(L log L) work, which on a CPU costs
-more than it saves for long chunks (bench/ssm_speed.py). `selective_scan_reference` is the
-plain loop over time, the oracle of the tests.
+The scan is the only sequential part. `selective_scan` runs it in chunks of SCAN_CHUNK steps:
+inside a chunk, a log-depth (Hillis-Steele) parallel scan of the affine maps h -> a h + b
+(after the pass with offset k, position t holds the composition of the 2k maps ending at t;
+any length, no power-of-two padding); between chunks, the last state is carried. A custom
+autograd function does the backward pass as a reverse scan of the same kind, so autograd
+never records the scan's many small operations; under no_grad only one chunk's
+(b, chunk, E, N) tensors exist at a time, whatever the length.
+
+Chunk size: on one CPU thread the log-depth scan's extra work (log2 T passes over T steps)
+outweighs its fewer, larger operations; bench/ssm_speed.py measured chunk 1-2 fastest and
+chunk 45 (one chunk per training sequence) 2-3x slower (larger chunks may pay on many threads;
+not measured).
+`selective_scan_reference` is the plain loop over time, the oracle of the tests.
 
 On a CUDA device with the `mamba-ssm` package installed, its fused kernel
 (`selective_scan_fn`) is used instead; it is imported lazily and never on the CPU. That path
-is not exercised on this project's CPU-only CI.
+is untested here: this project has no GPU.
 """
 
 from __future__ import annotations
@@ -179,6 +184,7 @@ class SSMMixer(nn.Module):
         self.dt_proj = nn.Linear(R, E)
         self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)).repeat(E, 1))  # (E, N)
         self.D = nn.Parameter(torch.ones(E))
+        self.A_log._no_weight_decay = self.D._no_weight_decay = True  # Mamba's marker for optimizers
         self.out_proj = nn.Linear(E, d_model, bias=False)
         # Mamba's step-size init: softplus(dt_proj bias) log-uniform in [dt_min, dt_max]
         nn.init.uniform_(self.dt_proj.weight, -(R**-0.5), R**-0.5)
