@@ -43,14 +43,49 @@ def init_ray(address: str | None, quiet: bool = True) -> None:
     ray.init(address=address, **kwargs)
 
 
+MAX_REDRAWS = 20  # draws per suggestion before a point that already ran is trained again
+
+
 class StepAwareOptunaSearch(OptunaSearch):
     """OptunaSearch that files results under the training step, tells Optuna PRUNED for trials
-    the scheduler stopped early (Ray's own class marks them COMPLETE), and survives a resume
-    from an experiment snapshot older than the study on disk."""
+    the scheduler stopped early (Ray's own class marks them COMPLETE), survives a resume from an
+    experiment snapshot older than the study on disk, and never trains a point twice: a draw
+    equal to a finished trial (trials are seeded, so it would give the same result) is told
+    that trial's outcome at once, tagged `duplicate_of`, and the sampler draws again."""
 
     def __init__(self, *args, max_steps: int, **kwargs):
         super().__init__(*args, **kwargs)
         self._max_steps = max_steps
+
+    def suggest(self, trial_id: str) -> dict | None:
+        if trial_id in self._ot_trials:  # a restored trial keeps its point
+            return super().suggest(trial_id)
+        for _ in range(MAX_REDRAWS):
+            params = super().suggest(trial_id)
+            ot_trial = self._ot_trials[trial_id]
+            twin = self._finished_twin(ot_trial)
+            if twin is None:
+                return params
+            self._tell_as(ot_trial, twin)
+            del self._ot_trials[trial_id]
+        return super().suggest(trial_id)  # the space is exhausted: train the point again
+
+    def _finished_twin(self, ot_trial) -> optuna.trial.FrozenTrial | None:
+        done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        for t in self._ot_study.get_trials(deepcopy=False, states=done):
+            if t.params == ot_trial.params and "duplicate_of" not in t.user_attrs:
+                return t
+        return None
+
+    def _tell_as(self, ot_trial, twin: optuna.trial.FrozenTrial) -> None:
+        """Give `ot_trial` the outcome of `twin`, the finished trial at the same point."""
+        ot_trial.set_user_attr("duplicate_of", twin.number)
+        for step, value in sorted(twin.intermediate_values.items()):
+            ot_trial.report(value, step)
+        if twin.state == optuna.trial.TrialState.COMPLETE:
+            self._ot_study.tell(ot_trial, twin.value)
+        else:
+            self._ot_study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         if trial_id in self._completed_trials or self.metric not in result:

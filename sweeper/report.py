@@ -88,17 +88,20 @@ def parameter_effects(runs: list[dict], metric: str, mode: str, ranges: dict[str
 
 
 def importances(storage: Path, study_name: str) -> tuple[list[str], int]:
-    """fANOVA importances over COMPLETE trials (ASHA-stopped ones trained less: left out)."""
+    """fANOVA importances over COMPLETE trials (ASHA-stopped ones trained less: left out; draws
+    of an already-trained point, tagged `duplicate_of`, counted once)."""
     import optuna
 
     from sweeper.optuna_space import optuna as _configured  # noqa: F401  (quiet logging)
 
     study = optuna.load_study(study_name=study_name, storage=f"sqlite:///{storage}")
-    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
     if len(complete) < 2:
         return [], len(complete)
+    trained = optuna.create_study(directions=study.directions)  # in memory: the trials that trained
+    trained.add_trials(complete)
     try:
-        imp = optuna.importance.get_param_importances(study)
+        imp = optuna.importance.get_param_importances(trained)
     except (RuntimeError, ValueError):
         return [], len(complete)
     return [f"| `{k}` | {v:.3f} |" for k, v in imp.items()], len(complete)

@@ -168,3 +168,36 @@ def test_killed_sweep_resumes_to_exactly_num_samples_trials_and_runs(tmp_path, m
     for ch in children:
         steps = [m.step for m in c.get_metric_history(ch.info.run_id, "acc_3x")]
         assert steps == sorted(set(steps)), steps
+
+
+DISCRETE = """
+name: discrete
+metric: acc_3x
+mode: max
+fixed:
+  model: {d_model: 16, n_layers: 1, n_heads: 2}
+  eval: {n_sequences: 16, batch_size: 16}
+  optim: {batch_size: 16, warmup_steps: 5}
+space:
+  model.positional: {type: categorical, choices: [none, sinusoidal]}
+  dat.switch_step: {type: int, low: 0, high: 20, step: 10}
+budget: {num_samples: 6, max_concurrent: 1, max_steps: 20, eval_every: 10}
+scheduler: {type: fifo}
+searcher: {sampler: random, seed: 0}
+resources: {cpu: 1, gpu: 0}
+"""
+
+
+def test_a_point_that_already_trained_is_never_trained_again(tmp_path):
+    # 6 distinct points and 6 trials: random draws repeat points, each repeat is answered from
+    # the study (tagged duplicate_of) and the trials cover every point exactly once
+    space = tmp_path / "discrete.yaml"
+    space.write_text(DISCRETE)
+    r = subprocess.run(sweeper_cmd("launch", space), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    points = [tuple(sorted(t["params"].items())) for t in _summary(tmp_path, "discrete")["trials"]]
+    assert len(points) == 6 and len(set(points)) == 6
+    with sqlite3.connect(tmp_path / "sweeps" / "discrete" / "optuna.db") as db:
+        n_trials = db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+        dups = db.execute("SELECT COUNT(*) FROM trial_user_attributes WHERE key = 'duplicate_of'").fetchone()[0]
+    assert dups > 0 and n_trials == 6 + dups
