@@ -95,3 +95,15 @@ def test_hybrid_with_ssm_mixer_learns():
     losses = []
     train(cfg, report=lambda m, c: losses.append(m["loss"]))
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_ssm_decay_rates_get_no_weight_decay():
+    from trainables.train import build_optimizer
+    from trainables.config import OptimConfig
+
+    model = HybridLM(ModelConfig(d_model=16, n_layers=1, n_heads=2, mixer="ssm"), 20)
+    opt = build_optimizer(model, OptimConfig(weight_decay=0.1))
+    decayed = {id(p) for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    mixer = model.blocks[0].mixer
+    assert id(mixer.A_log) not in decayed and id(mixer.D) not in decayed
+    assert id(mixer.in_proj.weight) in decayed

@@ -57,11 +57,12 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_optimizer(model: HybridLM, cfg: OptimConfig) -> torch.optim.AdamW:
-    """AdamW with four groups: (core | attention) x (decayed matrices | biases, norms, embeddings)."""
+    """AdamW with four groups: (core | attention) x (decayed matrices | biases, norms, embeddings,
+    and parameters marked `_no_weight_decay`, such as the SSM's A_log and D, as in Mamba)."""
     attention = {id(p) for p in model.attention_parameters()}
     groups: dict[tuple[bool, bool], list] = {(a, d): [] for a in (False, True) for d in (True, False)}
     for name, p in model.named_parameters():
-        decay = p.dim() >= 2 and not name.startswith("embed")
+        decay = p.dim() >= 2 and not name.startswith("embed") and not getattr(p, "_no_weight_decay", False)
         groups[(id(p) in attention, decay)].append(p)
     param_groups = [
         {"params": ps, "weight_decay": cfg.weight_decay if decay else 0.0, "attention": is_attn}
