@@ -75,6 +75,21 @@ def test_non_finite_loss_ends_the_run_as_diverged(tmp_path):
     assert result.status == "diverged" and result.step == 10
     metrics, ckpt = reports[-1]
     assert metrics["diverged"] == 1.0 and metrics["acc_3x"] == 0.0 and ckpt is None
+    assert metrics["state_acc_3x"] == 0.0 and metrics["recall_acc_3x"] == 0.0  # every length metric, at its worst
+
+
+def test_a_diverged_set_complement_run_reports_the_worst_tv(tmp_path):
+    from trainables.config import load_trial_config, with_overrides
+
+    cfg = with_overrides(load_trial_config("set_complement"), {"steps": 20, "eval.every": 10, "eval.n_sequences": 8})
+    kept = {}
+    train(cfg, report=lambda m, c: kept.setdefault("ckpt", shutil.copytree(c, tmp_path / "kept")) if m["step"] == 10 else None)
+    state = torch.load(tmp_path / "kept" / CHECKPOINT_FILE, weights_only=False)
+    state["model"]["head.bias"][:] = float("nan")
+    torch.save(state, tmp_path / "kept" / CHECKPOINT_FILE)
+    reports = []
+    train(cfg, report=lambda m, c: reports.append(m), resume_from=tmp_path / "kept")
+    assert reports[-1]["diverged"] == 1.0 and reports[-1]["tv_3x"] == 1.0 and reports[-1]["seen_mass_4x"] == 1.0
 
 
 def test_report_carries_the_promised_metrics():

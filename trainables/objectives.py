@@ -8,6 +8,7 @@ that differ:
     step(logits, batch, state_only)    loss, and hits/asked for train_acc
     state_accuracy(logits, batch)      accuracy on state-tracking positions (adaptive switch signal)
     evaluate(model, eval_sets)         the reported metrics at every length
+    worst_metrics()                    the same metrics at their worst (a diverged run)
 
     SequenceObjective       modsum_recall / modsum / recall (trainables/tasks.py): hard targets,
                             cross-entropy on asked positions, exact-match accuracy
@@ -70,6 +71,11 @@ class SequenceObjective:
     def evaluate(self, model: nn.Module, eval_sets: dict) -> dict[str, float]:
         return evaluate(model, eval_sets, self.task.kinds_present, self.cfg.eval.batch_size)
 
+    def worst_metrics(self) -> dict[str, float]:
+        """Every length metric at its worst: what a diverged run reports."""
+        names = ["acc", "seq_acc"] + [{STATE: "state_acc", RECALL: "recall_acc"}[k] for k in self.task.kinds_present]
+        return {f"{n}_{k}x": 0.0 for n in names for k in self.cfg.eval.multipliers}
+
 
 class SetComplementObjective:
     def __init__(self, cfg: TrialConfig):
@@ -100,6 +106,10 @@ class SetComplementObjective:
 
     def evaluate(self, model: nn.Module, eval_sets: dict) -> dict[str, float]:
         return self.sc.evaluate_set_complement(model, eval_sets, self.cfg.eval.batch_size)
+
+    def worst_metrics(self) -> dict[str, float]:
+        worst = {"acc": 0.0, "seen_mass": 1.0, "tv": 1.0}
+        return {f"{n}_{k}x": v for n, v in worst.items() for k in self.cfg.eval.multipliers}
 
 
 def make_objective(cfg: TrialConfig) -> SequenceObjective | SetComplementObjective:

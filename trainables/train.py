@@ -28,7 +28,7 @@ import torch
 import yaml
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from trainables.config import EMAConfig, OptimConfig, TrialConfig
+from trainables.config import ConfigError, EMAConfig, OptimConfig, TrialConfig
 from trainables.dat import DATSchedule, enable_attention, hold_attention, release_attention
 from trainables.model import HybridLM
 from trainables.objectives import make_objective
@@ -131,7 +131,7 @@ def load_checkpoint(directory: str | Path, model, optimizer, dat: DATSchedule, d
     model.load_state_dict(state["model"])
     if ema is not None:
         if state.get("ema") is None:
-            raise ValueError(f"{directory}: the checkpoint has no EMA weights, but ema.decay > 0")
+            raise ConfigError(f"{directory}: ema.decay: the checkpoint has no EMA weights to resume (it was trained with ema.decay 0)")
         ema.load_state_dict(state["ema"])
     optimizer.load_state_dict(state["optimizer"])
     dat.load_state_dict(state["dat"])
@@ -188,7 +188,7 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
         logits = model(batch.tokens)  # (B, L, V)
         out = objective.step(logits, batch, state_only=cfg.dat.phase1_targets == "state" and dat.holding)
         if not torch.isfinite(out.loss):
-            return _diverged(cfg, step, report)
+            return _diverged(cfg, step, report, objective.worst_metrics())
         optimizer.zero_grad(set_to_none=True)
         out.loss.backward()
         signals = _signals(dat.needs, out.loss, objective, logits, batch, model)  # before clipping
@@ -252,9 +252,9 @@ def _evaluate(objective, model: HybridLM, ema: AveragedModel | None, eval_sets: 
     return {**objective.evaluate(ema.module, eval_sets), **{f"raw_{k}": v for k, v in raw.items()}}
 
 
-def _diverged(cfg: TrialConfig, step: int, report: ReportFn) -> TrainResult:
-    """Non-finite loss: report a final zero score with `diverged=1`, no checkpoint."""
-    metrics = {"step": step, "loss": float("nan"), "train_acc": 0.0, "diverged": 1.0}
-    metrics.update({f"acc_{k}x": 0.0 for k in cfg.eval.multipliers})
+def _diverged(cfg: TrialConfig, step: int, report: ReportFn, worst: dict[str, float]) -> TrainResult:
+    """Non-finite loss: report the worst score of every length metric with `diverged=1`, no
+    checkpoint (a sweep scored by any of them ranks the run last instead of missing it)."""
+    metrics = {"step": step, "loss": float("nan"), "train_acc": 0.0, "diverged": 1.0, **worst}
     report(metrics, None)
     return TrainResult("diverged", step, metrics)
