@@ -2,12 +2,16 @@
 
 A sequence is `length` distinct tokens drawn uniformly without replacement from a vocabulary
 of v set tokens (`task.n_tokens`); PAD (= v) fills the rest of the row. At every position t the
-target is the uniform distribution over the set tokens absent from x_0..x_t. Worked example,
-v = 5 (tokens 0..4, PAD = 5)::
+target is the uniform distribution over the set tokens absent from x_0..x_t (the current token
+counts as seen). Worked example, v = 5 (tokens 0..4, PAD = 5), one sequence of length 3 in a
+batch padded to 4::
 
-    tokens    3      0      4      PAD
-    target    1/4 on {0,1,2,4}   1/3 on {1,2,4}   1/2 on {1,2}   (none: not asked)
-    mask      1      1      1      0
+    position   0                1              2            3
+    tokens     3                0              4            PAD
+    target     1/4 on {0,1,2,4}  1/3 on {1,2,4}  1/2 on {1,2}  all 0 (not asked)
+    mask       1                1              1            0
+
+Targets are rows of length V = v + 1 (the model's vocabulary); PAD never gets mass.
 
 Training lengths are uniform in [min_len, max_len]; evaluation sets hold sequences of exactly
 k x max_len tokens, so k x max_len < v must hold (something is always missing). The loss is
@@ -47,6 +51,8 @@ class SetBatch:
 
 
 class SetComplementTask:
+    """Samples padded batches of distinct set tokens with their soft targets."""
+
     def __init__(self, cfg: TaskConfig):
         self.cfg = cfg
         self.n_tokens = cfg.n_tokens
@@ -57,6 +63,7 @@ class SetComplementTask:
         return self.n_tokens + 1
 
     def sample_train(self, batch_size: int, gen: torch.Generator) -> SetBatch:
+        """A training batch: lengths uniform in [min_len, max_len] tokens."""
         lengths = torch.randint(self.cfg.min_len, self.cfg.max_len + 1, (batch_size,), generator=gen)
         return self.sample(lengths, gen)
 
@@ -64,7 +71,10 @@ class SetComplementTask:
         """Sequences of the given lengths (B,), padded to the longest."""
         T, v = int(lengths.max()), self.n_tokens
         if T >= v:
-            raise ValueError(f"set_complement: length {T} leaves no unseen token among n_tokens={v}")
+            raise ValueError(
+                f"set_complement: `length < n_tokens` must hold (a length-{v} sequence leaves no unseen token), "
+                f"got length {T} with n_tokens={v}"
+            )
         order = torch.rand(len(lengths), v, generator=gen).argsort(dim=1)[:, :T]  # (B, T) distinct tokens
         mask = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
         tokens = order.masked_fill(~mask, self.pad)
@@ -89,12 +99,18 @@ def make_set_eval_sets(task: SetComplementTask, multipliers: tuple[int, ...], n_
 def soft_cross_entropy(logits: Tensor, batch: SetBatch) -> Tensor:
     """Mean over asked positions of -sum_v target * log_softmax(logits)."""
     # logits, batch.target: (B, T, V)
-    per_position = -(batch.target * F.log_softmax(logits, dim=-1)).sum(-1)  # (B, T)
+    per_position = -_target_times(batch.target, F.log_softmax(logits, dim=-1)).sum(-1)  # (B, T)
     return per_position[batch.mask].mean()
+
+
+def _target_times(target: Tensor, logp: Tensor) -> Tensor:
+    """target * logp with 0 where the target is 0, so a -inf logit on a seen token costs nothing (not NaN)."""
+    return torch.where(target > 0, target * logp, 0.0)
 
 
 @torch.no_grad()
 def evaluate_set_complement(model: nn.Module, eval_sets: dict[int, SetBatch], batch_size: int) -> dict[str, float]:
+    """seen_mass/tv/acc/loss_{k}x (see the module docstring), each a mean over asked positions."""
     was_training = model.training
     model.eval()
     metrics: dict[str, float] = {}
@@ -109,8 +125,8 @@ def evaluate_set_complement(model: nn.Module, eval_sets: dict[int, SetBatch], ba
             seen_mass = (p * ~valid)[..., :-1].sum(-1)  # mass on seen set tokens (PAD excluded)
             tv = 0.5 * (p - target).abs().sum(-1)
             hit = valid.gather(-1, p.argmax(-1, keepdim=True)).squeeze(-1).float()
-            entropy = -(target * target.clamp(min=1e-30).log()).sum(-1)
-            kl = -(target * logp).sum(-1) - entropy
+            entropy = -_target_times(target, target.clamp(min=1e-30).log()).sum(-1)
+            kl = -_target_times(target, logp).sum(-1) - entropy
             for j, x in enumerate((seen_mass, tv, hit, kl)):
                 sums[j] += x[m].double().sum().cpu()
             n += int(m.sum())
