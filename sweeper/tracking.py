@@ -205,6 +205,8 @@ class SweepTracker:
 
         spec, parent = self.spec, self.state["parent_run_id"]
         trials = self.state.get("trials", {})
+        if not interrupted:
+            self._drop_orphans(trials, {r.trial_id for r in records})
         top = ranked(records, spec.metric, spec.mode)
         for r in records:
             if r.trial_id in trials:
@@ -224,6 +226,17 @@ class SweepTracker:
             self.client.log_artifact(parent, str(png), "plots")
         self.client.set_terminated(parent, "KILLED" if interrupted else "FINISHED")
         return written
+
+    def _drop_orphans(self, trials: dict, known: set[str]) -> None:
+        """Runs of trials the sweep no longer has (started just before a kill, after Ray's last
+        snapshot; the resumed sweep sampled a new trial in their place): tagged and soft-deleted,
+        so the experiment shows one run per trial; `mlflow runs restore --run-id ID` brings one back."""
+        for trial_id in sorted(set(trials) - known):
+            run_id = trials.pop(trial_id)["run_id"]
+            self.client.set_tag(run_id, "status", "orphaned")
+            self.client.set_terminated(run_id, "KILLED")
+            self.client.delete_run(run_id)
+        self._save()
 
     def sweep_plots(self, records: list[TrialRecord], baselines: list[dict]) -> list[Path]:
         spec = self.spec

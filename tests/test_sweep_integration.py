@@ -158,7 +158,7 @@ def test_killed_sweep_resumes_to_exactly_num_samples_trials_and_runs(tmp_path, m
         # but throughput is not, so a re-run would report another steps_per_s
         assert after[trial_id]["status"] == before["status"] and after[trial_id]["step"] == before["step"]
         assert after[trial_id]["metrics"]["steps_per_s"] == before["metrics"]["steps_per_s"]
-    assert all(t["status"] in ("completed", "stopped", "diverged") for t in trials)
+    assert all(t["status"] in ("completed", "stopped", "diverged") for t in trials), [(t["status"], t["step"]) for t in trials]
     # the searcher sampled no extra trials (trials Ray's last snapshot never saw are closed as FAIL)
     assert len([s for s in _optuna_states(tmp_path) if s != "FAIL"]) == 6
     # MLflow: the same parent, one child per trial, no duplicates, no report logged twice

@@ -104,10 +104,12 @@ def make_ema(model: HybridLM, cfg: EMAConfig) -> AveragedModel | None:
     return AveragedModel(model, multi_avg_fn=corrected)
 
 
-def save_checkpoint(directory: str | Path, cfg: TrialConfig, step: int, model, optimizer, dat: DATSchedule, data_gen, ema=None) -> None:
+def save_checkpoint(directory: str | Path, cfg: TrialConfig, step: int, model, optimizer, dat: DATSchedule, data_gen,
+                    ema=None, metrics: dict | None = None) -> None:
     directory = Path(directory)
     state = {
         "step": step,
+        "metrics": metrics or {},  # the report this checkpoint was taken with
         "model": model.state_dict(),
         "ema": ema.state_dict() if ema is not None else None,
         "optimizer": optimizer.state_dict(),
@@ -125,8 +127,9 @@ def checkpoint_step(directory: str | Path) -> int:
     return int(torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=False)["step"])
 
 
-def load_checkpoint(directory: str | Path, model, optimizer, dat: DATSchedule, data_gen, ema=None) -> int:
-    """Restore everything `save_checkpoint` wrote; returns the step to continue from."""
+def load_checkpoint(directory: str | Path, model, optimizer, dat: DATSchedule, data_gen, ema=None) -> tuple[int, dict]:
+    """Restore everything `save_checkpoint` wrote; returns the step to continue from and the
+    metrics reported with the checkpoint."""
     state = torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=False)
     model.load_state_dict(state["model"])
     if ema is not None:
@@ -139,7 +142,7 @@ def load_checkpoint(directory: str | Path, model, optimizer, dat: DATSchedule, d
     torch.set_rng_state(state["torch_rng"])
     if state["cuda_rng"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda_rng"])
-    return int(state["step"])
+    return int(state["step"]), state.get("metrics", {})
 
 
 # --------------------------------------------------------------------------- the loop
@@ -156,20 +159,22 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
     data_gen = torch.Generator().manual_seed(cfg.seed)  # training batches, drawn on the CPU
     eval_sets = objective.eval_sets(device)
 
-    step = 0
+    report = report or (lambda metrics, checkpoint_dir: None)
+    step, metrics = 0, {}
     if resume_from is not None:
-        step = load_checkpoint(resume_from, model, optimizer, dat, data_gen, ema)
+        step, metrics = load_checkpoint(resume_from, model, optimizer, dat, data_gen, ema)
+        if step >= cfg.steps and metrics:  # resumed from the final checkpoint: the run is done,
+            report(metrics, str(resume_from))  # say so again (a restarted trial must end with a report)
+            return TrainResult("completed", step, metrics)
     if dat.active:  # resumed after the switch: the checkpoint holds attention's optimizer state
         enable_attention(model)
     else:
         hold_attention(model, cfg.dat.hold)
 
-    report = report or (lambda metrics, checkpoint_dir: None)
     loss_sum = torch.zeros((), device=device)  # over the current report interval
     hits = torch.zeros((), device=device, dtype=torch.long)
     asked = torch.zeros((), device=device, dtype=torch.long)
     interval_start, interval_step0 = time.perf_counter(), step
-    metrics: dict = {}
     model.train()
     while step < cfg.steps:
         # -- DAT: switch attention on when the schedule says so; ramp its output in
@@ -221,7 +226,7 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
             }
             metrics["steps_per_s"] = n / (time.perf_counter() - interval_start)
             with tempfile.TemporaryDirectory(prefix="dat-ckpt-") as ckpt:
-                save_checkpoint(ckpt, cfg, step, model, optimizer, dat, data_gen, ema)
+                save_checkpoint(ckpt, cfg, step, model, optimizer, dat, data_gen, ema, metrics)
                 report(metrics, ckpt)
             loss_sum.zero_(), hits.zero_(), asked.zero_()
             interval_start, interval_step0 = time.perf_counter(), step
