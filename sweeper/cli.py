@@ -49,6 +49,26 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=launch_cmd.run)
 
 
+def _add_submit(sub: argparse._SubParsersAction) -> None:
+    from sweeper import submit
+
+    p = sub.add_parser("submit", help="run a sweep on a remote Ray cluster as a Ray job; its status, logs, stop",
+                       description=submit.__doc__.split("\n\n")[0])
+    p.add_argument("file", nargs="?", help="search-space YAML to submit")
+    p.add_argument("--address", help="the cluster's Ray dashboard, http://HEAD:8265 (default $RAY_ADDRESS)")
+    p.add_argument("--storage", help="where trial results go: s3://, gs://, or an absolute path on the cluster")
+    p.add_argument("--shared-storage", action="store_true", help="confirm that a --storage path is shared by all nodes")
+    p.add_argument("--tracking-uri", help="MLflow server the cluster reaches (default $MLFLOW_TRACKING_URI)")
+    p.add_argument("--experiment", help="MLflow experiment name (default: the sweep's name)")
+    p.add_argument("--restart", action="store_true", help="start the sweep over instead of resuming it")
+    p.add_argument("--follow", action="store_true", help="print the job's logs until it ends; exit with its outcome")
+    job = p.add_mutually_exclusive_group()
+    job.add_argument("--status", metavar="JOB", help="print a submitted job's status")
+    job.add_argument("--logs", metavar="JOB", help="print a submitted job's logs (with --follow: until it ends)")
+    job.add_argument("--stop", metavar="JOB", help="stop a submitted job")
+    p.set_defaults(func=submit.run)
+
+
 def _add_status(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="the state of a running or finished sweep, from its directory")
     p.add_argument("name", help="the sweep's name (its directory under --storage), or a path to it")
@@ -142,7 +162,7 @@ def ui_cmd(args: argparse.Namespace) -> int:
             proc.wait()
 
 
-PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [_add_trial, _add_validate, _add_launch, _add_status, _add_report, _add_ui, _add_reproduce]
+PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [_add_trial, _add_validate, _add_launch, _add_submit, _add_status, _add_report, _add_ui, _add_reproduce]
 
 
 def build_parser() -> argparse.ArgumentParser:
