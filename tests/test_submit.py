@@ -1,0 +1,114 @@
+"""`sweeper submit` against a real Ray head whose job server listens on 127.0.0.1 (token auth on),
+logging to a real MLflow server: submit, follow, status, logs, stop, and the preflight's refusals."""
+
+import os
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from conftest import ROOT, sweeper_cmd
+from test_cluster import ENV, ray_cluster
+
+SMOKE = ROOT / "search_spaces" / "smoke.yaml"
+
+
+def _space(tmp_path, name: str, max_steps: int, num_samples: int) -> str:
+    """smoke.yaml shrunk (or stretched) under a new name."""
+    space = yaml.safe_load(SMOKE.read_text())
+    space["name"] = name
+    space["budget"].update(num_samples=num_samples, max_steps=max_steps)
+    space["space"]["dat.switch_step"]["high"] = min(60, max_steps)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(space))
+    return str(path)
+
+
+def submit(tmp_path, *args, env=None, timeout=300):
+    return subprocess.run(sweeper_cmd("submit", *args), cwd=tmp_path, env={**ENV, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _one_line_exit_2(r, expected: str) -> None:
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], r.stderr
+
+
+# -- preflight: no cluster needed to be refused ----------------------------------------------
+
+
+def test_an_unreachable_job_server_is_one_line_and_exit_2(tmp_path):
+    r = submit(tmp_path, SMOKE, "--address", "http://127.0.0.1:9", "--storage", "/srv/sweeps",
+               "--tracking-uri", "http://mlflow:5000")
+    _one_line_exit_2(r, "--address http://127.0.0.1:9: Ray job server unreachable")
+
+
+def test_a_local_tracking_store_is_refused_before_contacting_the_cluster(tmp_path):
+    env = {k: v for k, v in ENV.items() if k != "MLFLOW_TRACKING_URI"}
+    r = subprocess.run(sweeper_cmd("submit", SMOKE, "--address", "http://127.0.0.1:9", "--storage", "/srv/sweeps"),
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    _one_line_exit_2(r, "a local store the cluster cannot see")
+    r = submit(tmp_path, SMOKE, "--address", "http://127.0.0.1:9", "--storage", "/srv/sweeps",
+               "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db")
+    _one_line_exit_2(r, "a local store the cluster cannot see")
+
+
+# -- against a real head ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def head():
+    with ray_cluster(workers=0, cpus_per_node=2) as (_, dashboard):
+        yield dashboard
+
+
+@pytest.mark.integration
+def test_storage_must_be_given_and_outlive_the_job(head, tmp_path):
+    base = (SMOKE, "--address", head, "--tracking-uri", "http://mlflow:5000")
+    _one_line_exit_2(submit(tmp_path, *base), "--storage: required for a job")
+    _one_line_exit_2(submit(tmp_path, *base, "--storage", "sweeps"), "a relative path would land in the job's temporary")
+
+
+@pytest.mark.integration
+def test_a_submitted_sweep_runs_and_its_status_and_logs_come_back(head, tmp_path, mlflow_server):
+    from mlflow import MlflowClient
+
+    storage = tmp_path / "results"
+    env = {"RAY_AUTH_MODE": ""}  # unset: submit finds out that the server wants the token, and sends it
+    env = {k: v for k, v in {**ENV, **env}.items() if v != ""}
+    r = subprocess.run(sweeper_cmd("submit", _space(tmp_path, "submitted", 20, 2), "--address", head, "--storage",
+                                   storage, "--tracking-uri", mlflow_server, "--follow"),
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    job = r.stdout.splitlines()[0]
+    assert job.startswith("sweep-submitted-")
+    assert "summary:" in r.stdout  # the followed logs: the sweep's own end
+    assert (storage / "submitted" / "summary.json").exists()  # results where --storage said
+    exp = MlflowClient(mlflow_server).get_experiment_by_name("submitted")
+    assert exp is not None and len(MlflowClient(mlflow_server).search_runs([exp.experiment_id])) == 3  # parent + 2
+    s = submit(tmp_path, "--status", job, "--address", head)
+    assert s.returncode == 0 and s.stdout.startswith(f"{job}: SUCCEEDED"), s.stdout + s.stderr
+    logs = submit(tmp_path, "--logs", job, "--address", head)
+    assert logs.returncode == 0 and "sweep submitted: 2 trials" in logs.stdout, logs.stdout[-2000:]
+
+
+@pytest.mark.integration
+def test_stop_stops_a_running_sweep(head, tmp_path, mlflow_server):
+    r = submit(tmp_path, _space(tmp_path, "long", 100000, 2), "--address", head, "--storage", tmp_path / "results",
+               "--tracking-uri", mlflow_server)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    deadline = time.time() + 120
+    while "RUNNING" not in (s := submit(tmp_path, "--status", job, "--address", head)).stdout:
+        assert time.time() < deadline and "FAILED" not in s.stdout, s.stdout + s.stderr
+        time.sleep(1)
+    stopped = submit(tmp_path, "--stop", job, "--address", head)
+    assert stopped.returncode == 0 and stopped.stdout.strip() == f"{job}: STOPPED", stopped.stdout + stopped.stderr
+    assert submit(tmp_path, "--status", job, "--address", head).stdout.startswith(f"{job}: STOPPED")
+
+
+@pytest.mark.integration
+def test_an_unknown_job_is_one_line_and_exit_2(head, tmp_path):
+    _one_line_exit_2(submit(tmp_path, "--status", "no-such-job", "--address", head), "no-such-job: no such job on")
