@@ -105,7 +105,19 @@ class SweepTracker:
             self._state = json.loads(path.read_text()) if path.exists() else {}
             if self._state.get("tracking_uri") not in (None, self.uri):  # moved stores: start a new mapping
                 self._state = {}
+            self._catch_up(self._state.get("trials", {}))
         return self._state
+
+    def _catch_up(self, trials: dict) -> None:
+        """A kill can land between logging a report and saving the mapping: take each run's last
+        logged step from MLflow itself, so a resumed sweep never logs a step twice."""
+        for entry in trials.values():
+            try:
+                logged = self.client.get_run(entry["run_id"]).data.metrics.get("step")
+            except Exception:  # noqa: BLE001 - a run the store no longer has: keep the file's word
+                continue
+            if logged is not None:
+                entry["last_step"] = max(entry["last_step"], int(logged))
 
     def _save(self) -> None:
         write_json_atomic(self.sweep_dir / RUNS_FILE, self.state)
