@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 # `make TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" ...` avoids CUDA.
 TORCH_PIP_ARGS ?=
 
-.PHONY: install test-deps sweep trial test bench reproduce clean
+.PHONY: install test-deps sweep trial test bench reproduce docker-smoke k8s-render clean
 
 $(BIN)/sweeper: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ test-deps:
 	  else echo "note: chromium/chromium-driver missing and not root: the browser test will be skipped"; fi; \
 	fi
 
+# The k8s tests need kubectl (kustomize inside) and the KubeRay CRDs ($$KUBERAY_CRDS, default
+# ../shared/kuberay-crds); without them they are skipped with the reason.
+	@command -v kubectl >/dev/null || echo "note: kubectl missing: the k8s/ manifest tests will be skipped"
+
 test: install test-deps
 	$(BIN)/python -m pytest
 
@@ -43,6 +47,16 @@ bench: install
 
 reproduce: install
 	$(BIN)/sweeper reproduce --seeds 3
+
+# Build the image for real (a local stand-in base where Docker Hub is out of reach) and run
+# `sweeper validate` and a short `sweeper trial` in it. Slow (minutes); not part of `make test`.
+docker-smoke:
+	bash docker/smoke.sh
+
+# The manifests of one overlay (k8s/overlays/$(OVERLAY)), as `kubectl apply -f -` takes them.
+OVERLAY ?= gpu
+k8s-render:
+	@kubectl kustomize --load-restrictor LoadRestrictionsNone k8s/overlays/$(OVERLAY)
 
 clean:
 	rm -rf $(VENV) *.egg-info
