@@ -120,8 +120,7 @@ def submit(args: argparse.Namespace) -> int:
     client = _client(args.address)
     nodes = _alive_nodes(args.address)
     check_storage(args.storage, args.shared_storage, nodes)
-    shared = args.shared_storage or nodes > 1 or is_uri(args.storage)
-    entrypoint = launch_command(Path(args.file).name, args.storage, shared and not is_uri(args.storage),
+    entrypoint = launch_command(Path(args.file).name, args.storage, args.shared_storage and not is_uri(args.storage),
                                 uri, args.experiment, args.restart)
     with tempfile.TemporaryDirectory() as upload:  # the job's working directory: just the space file
         shutil.copyfile(args.file, Path(upload) / Path(args.file).name)
