@@ -62,7 +62,9 @@ else
 fi
 
 log "docker build ${build_args[*]} -t $IMAGE"
-DOCKER_BUILDKIT=0 docker build --network host -f docker/Dockerfile "${build_args[@]}" -t "$IMAGE" . 2>&1 | tail -n 5
+SECONDS=0
+DOCKER_BUILDKIT=0 docker build --network host -f docker/Dockerfile "${build_args[@]}" -t "$IMAGE" . 2>&1 | tail -n 3
+log "built in ${SECONDS}s"
 
 run() { docker run --rm --network none "$IMAGE" "$@"; }
 log "image runs as: $(run id -u):$(run id -g)"
@@ -71,4 +73,6 @@ run sweeper validate search_spaces/smoke.yaml --samples 1
 log "sweeper trial tiny --steps 20"
 run sweeper trial tiny --steps 20 --threads 1 | tail -n 3
 log "torch in the image: $(run python -c 'import torch; print(torch.__version__, "cuda" if torch.version.cuda else "no cuda")')"
+if run sh -c 'pip list 2>/dev/null | grep -i "^nvidia-"'; then echo "CUDA wheels in the CPU image" >&2; exit 1; fi
+log "no nvidia-* (CUDA) wheels in the image; size $(docker image inspect -f '{{.Size}}' "$IMAGE" | awk '{printf "%.1f GB", $1/1e9}')"
 log "OK: $IMAGE built, validated a space and trained a trial"
