@@ -15,7 +15,7 @@ from torch import nn
 
 from trainables.tasks import IGNORE, RECALL, STATE, Batch
 
-_HALVES = {STATE: "state_acc", RECALL: "recall_acc"}
+KIND_METRIC = {STATE: "state_acc", RECALL: "recall_acc"}  # the metric name of each kind of target
 
 
 @torch.no_grad()
@@ -38,7 +38,7 @@ def evaluate(model: nn.Module, eval_sets: dict[int, Batch], kinds_present: tuple
             seq_right += int(((hit == is_asked).all(dim=1)).sum())
         metrics[f"acc_{k}x"] = float(correct.sum() / asked.sum().clamp(min=1))
         for kind in kinds_present:
-            metrics[f"{_HALVES[kind]}_{k}x"] = float(correct[kind] / asked[kind].clamp(min=1))
+            metrics[f"{KIND_METRIC[kind]}_{k}x"] = float(correct[kind] / asked[kind].clamp(min=1))
         metrics[f"seq_acc_{k}x"] = seq_right / full.tokens.shape[0]
     model.train(was_training)
     return metrics

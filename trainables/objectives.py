@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from trainables.config import TrialConfig
-from trainables.evaluate import evaluate
+from trainables.evaluate import KIND_METRIC, evaluate
 from trainables.tasks import IGNORE, RECALL, STATE, make_eval_sets, make_task
 
 
@@ -73,7 +73,7 @@ class SequenceObjective:
 
     def worst_metrics(self) -> dict[str, float]:
         """Every length metric at its worst: what a diverged run reports."""
-        names = ["acc", "seq_acc"] + [{STATE: "state_acc", RECALL: "recall_acc"}[k] for k in self.task.kinds_present]
+        names = ["acc", "seq_acc"] + [KIND_METRIC[k] for k in self.task.kinds_present]
         return {f"{n}_{k}x": 0.0 for n in names for k in self.cfg.eval.multipliers}
 
 
