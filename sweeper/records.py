@@ -26,10 +26,18 @@ class TrialRecord:
         return cls(**data)
 
 
+_PER_LENGTH = re.compile(r"(.+)_(\d+)x")  # acc_3x, state_acc_1x, raw_tv_4x: a metric at k x max_len
+
+
 def length_family(metric: str) -> str:
     """The per-length metric family a score belongs to: `tv_3x` -> `tv`; `acc` if it has none."""
-    match = re.fullmatch(r"(.+)_\d+x", metric)
+    match = _PER_LENGTH.fullmatch(metric)
     return match.group(1) if match else "acc"
+
+
+def is_per_length(metric: str) -> bool:
+    """Whether `metric` is measured at one evaluation length (`acc_3x`), not over training (`loss`)."""
+    return _PER_LENGTH.fullmatch(metric) is not None
 
 
 def classify(ray_status: str, metrics: dict, max_steps: int) -> Status:

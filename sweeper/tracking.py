@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 import json
 import os
 import tempfile
@@ -32,7 +31,7 @@ from typing import Any
 import yaml
 
 from sweeper import plots
-from sweeper.records import TrialRecord, ranked, score
+from sweeper.records import TrialRecord, is_per_length, ranked, score
 from sweeper.space import SearchSpace, flatten, trial_config_for
 from sweeper.status import format_table, write_json_atomic
 from trainables.config import ConfigError
@@ -86,9 +85,13 @@ class SweepTracker:
         self.experiment = experiment or spec.name
         self._client = None
         self._state: dict | None = None
+        self._restored = False  # an unpickled copy (a resumed sweep's callback) catches up with MLflow
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_client": None, "_state": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _restored=True)
 
     @property
     def client(self):
@@ -105,7 +108,8 @@ class SweepTracker:
             self._state = json.loads(path.read_text()) if path.exists() else {}
             if self._state.get("tracking_uri") not in (None, self.uri):  # moved stores: start a new mapping
                 self._state = {}
-            self._catch_up(self._state.get("trials", {}))
+            if self._restored:
+                self._catch_up(self._state.get("trials", {}))
         return self._state
 
     def _catch_up(self, trials: dict) -> None:
@@ -273,7 +277,7 @@ _RAY_KEYS = {"timestamp", "training_iteration", "time_this_iter_s", "time_total_
 
 def summary_csv(records: list[TrialRecord]) -> str:
     params = sorted({k for r in records for k in r.params})
-    metrics = sorted({k for r in records for k in r.metrics if re.fullmatch(r"(raw_)?[a-z_]+_\d+x", k)})
+    metrics = sorted({k for r in records for k in r.metrics if is_per_length(k)})
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(["trial_id", "status", "step", *params, *metrics])
