@@ -96,9 +96,8 @@ class SetComplementObjective:
     def step(self, logits: Tensor, batch, state_only: bool) -> StepOutput:
         # logits: (B, L, V); batch.target: (B, L, V) soft; batch.mask: (B, L)
         loss = self.sc.soft_cross_entropy(logits, batch)
-        with torch.no_grad():  # a hit: the argmax is a token not yet seen (target mass > 0)
-            chosen = batch.target.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1)  # (B, L)
-            hits, asked = ((chosen > 0) & batch.mask).sum(), batch.mask.sum()
+        with torch.no_grad():
+            hits, asked = (self.sc.argmax_unseen(logits, batch.target) & batch.mask).sum(), batch.mask.sum()
         return StepOutput(loss, hits, asked)
 
     def state_accuracy(self, logits: Tensor, batch) -> float:

@@ -103,6 +103,12 @@ def soft_cross_entropy(logits: Tensor, batch: SetBatch) -> Tensor:
     return per_position[batch.mask].mean()
 
 
+def argmax_unseen(scores: Tensor, target: Tensor) -> Tensor:
+    """(B, T) bool: the highest-scoring token is one not yet seen (target mass > 0)."""
+    # scores: logits or probabilities (B, T, V); target: (B, T, V)
+    return target.gather(-1, scores.argmax(-1, keepdim=True)).squeeze(-1) > 0
+
+
 def _target_times(target: Tensor, logp: Tensor) -> Tensor:
     """target * logp with 0 where the target is 0, so a -inf logit on a seen token costs nothing (not NaN)."""
     return torch.where(target > 0, target * logp, 0.0)
@@ -124,7 +130,7 @@ def evaluate_set_complement(model: nn.Module, eval_sets: dict[int, SetBatch], ba
             valid = target > 0  # (B, T, V): unseen set tokens
             seen_mass = (p * ~valid)[..., :-1].sum(-1)  # mass on seen set tokens (PAD excluded)
             tv = 0.5 * (p - target).abs().sum(-1)
-            hit = valid.gather(-1, p.argmax(-1, keepdim=True)).squeeze(-1).float()
+            hit = argmax_unseen(logp, target).float()
             entropy = -_target_times(target, target.clamp(min=1e-30).log()).sum(-1)
             kl = -_target_times(target, logp).sum(-1) - entropy
             for j, x in enumerate((seen_mass, tv, hit, kl)):
