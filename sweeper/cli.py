@@ -102,6 +102,8 @@ def _add_reproduce(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
     p.add_argument("--quick", action="store_true", help="a tiny budget that checks the plumbing, not the science")
     p.add_argument("--out", default="docs/results", help="where the markdown, plot and JSON go ('' for nowhere)")
+    p.add_argument("--gap-every", type=int, default=1000, metavar="STEPS",
+                   help="the hybrids' acc at 3x is tabled every STEPS training steps (default 1000)")
     p.add_argument("--reuse", metavar="JSON", help="take the systems not run now from an earlier run's JSON")
     p.set_defaults(func=lambda args: reproduce.run(args))
 

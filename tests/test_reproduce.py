@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 
 def test_quick_reproduction_writes_table_plot_and_json(tmp_path, run_sweeper):
     out = tmp_path / "results"
@@ -14,6 +16,9 @@ def test_quick_reproduction_writes_table_plot_and_json(tmp_path, run_sweeper):
     assert (out / "dat_reproduction_quick.png").stat().st_size > 10_000
     data = json.loads((out / "dat_reproduction_quick.json").read_text())
     assert len(data["results"]) == 4 and all(r["status"] == "completed" for r in data["results"])
+    # every evaluation during training is kept: the quick budget evaluates at steps 20 and 40
+    assert all([h["step"] for h in r["history"]] == [20, 40] and "acc_3x" in r["history"][-1] for r in data["results"])
+    assert "| DAT's lead |" in md
     # the bar is checked and printed, pass or miss
     assert "hybrid + DAT: mean acc at 3x >= 0.90" in r.stdout
 
@@ -21,3 +26,22 @@ def test_quick_reproduction_writes_table_plot_and_json(tmp_path, run_sweeper):
 def test_reproduce_rejects_a_bad_override(run_sweeper):
     r = run_sweeper("reproduce", "--quick", "--set", "model.d_model=3", timeout=120)
     assert r.returncode == 2 and "model.d_model" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_gap_table_reads_both_hybrids_at_every_interval_and_the_end():
+    from sweeper.reproduce import curves, gap_table
+
+    def run(system, seed, accs):
+        return {"system": system, "seed": seed, "history": [{"step": 500 * (i + 1), "acc_3x": a} for i, a in enumerate(accs)]}
+
+    results = [run("hybrid_joint", 0, [0.2, 0.5, 0.6]), run("hybrid_joint", 1, [0.4, 0.7, 0.8]),
+               run("hybrid_dat", 0, [0.1, 0.9, 1.0]), run("hybrid_dat", 1, [0.3, 0.9, 0.96])]
+    assert curves(results)["hybrid_joint"] == [(500, pytest.approx(0.3)), (1000, pytest.approx(0.6)), (1500, pytest.approx(0.7))]
+    table = gap_table(results, every=1000).splitlines()
+    assert table[0] == "| training step | 1000 | 1500 |"
+    assert table[2] == "| hybrid, joint: acc 3x | 0.600 | 0.700 |"
+    assert table[3] == "| hybrid + DAT: acc 3x | 0.900 | 0.980 |"
+    assert table[4] == "| DAT's lead | +0.300 | +0.280 |"
+    # a step not every seed reached (a diverged seed) is left out of the mean
+    results[1]["history"].pop()
+    assert [s for s, _ in curves(results)["hybrid_joint"]] == [500, 1000]
