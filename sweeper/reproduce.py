@@ -169,6 +169,7 @@ def plot(table: dict, max_len: int, path: Path, multipliers=(1, 2, 3, 4), traini
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    color = {system: f"C{i}" for i, system in enumerate([*SYSTEMS, *(set(table) - set(SYSTEMS))])}  # one per system, every panel
     fig, axes = plt.subplots(1, 4 if training else 3, figsize=(17 if training else 13, 3.8), sharey=True)
     lengths = [k * max_len for k in multipliers]
     for ax, (prefix, title) in zip(axes, (("acc", "all targets"), ("state_acc", "state tracking (ADD)"), ("recall_acc", "recall (QUERY)"))):
@@ -176,7 +177,7 @@ def plot(table: dict, max_len: int, path: Path, multipliers=(1, 2, 3, 4), traini
         for system, metrics in table.items():
             ys = [metrics.get(f"{prefix}_{k}x", {}).get("mean") for k in multipliers]
             if None not in ys:
-                ax.plot(lengths, ys, marker="o", label=SYSTEMS.get(system, system))
+                ax.plot(lengths, ys, marker="o", color=color[system], label=SYSTEMS.get(system, system))
         ax.set_title(title)
         ax.set_xlabel("evaluation length (steps)")
         ax.set_xlim(0, lengths[-1] + 5)
@@ -186,7 +187,7 @@ def plot(table: dict, max_len: int, path: Path, multipliers=(1, 2, 3, 4), traini
         ax = axes[3]
         for system, points in training.items():
             if points:
-                ax.plot([p[0] for p in points], [p[1] for p in points], label=SYSTEMS.get(system, system))
+                ax.plot([p[0] for p in points], [p[1] for p in points], color=color.get(system, "k"), label=SYSTEMS.get(system, system))
         ax.set_title(f"at 3x ({3 * max_len} steps) during training")
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
