@@ -137,7 +137,7 @@ def ui_cmd(args: argparse.Namespace) -> int:
     from sweeper import tracking
 
     uri = tracking.resolve_uri(args.tracking_uri)
-    tracking.preflight(uri)
+    tracking.preflight(uri, source=tracking.uri_source(args.tracking_uri))
     if uri.startswith("http"):
         url = tracking.experiment_url(uri, args.name) if args.name else uri
         print(f"MLflow UI: {url or uri}")

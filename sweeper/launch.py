@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     spec = load_space(args.file)  # every user mistake surfaces here, before Ray starts
     experiment_dir, sweep_dir = sweep_dir_for(spec.name, args.storage)
     uri = tracking.resolve_uri(args.tracking_uri)
-    tracking.preflight(uri)
+    tracking.preflight(uri, source=tracking.uri_source(args.tracking_uri))
     if args.address and not is_uri(args.storage or DEFAULT_STORAGE) and not args.shared_storage:
         print(f"note: --address {args.address} with a local storage path ({experiment_dir}): on a multi-node "
               "cluster every node must see it (NFS, a shared volume); otherwise use --storage s3://... "

@@ -155,7 +155,10 @@ def run(args: argparse.Namespace) -> int:
     uri = args.tracking_uri or runs_state.get("tracking_uri") or tracking.resolve_uri(None)
     if not sweep_dir.exists() and not args.tracking_uri:
         raise ConfigError(f"{sweep_dir}: no sweep here; pass --tracking-uri to read `{name}` from an MLflow server")
-    tracking.preflight(uri)
+    source = ("--tracking-uri" if args.tracking_uri else
+              f"the tracking URI the sweep logged to ({sweep_dir / tracking.RUNS_FILE})" if runs_state.get("tracking_uri") else
+              tracking.uri_source(None))
+    tracking.preflight(uri, source=source)
     text = build_report(name, uri, sweep_dir if sweep_dir.exists() else None, args.experiment, args.top)
     print(text)
     if args.markdown:

@@ -49,25 +49,34 @@ def resolve_uri(cli_value: str | None) -> str:
     return f"sqlite:///{(Path.cwd() / DEFAULT_DB).resolve()}"
 
 
-def preflight(uri: str, timeout_s: float = 5.0) -> None:
-    """Fail fast, in one line, when the tracking store cannot be reached or written."""
+def uri_source(cli_value: str | None) -> str:
+    """Where `resolve_uri` took the URI from, as a user would name it in an error."""
+    if cli_value:
+        return "--tracking-uri"
+    return "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "the default tracking URI"
+
+
+def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") -> None:
+    """Fail fast, in one line, when the tracking store cannot be reached or written; `source`
+    names where the URI came from (see `uri_source`)."""
     if uri.startswith(("http://", "https://")):
         try:
             with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s) as response:
                 if response.status != 200:
-                    raise ConfigError(f"--tracking-uri {uri}: the MLflow server answered HTTP {response.status} on /health")
+                    raise ConfigError(f"{source} {uri}: the MLflow server answered HTTP {response.status} on /health")
         except (urllib.error.URLError, OSError, ValueError) as err:
             reason = getattr(err, "reason", err)
-            raise ConfigError(f"--tracking-uri {uri}: MLflow tracking server unreachable ({reason}); "
-                              f"start it, or omit --tracking-uri to log to ./{DEFAULT_DB}") from None
+            raise ConfigError(f"{source} {uri}: MLflow tracking server unreachable ({reason}); start it "
+                              f"(on a cluster: is the mlflow Service up?), or, on one machine, "
+                              f"unset it to log to ./{DEFAULT_DB}") from None
     elif uri.startswith("sqlite:///"):
         folder = Path(uri.removeprefix("sqlite:///")).parent
         if not folder.is_dir() or not os.access(folder, os.W_OK):
-            raise ConfigError(f"--tracking-uri {uri}: folder {folder} does not exist or is not writable")
+            raise ConfigError(f"{source} {uri}: folder {folder} does not exist or is not writable")
     elif uri.startswith("file:") or "://" not in uri:
         return
     elif uri.split("://")[0] not in ("databricks", "postgresql", "mysql", "mssql"):
-        raise ConfigError(f"--tracking-uri {uri}: unknown scheme; use http(s)://HOST:PORT or sqlite:///PATH")
+        raise ConfigError(f"{source} {uri}: unknown scheme; use http(s)://HOST:PORT or sqlite:///PATH")
 
 
 def client(uri: str):
