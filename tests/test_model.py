@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from trainables.config import ModelConfig
-from trainables.model import HybridLM
+from trainables.model import HybridLM, rotate
 
 VOCAB = 20
 
@@ -20,6 +20,7 @@ SYSTEMS = [
     dict(mixer="lstm", attention=False),
     dict(mixer="none", attention=True),
     dict(mixer="none", attention=True, positional="sinusoidal"),
+    dict(mixer="lstm", attention=True, positional="rope"),
 ]
 
 
@@ -57,3 +58,21 @@ def test_zero_initialised_attention_starts_as_identity():
         on = model(x)
         model.attn_scale = 0.0
         assert torch.equal(on, model(x))
+
+
+def test_rope_scores_depend_on_the_distance_between_positions_only():
+    torch.manual_seed(0)
+    L, hs = 12, 8
+    q, k = torch.randn(hs).expand(1, 1, L, hs), torch.randn(hs).expand(1, 1, L, hs)  # one vector at every position
+    scores = rotate(q) @ rotate(k).transpose(-1, -2)  # (1, 1, L, L)
+    for d in range(-3, 4):
+        diagonal = scores[0, 0].diagonal(d)
+        assert torch.allclose(diagonal, diagonal[0].expand_as(diagonal), atol=1e-5), d
+    assert not torch.allclose(scores[0, 0].diagonal(0)[0], scores[0, 0].diagonal(2)[0])  # but it does see the distance
+    assert torch.allclose(rotate(q).norm(dim=-1), q.norm(dim=-1), atol=1e-5)  # a rotation
+    assert torch.equal(rotate(q)[..., 0, :], q[..., 0, :])  # position 0 is not turned
+
+
+def test_rope_needs_an_even_head_size():
+    with pytest.raises(ValueError, match="must be even"):
+        ModelConfig(d_model=12, n_heads=4, positional="rope")

@@ -66,7 +66,7 @@ class ModelConfig(_Frozen):
     n_heads: int = Field(4, ge=1)  # attention heads; must divide d_model
     mixer: Literal["lstm", "ssm", "none"] = "lstm"  # the recurrent sublayer ("none": pure Transformer)
     attention: bool = True  # False: pure recurrent model (no attention sublayer)
-    positional: Literal["none", "sinusoidal"] = "none"  # the recurrence carries order by default
+    positional: Literal["none", "sinusoidal", "rope"] = "none"  # the recurrence carries order by default; rope: rotary, in attention only
     mlp_ratio: int = Field(4, ge=0, le=16)  # MLP hidden width = mlp_ratio * d_model; 0: no MLP (attention-only)
     attn_zero_init: bool = True  # attention output projection starts at 0: switching it on is smooth
     attn_dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout on the attention probabilities (seed 002)
@@ -79,6 +79,8 @@ class ModelConfig(_Frozen):
     def _check(self) -> "ModelConfig":
         if self.d_model % self.n_heads:
             raise ValueError(f"`d_model % n_heads == 0` must hold, got ({self.d_model}, {self.n_heads})")
+        if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(f"positional=rope turns pairs of dims: d_model / n_heads must be even, got {self.d_model // self.n_heads}")
         if self.mixer == "none" and not self.attention:
             raise ValueError("a model needs a mixer or attention: got mixer=none and attention=false")
         return self

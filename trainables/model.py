@@ -2,6 +2,7 @@
 
     tokens (B, L)
       -> embedding (+ sinusoidal positions, optional)       (B, L, D)
+         (or rotary positions on the queries and keys: positional=rope; none by default)
       -> N x HybridBlock                                     (B, L, D)
            x = x + drop(mixer(LN(x)))                recurrent sublayer (LSTM or SSM; absent for mixer=none)
            x = x + attn_scale * drop(attn(LN(x)))    causal multi-head attention (absent if attention=false)
@@ -30,11 +31,23 @@ from trainables.config import ModelConfig
 from trainables.mixers import make_mixer
 
 
+def rotate(x: Tensor) -> Tensor:
+    """Rotary position embedding (RoPE, Su et al. 2021) on the last dim of (B, nh, L, hs): pairs
+    (x_i, x_{i+hs/2}) turned by angle pos * 10000^(-2i/hs), so q.k depends on position differences only."""
+    L, hs = x.shape[-2], x.shape[-1]
+    freq = torch.exp(torch.arange(0, hs, 2, device=x.device, dtype=torch.float32) * (-math.log(10000.0) / hs))  # (hs/2,)
+    angle = torch.arange(L, device=x.device, dtype=torch.float32)[:, None] * freq  # (L, hs/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)  # 2 x (B, nh, L, hs/2)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
 class CausalSelfAttention(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, zero_init_out: bool, dropout: float = 0.0):
+    def __init__(self, d_model: int, n_heads: int, zero_init_out: bool, dropout: float = 0.0, rope: bool = False):
         super().__init__()
         self.n_heads = n_heads
         self.dropout = dropout
+        self.rope = rope
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
         if zero_init_out:  # the sublayer starts as the identity of the residual stream
@@ -45,6 +58,8 @@ class CausalSelfAttention(nn.Module):
         B, L, D = x.shape
         q, k, v = self.qkv(x).split(D, dim=-1)  # 3 x (B, L, D)
         q, k, v = (t.view(B, L, self.n_heads, D // self.n_heads).transpose(1, 2) for t in (q, k, v))  # (B, nh, L, hs)
+        if self.rope:
+            q, k = rotate(q), rotate(k)
         p = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)  # (B, nh, L, hs)
         return self.out(y.transpose(1, 2).reshape(B, L, D))
@@ -56,7 +71,8 @@ class HybridBlock(nn.Module):
         D = cfg.d_model
         self.mixer = make_mixer(cfg)
         self.mixer_norm = nn.LayerNorm(D) if self.mixer is not None else None
-        self.attn = CausalSelfAttention(D, cfg.n_heads, cfg.attn_zero_init, cfg.attn_dropout) if cfg.attention else None
+        self.attn = CausalSelfAttention(D, cfg.n_heads, cfg.attn_zero_init, cfg.attn_dropout,
+                                        rope=cfg.positional == "rope") if cfg.attention else None
         self.attn_norm = nn.LayerNorm(D) if cfg.attention else None
         H = cfg.mlp_ratio * D
         self.mlp = nn.Sequential(nn.Linear(D, H), nn.GELU(), nn.Linear(H, D)) if H else None
