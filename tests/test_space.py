@@ -58,7 +58,7 @@ BROKEN = {
     "log_low_zero": (("low: 1.0e-4", "low: 0.0"), "space.optim.lr: `log` needs `low > 0`"),
     "no_such_path": (("dat.switch_step:", "dat.switch_stepp:"), "space.dat.switch_stepp: no such key in the trial config"),
     "nested_bad_path": (("model.positional:", "model.positionall:"), "space.model.positionall (when model.mixer=none): no such key"),
-    "bad_choice_value": (("choices: [none, sinusoidal]", "choices: [none, rotary]"), "model.positional: must be 'none' or 'sinusoidal', got 'rotary'"),
+    "bad_choice_value": (("choices: [none, sinusoidal]", "choices: [none, rotary]"), "model.positional: must be 'none', 'sinusoidal' or 'rope', got 'rotary'"),
     "cross_rule_on_samples": (("high: 100, step: 10", "high: 200, step: 10"), "`dat.switch_step <= steps` must hold"),
     "when_not_a_choice": (("      none:\n", "      gru:\n"), "`when` key 'gru' is not one of the choices"),
     "fixed_bad_value": (("d_model: 16", "d_model: 4"), "fixed.model.d_model: must be greater than or equal to 8, got 4"),
