@@ -66,7 +66,10 @@ class ModelConfig(_Frozen):
     n_heads: int = Field(4, ge=1)  # attention heads; must divide d_model
     mixer: Literal["lstm", "ssm", "none"] = "lstm"  # the recurrent sublayer ("none": pure Transformer)
     attention: bool = True  # False: pure recurrent model (no attention sublayer)
-    positional: Literal["none", "sinusoidal", "rope"] = "none"  # the recurrence carries order by default; rope: rotary, in attention only
+    # where attention gets positions: rope (rotary, on queries and keys only: the recurrent path
+    # sees none), sinusoidal (added to the input, for pure Transformers), none (order from the
+    # recurrence alone). Why rope: docs/results/dat_exploration.md
+    positional: Literal["none", "sinusoidal", "rope"] = "rope"
     mlp_ratio: int = Field(4, ge=0, le=16)  # MLP hidden width = mlp_ratio * d_model; 0: no MLP (attention-only)
     attn_zero_init: bool = True  # attention output projection starts at 0: switching it on is smooth
     attn_dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout on the attention probabilities (seed 002)

@@ -2,7 +2,7 @@
 
     tokens (B, L)
       -> embedding (+ sinusoidal positions, optional)       (B, L, D)
-         (or rotary positions on the queries and keys: positional=rope; none by default)
+         (or rotary positions on attention's queries and keys: positional=rope, the default)
       -> N x HybridBlock                                     (B, L, D)
            x = x + drop(mixer(LN(x)))                recurrent sublayer (LSTM or SSM; absent for mixer=none)
            x = x + attn_scale * drop(attn(LN(x)))    causal multi-head attention (absent if attention=false)
