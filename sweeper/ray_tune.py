@@ -9,7 +9,9 @@ downstream needs to know Ray's trial objects.
 from __future__ import annotations
 
 import functools
+import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -230,8 +232,34 @@ def can_restore(experiment_dir: Path | str) -> bool:
     return tune.Tuner.can_restore(str(experiment_dir))
 
 
+def restore_missing_checkpoints(experiment_dir: Path | str) -> list[Path]:
+    """Ray keeps one checkpoint per trial (num_to_keep=1) and snapshots the experiment about once a
+    second, so a kill can leave the snapshot naming a checkpoint a newer one already replaced, and
+    Ray cannot restore that trial ("does not exist on storage anymore"). Every checkpoint a trial
+    reported that is gone, older than its newest, gets the newest one's files (hard links, no
+    space): the trial resumes from its newest state. Local storage only. Returns what it made."""
+    made = []
+    for result_file in Path(experiment_dir).glob("*/result.json"):
+        trial_dir = result_file.parent
+        existing = sorted(p.name for p in trial_dir.glob("checkpoint_*"))
+        if not existing:
+            continue
+        reported = set()
+        for line in result_file.read_text().splitlines():
+            try:
+                reported.add(json.loads(line).get("checkpoint_dir_name"))
+            except ValueError:  # a line cut by the kill
+                continue
+        for name in sorted(n for n in reported - set(existing) if n and n < existing[-1]):
+            shutil.copytree(trial_dir / existing[-1], trial_dir / name, copy_function=os.link)
+            made.append(trial_dir / name)
+    return made
+
+
 def restore_tuner(spec: SearchSpace, experiment_dir: Path | str) -> tune.Tuner:
     """Continue a sweep: finished trials are kept, unfinished ones resume from their checkpoints,
     errored ones are retried, and the searcher (with its Optuna study) comes back."""
+    if "://" not in str(experiment_dir):  # local or mounted storage; on s3:// Ray's race stays
+        restore_missing_checkpoints(experiment_dir)
     return tune.Tuner.restore(str(experiment_dir), trainable=_resourced_trainable(spec),
                               resume_unfinished=True, resume_errored=True)

@@ -203,3 +203,18 @@ def test_a_point_that_already_trained_is_never_trained_again(tmp_path):
         n_trials = db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
         dups = db.execute("SELECT COUNT(*) FROM trial_user_attributes WHERE key = 'duplicate_of'").fetchone()[0]
     assert dups > 0 and n_trials == 6 + dups
+
+
+def test_a_checkpoint_the_snapshot_names_but_ray_replaced_is_restored_from_the_newest(tmp_path):
+    from sweeper.ray_tune import restore_missing_checkpoints
+
+    trial = tmp_path / "trainable_x"
+    (trial / "checkpoint_000005").mkdir(parents=True)
+    (trial / "checkpoint_000005" / "state.pt").write_bytes(b"newest")
+    lines = [json.dumps({"step": 10 * i, "checkpoint_dir_name": f"checkpoint_{i:06d}"}) for i in range(6)]
+    (trial / "result.json").write_text("\n".join(lines) + '\n{"step": 60, "checkpoint_dir_na')  # cut by the kill
+    made = restore_missing_checkpoints(tmp_path)
+    assert [p.name for p in made] == [f"checkpoint_{i:06d}" for i in range(5)]
+    assert (trial / "checkpoint_000004" / "state.pt").read_bytes() == b"newest"
+    assert (trial / "checkpoint_000004" / "state.pt").stat().st_ino == (trial / "checkpoint_000005" / "state.pt").stat().st_ino
+    assert restore_missing_checkpoints(tmp_path) == []  # nothing left to mend
