@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from sweeper.space import SearchSpace, SpaceError, load_space
-from sweeper.status import SPACE_FILE, SweepListener, format_table, load_records, mark_state, write_summary
+from sweeper.status import SPACE_FILE, STATUS_FILE, SweepListener, format_table, load_records, mark_state, write_summary
 
 DEFAULT_STORAGE = "sweeps"
 OPTUNA_DB = "optuna.db"
@@ -92,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
     ray_tune.init_ray(args.address)
     if resuming:  # the monitor, its listener and tracker come back with the experiment
         print(f"resuming sweep {spec.name} from {experiment_dir}")
+        if (sweep_dir / STATUS_FILE).exists():
+            ray_tune.mark_ended_trials(load_records(sweep_dir)[1])
         tuner = ray_tune.restore_tuner(spec, experiment_dir)
     else:
         print(f"sweep {spec.name}: {spec.budget.num_samples} trials, {spec.budget.max_concurrent} at once -> {experiment_dir}")

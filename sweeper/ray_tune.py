@@ -256,6 +256,21 @@ def restore_missing_checkpoints(experiment_dir: Path | str) -> list[Path]:
     return made
 
 
+def mark_ended_trials(records: list[TrialRecord]) -> list[Path]:
+    """Trials our status file saw end (completed, stopped by ASHA, diverged) may still be running
+    in Ray's last snapshot; on resume Ray would train them on. Each gets its last report in its
+    directory, and the trainable re-reports it and ends at once. Returns the files written."""
+    from trainables.tune import ENDED_FILE
+
+    written = []
+    for r in records:
+        if r.status in ("completed", "stopped", "diverged") and r.path and Path(r.path).is_dir():
+            path = Path(r.path) / ENDED_FILE
+            path.write_text(json.dumps(r.metrics))
+            written.append(path)
+    return written
+
+
 def restore_tuner(spec: SearchSpace, experiment_dir: Path | str) -> tune.Tuner:
     """Continue a sweep: finished trials are kept, unfinished ones resume from their checkpoints,
     errored ones are retried, and the searcher (with its Optuna study) comes back."""

@@ -10,7 +10,9 @@ the training step, not the report count.
 
 from __future__ import annotations
 
+import json
 import tempfile
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -19,11 +21,19 @@ from ray import tune
 from trainables.config import TrialConfig
 from trainables.train import train
 
+ENDED_FILE = "ended.json"  # in a trial's dir: its last report, written on resume for a trial that had ended
+_RAY_KEYS = {"timestamp", "training_iteration", "time_this_iter_s", "time_total_s", "time_since_restore",
+             "iterations_since_restore", "pid", "done", "date", "hostname", "node_ip", "trial_id"}
+
 
 def make_trainable(to_config: Callable[[dict[str, Any]], TrialConfig], threads: int) -> Callable[[dict], None]:
     """`to_config` maps Ray's trial config (the sampled parameters) to a TrialConfig; it must pickle."""
 
     def trainable(params: dict) -> None:
+        ended = Path(tune.get_context().get_trial_dir()) / ENDED_FILE
+        if ended.exists():  # it ended before a kill that Ray's last snapshot predates: say so again, train no more
+            tune.report({k: v for k, v in json.loads(ended.read_text()).items() if k not in _RAY_KEYS})
+            return
         torch.set_num_threads(max(1, threads))
         cfg = to_config(params)
         checkpoint = tune.get_checkpoint()
