@@ -28,7 +28,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler  # noqa: E402
 from ray.tune.search.optuna import OptunaSearch  # noqa: E402
 
 from sweeper.optuna_space import baseline_points, define_by_run, make_sampler  # noqa: E402
-from sweeper.records import TrialRecord, classify  # noqa: E402
+from sweeper.records import TrialRecord, classify, trainer_metrics  # noqa: E402
 from sweeper.space import SearchSpace, trial_config_for  # noqa: E402
 from trainables.tune import make_trainable  # noqa: E402
 
@@ -266,7 +266,7 @@ def mark_ended_trials(records: list[TrialRecord]) -> list[Path]:
     for r in records:
         if r.status in ("completed", "stopped", "diverged") and r.path and Path(r.path).is_dir():
             path = Path(r.path) / ENDED_FILE
-            path.write_text(json.dumps(r.metrics))
+            path.write_text(json.dumps(trainer_metrics(r.metrics)))
             written.append(path)
     return written
 

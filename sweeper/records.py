@@ -29,6 +29,16 @@ class TrialRecord:
 _PER_LENGTH = re.compile(r"(.+)_(\d+)x")  # acc_3x, state_acc_1x, raw_tv_4x: a metric at k x max_len
 
 
+RAY_KEYS = {"timestamp", "training_iteration", "time_this_iter_s", "time_total_s", "time_since_restore",
+            "iterations_since_restore", "pid", "done", "date", "hostname", "node_ip", "trial_id", "checkpoint_dir_name",
+            "should_checkpoint", "experiment_tag", "config"}  # what Ray adds to every report
+
+
+def trainer_metrics(metrics: dict) -> dict:
+    """A report as the trainer made it: without the keys Ray adds."""
+    return {k: v for k, v in metrics.items() if k not in RAY_KEYS}
+
+
 def length_family(metric: str) -> str:
     """The per-length metric family a score belongs to: `tv_3x` -> `tv`; `acc` if it has none."""
     match = _PER_LENGTH.fullmatch(metric)

@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from sweeper import plots
-from sweeper.records import TrialRecord, is_per_length, ranked, score
+from sweeper.records import TrialRecord, is_per_length, ranked, score, trainer_metrics
 from sweeper.space import SearchSpace, flatten, trial_config_for
 from sweeper.status import format_table, write_json_atomic
 from trainables.config import ConfigError
@@ -201,8 +201,8 @@ class SweepTracker:
         if record.step <= entry["last_step"]:
             return
         now = int(time.time() * 1000)
-        metrics = [Metric(k, float(v), now, record.step) for k, v in record.metrics.items()
-                   if k not in _RAY_KEYS and isinstance(v, (int, float)) and v == v]
+        metrics = [Metric(k, float(v), now, record.step) for k, v in trainer_metrics(record.metrics).items()
+                   if isinstance(v, (int, float)) and v == v]
         self.client.log_batch(entry["run_id"], metrics=metrics)
         entry["last_step"] = record.step
         self._save()
@@ -278,10 +278,6 @@ class SweepTracker:
         ]
         return [p for p in out if p is not None]
 
-
-_RAY_KEYS = {"timestamp", "training_iteration", "time_this_iter_s", "time_total_s", "time_since_restore",
-             "iterations_since_restore", "pid", "done", "date", "hostname", "node_ip", "trial_id", "checkpoint_dir_name",
-             "should_checkpoint", "experiment_tag", "config"}
 
 
 def summary_csv(records: list[TrialRecord]) -> str:

@@ -21,9 +21,7 @@ from ray import tune
 from trainables.config import TrialConfig
 from trainables.train import train
 
-ENDED_FILE = "ended.json"  # in a trial's dir: its last report, written on resume for a trial that had ended
-_RAY_KEYS = {"timestamp", "training_iteration", "time_this_iter_s", "time_total_s", "time_since_restore",
-             "iterations_since_restore", "pid", "done", "date", "hostname", "node_ip", "trial_id"}
+ENDED_FILE = "ended.json"  # in a trial's dir: its last report (trainer's keys only), written on resume for a trial that had ended
 
 
 def make_trainable(to_config: Callable[[dict[str, Any]], TrialConfig], threads: int) -> Callable[[dict], None]:
@@ -32,7 +30,7 @@ def make_trainable(to_config: Callable[[dict[str, Any]], TrialConfig], threads: 
     def trainable(params: dict) -> None:
         ended = Path(tune.get_context().get_trial_dir()) / ENDED_FILE
         if ended.exists():  # it ended before a kill that Ray's last snapshot predates: say so again, train no more
-            tune.report({k: v for k, v in json.loads(ended.read_text()).items() if k not in _RAY_KEYS})
+            tune.report(json.loads(ended.read_text()))
             return
         torch.set_num_threads(max(1, threads))
         cfg = to_config(params)
