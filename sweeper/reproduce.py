@@ -254,7 +254,8 @@ def run(args: argparse.Namespace) -> int:
         bar.append(("the full reproduction in <= 45 min of wall time", wall <= 45 * 60, f"{wall / 60:.1f} min on {workers} workers"))
     for row, ok, value in bar:
         print(f"{'PASS' if ok else 'MISS'}  {row}: {value}")
-    if gaps := gap_table(results, every=max(1, args.gap_every)):
+    gaps = gap_table(results, every=max(1, args.gap_every))
+    if gaps:
         print(gaps)
     print(f"wall time {wall / 60:.1f} min")
     if args.out:
@@ -263,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
         md = out / ("dat_reproduction_quick.md" if args.quick else "dat_reproduction.md")
         plot(table, load_trial_config("hybrid_dat").task.max_len, md.with_suffix(".png"), training=curves(results))
         write_markdown(md, table, bar, "sweeper " + " ".join(sys.argv[1:]), wall, overrides, args.seeds,
-                       gap_table(results, every=max(1, args.gap_every)), commit)
+                       gaps, commit)
         (md.with_suffix(".json")).write_text(json.dumps({"results": results, "table": table}, indent=1))
         print(f"wrote {md}")
     return 0
