@@ -1,16 +1,60 @@
-"""`sweeper`: the command line. One verb, one function; user mistakes exit 2 with one line."""
+"""`sweeper`: the command line. One verb, one function; user mistakes exit 2 with one line.
+
+Building the parser imports nothing heavy (no torch, Ray, Optuna or MLflow): `--help` and
+`validate` answer in well under a second; each verb imports what it needs when it runs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
+from typing import Callable, NoReturn
 
 from trainables.config import ConfigError, preset_names
+from trainables.errors import brief, one_line
 
-from sweeper import launch as launch_cmd
-from sweeper import trial as trial_cmd
-from sweeper import validate as validate_cmd
+DEFAULT_STORAGE = "sweeps"  # sweeper.launch.DEFAULT_STORAGE (not imported here: launch pulls in pydantic models)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line and exit 2 (not usage + message)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {one_line(f'{self.prog}: {message}')} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {brief(text, 40)}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number >= 0."""
+    return 0 if text.strip() == "0" else positive_int(text)
+
+
+def port(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (1-65535), got {value}")
+    return value
+
+
+def _lazy(module: str, function: str = "run") -> Callable[[argparse.Namespace], int]:
+    """The verb's function, imported when the verb runs."""
+
+    def call(args: argparse.Namespace) -> int:
+        import importlib
+
+        return getattr(importlib.import_module(module), function)(args)
+
+    return call
 
 
 def _add_trial(sub: argparse._SubParsersAction) -> None:
@@ -19,18 +63,18 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
     p.add_argument("config", help="trial config YAML, or a preset: " + ", ".join(preset_names()))
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field by dotted path, e.g. --set dat.switch_step=500 (repeatable)")
-    p.add_argument("--steps", type=int, help="shorthand for --set steps=N")
+    p.add_argument("--steps", type=positive_int, help="shorthand for --set steps=N")
     p.add_argument("--out", help="directory for metrics.jsonl, result.json and the latest checkpoint")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.set_defaults(func=trial_cmd.run)
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.set_defaults(func=_lazy("sweeper.trial"))
 
 
 def _add_validate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check a search-space file and show what it searches; runs nothing")
     p.add_argument("file", help="search-space YAML (search_spaces/*.yaml)")
-    p.add_argument("--samples", type=int, default=3, help="sampled configs to print (default 3)")
-    p.set_defaults(func=validate_cmd.run)
+    p.add_argument("--samples", type=count, default=3, help="sampled configs to print (default 3; 0 for none)")
+    p.set_defaults(func=_lazy("sweeper.validate"))
 
 
 def _add_launch(sub: argparse._SubParsersAction) -> None:
@@ -40,20 +84,19 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
                                    "directory exists is resumed.")
     p.add_argument("file", help="search-space YAML (search_spaces/*.yaml)")
     p.add_argument("--address", help="an existing Ray cluster: auto, or ray://HOST:10001 (default: a local Ray)")
-    p.add_argument("--storage", help=f"where trial results go: a path or s3://, gs:// (default ./{launch_cmd.DEFAULT_STORAGE})")
+    p.add_argument("--storage", help=f"where trial results go: a path or s3://, gs:// (default ./{DEFAULT_STORAGE})")
     p.add_argument("--shared-storage", action="store_true", help="confirm that a local --storage path is shared by all nodes")
     p.add_argument("--restart", action="store_true", help="delete the sweep's directory and start over")
     p.add_argument("--tracking-uri", help="MLflow tracking server (http://HOST:5000); default $MLFLOW_TRACKING_URI "
                                           "or the embedded ./mlflow.db")
     p.add_argument("--experiment", help="MLflow experiment name (default: the sweep's name)")
-    p.set_defaults(func=launch_cmd.run)
+    p.set_defaults(func=_lazy("sweeper.launch"))
 
 
 def _add_submit(sub: argparse._SubParsersAction) -> None:
-    from sweeper import submit
-
     p = sub.add_parser("submit", help="run a sweep on a remote Ray cluster as a Ray job; its status, logs, stop",
-                       description=submit.__doc__.split("\n\n")[0])
+                       description="Submit a sweep to a remote Ray cluster as a Ray job (the space file travels "
+                                   "with it; the code comes from the cluster's image); or ask about a submitted job.")
     p.add_argument("file", nargs="?", help="search-space YAML to submit")
     p.add_argument("--address", help="the cluster's Ray dashboard, http://HEAD:8265 (default $RAY_ADDRESS)")
     p.add_argument("--storage", help="where trial results go: s3://, gs://, or an absolute path on the cluster")
@@ -66,23 +109,24 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
     job.add_argument("--status", metavar="JOB", help="print a submitted job's status")
     job.add_argument("--logs", metavar="JOB", help="print a submitted job's logs (with --follow: until it ends)")
     job.add_argument("--stop", metavar="JOB", help="stop a submitted job")
-    p.set_defaults(func=submit.run)
+    p.set_defaults(func=_lazy("sweeper.submit"))
 
 
 def _add_status(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="the state of a running or finished sweep, from its directory")
     p.add_argument("name", help="the sweep's name (its directory under --storage), or a path to it")
-    p.add_argument("--storage", help=f"the storage the sweep ran with (default ./{launch_cmd.DEFAULT_STORAGE})")
+    p.add_argument("--storage", help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
     p.set_defaults(func=status_cmd)
 
 
 def status_cmd(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from sweeper.launch import sweep_dir_for
     from sweeper.status import STATUS_FILE, print_status
 
     direct = Path(args.name)
-    sweep_dir = direct if (direct / STATUS_FILE).exists() else launch_cmd.sweep_dir_for(args.name, args.storage)[1]
+    sweep_dir = direct if (direct / STATUS_FILE).exists() else sweep_dir_for(args.name, args.storage)[1]
     if not (sweep_dir / STATUS_FILE).exists():
         raise ConfigError(f"{sweep_dir}: no sweep here (no {STATUS_FILE}); `sweeper launch FILE` starts one")
     print_status(sweep_dir)
@@ -90,35 +134,34 @@ def status_cmd(args: argparse.Namespace) -> int:
 
 
 def _add_reproduce(sub: argparse._SubParsersAction) -> None:
-    from sweeper import reproduce
+    from sweeper.reproduce import SYSTEMS  # stdlib + config only at import
 
     p = sub.add_parser("reproduce", help="train the DAT paper's four systems over seeds and write the results table",
-                       description=reproduce.__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--workers", type=int, default=None, help="processes at once (default: all cores)")
-    p.add_argument("--systems", nargs="+", choices=list(reproduce.SYSTEMS), help="a subset of the systems")
+                       description="Train the DAT paper's four systems (DAT hybrid, joint hybrid, pure LSTM, pure "
+                                   "Transformer) over seeds, check the bar, write the table, plot and JSON.")
+    p.add_argument("--seeds", type=positive_int, default=3, help="training seeds per system (default 3)")
+    p.add_argument("--workers", type=positive_int, default=None, help="processes at once (default: all cores)")
+    p.add_argument("--systems", nargs="+", choices=list(SYSTEMS), help="a subset of the systems")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a trial-config field for every system (dat.* only for the DAT hybrid)")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"], help="where the runs train (default cpu)")
     p.add_argument("--quick", action="store_true", help="a tiny budget that checks the plumbing, not the science")
     p.add_argument("--out", default="docs/results", help="where the markdown, plot and JSON go ('' for nowhere)")
-    p.add_argument("--gap-every", type=int, default=1000, metavar="STEPS",
+    p.add_argument("--gap-every", type=positive_int, default=1000, metavar="STEPS",
                    help="the hybrids' acc at 3x is tabled every STEPS training steps (default 1000)")
     p.add_argument("--reuse", metavar="JSON", help="take the systems not run now from an earlier run's JSON")
-    p.set_defaults(func=lambda args: reproduce.run(args))
+    p.set_defaults(func=_lazy("sweeper.reproduce"))
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
-    from sweeper import report
-
     p = sub.add_parser("report", help="compare a sweep's trials from MLflow: top trials, parameter effects, importances")
     p.add_argument("name", help="the sweep's name, or a path to its directory")
-    p.add_argument("--storage", help=f"the storage the sweep ran with (default ./{launch_cmd.DEFAULT_STORAGE})")
+    p.add_argument("--storage", help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
     p.add_argument("--tracking-uri", help="default: the one the sweep logged to")
     p.add_argument("--experiment", help="MLflow experiment (default: the sweep's name)")
-    p.add_argument("--top", type=int, default=10)
+    p.add_argument("--top", type=positive_int, default=10, help="trials in the table (default 10)")
     p.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown")
-    p.set_defaults(func=report.run)
+    p.set_defaults(func=_lazy("sweeper.report"))
 
 
 def _add_ui(sub: argparse._SubParsersAction) -> None:
@@ -126,7 +169,7 @@ def _add_ui(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name", nargs="?", help="a sweep whose experiment page to print")
     p.add_argument("--tracking-uri", help="default $MLFLOW_TRACKING_URI or ./mlflow.db")
     p.add_argument("--host", default="127.0.0.1", help="interface to serve on (default loopback only)")
-    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--port", type=port, default=5000, help="port to serve on (default 5000)")
     p.set_defaults(func=ui_cmd)
 
 
@@ -167,11 +210,22 @@ def ui_cmd(args: argparse.Namespace) -> int:
 PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [_add_trial, _add_validate, _add_launch, _add_submit, _add_status, _add_report, _add_ui, _add_reproduce]
 
 
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as package_version
+
+    try:
+        return package_version("dat-sweeper")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="sweeper",
         description="Hyperparameter sweeps for Delayed Attention Training in Transformer-RNN hybrids.",
     )
+    parser.add_argument("--version", action="version", version=f"sweeper {version()}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for add in PARSERS:
         add(sub)
@@ -183,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args) or 0
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

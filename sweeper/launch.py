@@ -18,6 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
+from sweeper.fs import check_writable
 from sweeper.space import SearchSpace, SpaceError, load_space
 from sweeper.status import SPACE_FILE, STATUS_FILE, SweepListener, format_table, load_records, mark_state, write_summary
 
@@ -63,6 +64,38 @@ def prepare_sweep_dir(spec: SearchSpace, space_file: str, sweep_dir: Path, resto
     return False
 
 
+def local_gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_local_resources(spec: SearchSpace, source: str) -> None:
+    """A local sweep whose trial asks for more than this machine has would wait forever: refuse it."""
+    cpus = os.cpu_count() or 1
+    if spec.resources.cpu > cpus:
+        raise SpaceError(f"{source}: resources.cpu: a trial asks for {spec.resources.cpu:g} CPUs, this machine has {cpus} "
+                         "(no trial could ever start); lower it, or run on a cluster with --address")
+    if spec.resources.gpu > 0:
+        gpus = local_gpu_count()
+        if spec.resources.gpu > gpus:
+            raise SpaceError(f"{source}: resources.gpu: a trial asks for {spec.resources.gpu:g} GPUs, this machine has {gpus} "
+                             "(no trial could ever start); set it to 0, or run on a cluster with --address")
+
+
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def loopback_only() -> None:
+    """A local sweep's Ray listens on 127.0.0.1 only. Ray binds its servers (GCS, raylet, workers,
+    agents) to the node IP; with this setting, read when ray is imported and inherited by every
+    Ray process, the node IP of a single-machine instance is loopback. Call before importing ray."""
+    if "ray" in sys.modules and os.environ.get(LOOPBACK_ENV) != "0":
+        print("note: ray was imported before the loopback setting; the local Ray may listen beyond 127.0.0.1",
+              file=sys.stderr)
+    os.environ.setdefault(LOOPBACK_ENV, "0")
+
+
 def _graceful_sigterm() -> None:
     """Ray Tune stops gracefully (saving state for a resume) on SIGINT and SIGUSR1, but ray.init
     makes SIGTERM exit at once; route SIGTERM to the graceful path. Call after ray.init."""
@@ -75,6 +108,10 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_space(args.file)  # every user mistake surfaces here, before Ray starts
     experiment_dir, sweep_dir = sweep_dir_for(spec.name, args.storage)
+    if not is_uri(args.storage or DEFAULT_STORAGE):
+        check_writable(sweep_dir, "--storage" if args.storage else "the sweep directory")
+    if args.address is None:
+        check_local_resources(spec, args.file)
     uri = tracking.resolve_uri(args.tracking_uri)
     tracking.preflight(uri, source=tracking.uri_source(args.tracking_uri))
     if args.address and not is_uri(args.storage or DEFAULT_STORAGE) and not args.shared_storage:
@@ -82,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
               "cluster every node must see it (NFS, a shared volume); otherwise use --storage s3://... "
               "(pass --shared-storage to confirm the path is shared)", file=sys.stderr)
 
+    if args.address is None:
+        loopback_only()
     from sweeper import ray_tune  # heavy: imported only once the input is known to be good
 
     restorable = ray_tune.can_restore(experiment_dir)

@@ -13,6 +13,7 @@ from typing import Any, Iterator
 import optuna
 
 from trainables.config import ConfigError
+from trainables.errors import brief, cut
 from sweeper.space import CategoricalParam, FloatParam, IntParam, Param, SearchSpace, SpaceError, param_names, trial_config_for
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -102,7 +103,7 @@ def baseline_points(spec: SearchSpace, source: str = "<space>") -> list[dict[str
                 name = by_path[key][0]
             else:
                 known = ", ".join(by_name)
-                raise SpaceError(f"{where}.{key}: not a searched parameter (searched: {known})")
+                raise SpaceError(f"{where}.{cut(str(key), 60)}: not a searched parameter (searched: {cut(known, 120)})")
             p, _ = by_name[name]
             dist = distribution(p)
             try:
@@ -110,12 +111,12 @@ def baseline_points(spec: SearchSpace, source: str = "<space>") -> list[dict[str
             except (TypeError, ValueError):
                 ok = False
             if not ok:
-                raise SpaceError(f"{where}.{key}: {value!r} is outside the searched {_describe(p)}")
+                raise SpaceError(f"{where}.{key}: {brief(value)} is outside the searched {cut(_describe(p), 100)}")
             point[name] = value
         for name in point:
             for parent, choice in by_name[name][1]:
                 if parent in point and point[parent] != choice:
-                    raise SpaceError(f"{where}.{name}: exists only when {parent}={choice}, but the point sets {parent}={point[parent]!r}")
+                    raise SpaceError(f"{where}.{name}: exists only when {parent}={brief(choice)}, but the point sets {parent}={brief(point[parent])}")
         points.append(point)
     return points
 
@@ -150,7 +151,8 @@ def sample_configs(spec: SearchSpace, source: str, n_random: int) -> list[dict[s
             trial_config_for(spec, params, source)
         except ConfigError as err:
             rule = str(err).removeprefix(f"{source}: ")
-            raise SpaceError(f"{source}: space: the sampled point {params} breaks a trial-config rule: {rule}") from None
+            raise SpaceError(f"{source}: space: a sampled point breaks a trial-config rule: {rule} "
+                             f"(the point: {brief(params, 100)})") from None
     return samples
 
 

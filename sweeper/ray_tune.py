@@ -40,8 +40,10 @@ def init_ray(address: str | None, quiet: bool = True) -> None:
     if ray.is_initialized():
         return
     kwargs: dict[str, Any] = {"log_to_driver": not quiet, "logging_level": "ERROR" if quiet else "INFO"}
-    if address is None:  # a private instance, even if some other Ray runs on this machine
-        address, kwargs["include_dashboard"] = "local", False
+    if address is None:  # a private instance, even if some other Ray runs on this machine,
+        # reachable from this machine only: every Ray server binds the node IP, here loopback
+        # (with LOOPBACK_ENV set before ray was imported, see `loopback_only`)
+        address, kwargs["include_dashboard"], kwargs["_node_ip_address"] = "local", False, "127.0.0.1"
     ray.init(address=address, **kwargs)
 
 
@@ -190,12 +192,8 @@ def build_tuner(spec: SearchSpace, experiment_dir: Path | str, monitor: SweepMon
         max_steps=budget.max_steps,
     )
     if sch.type == "asha":
-        scheduler = ASHAScheduler(
-            time_attr=STEP,
-            max_t=sch.max_t or budget.max_steps,
-            grace_period=sch.grace_period or min(2 * budget.eval_every, budget.max_steps),
-            reduction_factor=sch.reduction_factor,
-        )
+        grace_period, max_t = spec.asha_limits()
+        scheduler = ASHAScheduler(time_attr=STEP, max_t=max_t, grace_period=grace_period, reduction_factor=sch.reduction_factor)
     else:
         scheduler = FIFOScheduler()
     experiment_dir = str(experiment_dir)

@@ -25,9 +25,13 @@ from typing import Annotated, Any, Iterator, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from trainables.config import ConfigError, TrialConfig, format_validation_error, read_yaml, set_dotted, trial_config_from_dict
+from trainables import footprint
+from trainables.config import MAX_SEED, MAX_STEPS, ConfigError, TrialConfig, format_validation_error, read_yaml, set_dotted, trial_config_from_dict
+from trainables.errors import brief
+from trainables.metrics import direction, reported_metrics
 
 N_VALIDATION_SAMPLES = 200
+MAX_INT = 10**15  # ends of an int range; beyond any sensible setting, within a float's exact range
 
 
 class SpaceError(ConfigError):
@@ -35,14 +39,14 @@ class SpaceError(ConfigError):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class IntParam(_Frozen):
     type: Literal["int"]
-    low: int
-    high: int
-    step: int = Field(1, ge=1)
+    low: int = Field(ge=-MAX_INT, le=MAX_INT)
+    high: int = Field(ge=-MAX_INT, le=MAX_INT)
+    step: int = Field(1, ge=1, le=MAX_INT)
     log: bool = False
 
     @model_validator(mode="after")
@@ -50,13 +54,14 @@ class IntParam(_Frozen):
         _check_range(self.low, self.high, self.log)
         if self.log and self.step != 1:
             raise ValueError(f"`log` needs `step == 1`, got step={self.step}")
+        _check_step(self.low, self.high, self.step)
         return self
 
 
 class FloatParam(_Frozen):
     type: Literal["float"]
-    low: float
-    high: float
+    low: float = Field(ge=-1e300, le=1e300)
+    high: float = Field(ge=-1e300, le=1e300)
     step: float | None = Field(None, gt=0)
     log: bool = False
 
@@ -65,6 +70,8 @@ class FloatParam(_Frozen):
         _check_range(self.low, self.high, self.log)
         if self.log and self.step is not None:
             raise ValueError("`log` and `step` cannot be used together")
+        if self.step is not None:
+            _check_step(self.low, self.high, self.step)
         return self
 
 
@@ -73,16 +80,16 @@ Scalar = Union[bool, int, float, str, None]
 
 class CategoricalParam(_Frozen):
     type: Literal["categorical"]
-    choices: list[Scalar] = Field(min_length=1)
+    choices: list[Scalar] = Field(min_length=1, max_length=1000)
     when: dict[Scalar, dict[str, "Param"]] = {}  # choice -> parameters that exist only under it
 
     @model_validator(mode="after")
     def _check(self) -> "CategoricalParam":
         if len(set(map(repr, self.choices))) != len(self.choices):
-            raise ValueError(f"choices must be distinct, got {self.choices}")
+            raise ValueError(f"choices must be distinct, got {brief(self.choices)}")
         for key in self.when:
             if not any(key == c and type(key) is type(c) for c in self.choices):
-                raise ValueError(f"`when` key {key!r} is not one of the choices {self.choices}")
+                raise ValueError(f"`when` key {brief(key)} is not one of the choices {brief(self.choices)}")
         return self
 
 
@@ -97,11 +104,16 @@ def _check_range(low: float, high: float, log: bool) -> None:
         raise ValueError(f"`log` needs `low > 0`, got low={low}")
 
 
+def _check_step(low: float, high: float, step: float) -> None:
+    if step > high - low:  # the range would collapse to its low end
+        raise ValueError(f"`step <= high - low` must hold (else only `low` can be drawn), got step={step} for [{low}, {high}]")
+
+
 class Budget(_Frozen):
-    num_samples: int = Field(20, ge=1)  # trials in the sweep, baselines included
-    max_concurrent: int = Field(2, ge=1)  # trials running at once
-    max_steps: int = Field(6000, ge=1)  # training steps of a trial that is never stopped
-    eval_every: int = Field(250, ge=1)  # report (and checkpoint, and ASHA decision) interval
+    num_samples: int = Field(20, ge=1, le=1_000_000)  # trials in the sweep, baselines included
+    max_concurrent: int = Field(2, ge=1, le=100_000)  # trials running at once
+    max_steps: int = Field(6000, ge=1, le=MAX_STEPS)  # training steps of a trial that is never stopped
+    eval_every: int = Field(250, ge=1, le=MAX_STEPS)  # report (and checkpoint, and ASHA decision) interval
 
     @model_validator(mode="after")
     def _check(self) -> "Budget":
@@ -112,20 +124,20 @@ class Budget(_Frozen):
 
 class Scheduler(_Frozen):
     type: Literal["asha", "fifo"] = "asha"
-    grace_period: int | None = Field(None, ge=1)  # steps before a trial can be stopped; default 2 x eval_every
-    max_t: int | None = Field(None, ge=1)  # default budget.max_steps
-    reduction_factor: float = Field(3.0, gt=1.0)
+    grace_period: int | None = Field(None, ge=1, le=MAX_STEPS)  # steps before a trial can be stopped; default 2 x eval_every
+    max_t: int | None = Field(None, ge=1, le=MAX_STEPS)  # must equal budget.max_steps (its default)
+    reduction_factor: float = Field(3.0, gt=1.0, le=1000.0)
 
 
 class Searcher(_Frozen):
     sampler: Literal["tpe", "random", "cmaes", "qmc"] = "tpe"
-    seed: int = 0
-    baseline: list[dict[str, Any]] = []  # points evaluated first: {param name: value}
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    baseline: list[dict[str, Any]] = Field([], max_length=10_000)  # points evaluated first: {param name: value}
 
 
 class Resources(_Frozen):
-    cpu: float = Field(1.0, gt=0)
-    gpu: float = Field(0.0, ge=0)
+    cpu: float = Field(1.0, gt=0, le=100_000)
+    gpu: float = Field(0.0, ge=0, le=1024)
 
     @model_validator(mode="after")
     def _check(self) -> "Resources":
@@ -135,16 +147,28 @@ class Resources(_Frozen):
 
 
 class SearchSpace(_Frozen):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    description: str = ""
-    metric: str = "acc_3x"
-    mode: Literal["max", "min"] = "max"
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=80)  # also a directory name
+    description: str = Field("", max_length=10_000)
+    metric: str = Field("acc_3x", max_length=100)  # a metric the trials report (trainables/metrics.py)
+    mode: Literal["max", "min"] = None  # type: ignore[assignment]  # default: the metric's own direction
     fixed: dict[str, Any] = {}
     space: dict[str, Param] = Field(min_length=1)
     budget: Budget = Budget()
     scheduler: Scheduler = Scheduler()
     searcher: Searcher = Searcher()
     resources: Resources = Resources()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_mode(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("mode") is None and isinstance(data.get("metric", "acc_3x"), str):
+            data = {**data, "mode": direction(data.get("metric", "acc_3x")) or "max"}
+        return data
+
+    def asha_limits(self) -> tuple[int, int]:
+        """(grace_period, max_t) as ASHA gets them: the one place their defaults are resolved."""
+        b, s = self.budget, self.scheduler
+        return (s.grace_period or min(2 * b.eval_every, b.max_steps)), (s.max_t or b.max_steps)
 
 
 # --------------------------------------------------------------------------- walking the tree
@@ -197,9 +221,10 @@ def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
 def load_space(path: str | Path, n_samples: int = N_VALIDATION_SAMPLES) -> SearchSpace:
     """Read and fully validate a search-space file; raise SpaceError on the first mistake."""
     source = str(path)
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise SpaceError(f"{source}: must be a mapping of keys (name, space, ...), got {type(data).__name__}")
+    try:
+        data = read_yaml(path)
+    except ConfigError as err:
+        raise SpaceError(str(err)) from None
     try:
         spec = SearchSpace.model_validate(data)
     except ValidationError as err:
@@ -259,9 +284,9 @@ def check_space(spec: SearchSpace, source: str, n_samples: int) -> None:
                 raise SpaceError(format_validation_error(one, f"{source}: fixed").replace(": fixed: ", ": fixed.", 1)) from None
 
     sch, budget = spec.scheduler, spec.budget
-    max_t = sch.max_t or budget.max_steps
-    if max_t > budget.max_steps:
-        raise SpaceError(f"{source}: scheduler.max_t: `max_t <= budget.max_steps` must hold, got ({max_t}, {budget.max_steps})")
+    _, max_t = spec.asha_limits()
+    if max_t != budget.max_steps:  # a trial stopped at max_t < max_steps would count as pruned, never complete
+        raise SpaceError(f"{source}: scheduler.max_t: must equal budget.max_steps (or be left out), got ({max_t}, {budget.max_steps})")
     if sch.type == "asha" and (sch.grace_period or 0) > max_t:
         raise SpaceError(f"{source}: scheduler.grace_period: `grace_period <= max_t` must hold, got ({sch.grace_period}, {max_t})")
     if sch.type == "asha" and sch.grace_period is not None and sch.grace_period < budget.eval_every:
@@ -272,4 +297,30 @@ def check_space(spec: SearchSpace, source: str, n_samples: int) -> None:
     if len(spec.searcher.baseline) > budget.num_samples:
         raise SpaceError(f"{source}: searcher.baseline: more baseline points ({len(spec.searcher.baseline)}) than budget.num_samples ({budget.num_samples})")
 
-    sample_configs(spec, source, n_samples)
+    known_direction = direction(spec.metric)
+    if known_direction is not None and spec.mode != known_direction:
+        better = "lower" if known_direction == "min" else "higher"
+        raise SpaceError(f"{source}: mode: {spec.metric} is better {better}, so mode must be {known_direction} "
+                         f"(or leave mode out), got {spec.mode}")
+    if fixed_flat.get("device") == "cuda" and spec.resources.gpu == 0:
+        raise SpaceError(f"{source}: fixed.device: cuda needs resources.gpu > 0 (trials get no GPU otherwise), got gpu 0")
+    if spec.resources.gpu > 0 and fixed_flat.get("device") == "cpu":
+        raise SpaceError(f"{source}: resources.gpu: trials with fixed.device cpu would hold a GPU they never use, got gpu {spec.resources.gpu}")
+
+    for params in sample_configs(spec, source, n_samples):
+        check_trial(spec, trial_config_for(spec, params, source), source, params)
+
+
+def check_trial(spec: SearchSpace, cfg: TrialConfig, source: str, params: dict[str, Any]) -> None:
+    """What a sampled trial config must satisfy beyond its own rules: the sweep's metric is one
+    it reports, and it fits in this machine's memory."""
+    names = reported_metrics(cfg)
+    if spec.metric not in names:
+        close = sorted(n for n in names if n.split("_")[0] == spec.metric.split("_")[0]) or sorted(names)
+        raise SpaceError(f"{source}: metric: trials of this space do not report {brief(spec.metric, 40)} "
+                         f"(task {cfg.task.name}, lengths {list(cfg.eval.multipliers)}); e.g. {', '.join(close[:4])}")
+    try:
+        footprint.check_fits(cfg, source)
+    except ConfigError as err:
+        where = f" at the sampled point {brief(params, 80)}" if params else ""
+        raise SpaceError(f"{err}{where}") from None

@@ -34,7 +34,9 @@ from sweeper import plots
 from sweeper.records import TrialRecord, is_per_length, ranked, score, trainer_metrics
 from sweeper.space import SearchSpace, flatten, trial_config_for
 from sweeper.status import format_table, write_json_atomic
+from sweeper.fs import check_writable
 from trainables.config import ConfigError
+from trainables.errors import cut
 
 RUNS_FILE = "mlflow_runs.json"
 DEFAULT_DB = "mlflow.db"
@@ -66,17 +68,18 @@ def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") 
                     raise ConfigError(f"{source} {uri}: the MLflow server answered HTTP {response.status} on /health")
         except (urllib.error.URLError, OSError, ValueError) as err:
             reason = getattr(err, "reason", err)
-            raise ConfigError(f"{source} {uri}: MLflow tracking server unreachable ({reason}); start it "
+            raise ConfigError(f"{source} {cut(uri, 120)}: MLflow tracking server unreachable ({cut(str(reason), 80)}); start it "
                               f"(on a cluster: is the mlflow Service up?), or, on one machine, "
                               f"unset it to log to ./{DEFAULT_DB}") from None
     elif uri.startswith("sqlite:///"):
         folder = Path(uri.removeprefix("sqlite:///")).parent
-        if not folder.is_dir() or not os.access(folder, os.W_OK):
-            raise ConfigError(f"{source} {uri}: folder {folder} does not exist or is not writable")
+        if not folder.is_dir():
+            raise ConfigError(f"{source} {cut(uri, 120)}: folder {cut(str(folder), 120)} does not exist")
+        check_writable(folder, f"{source} {cut(uri, 120)}: folder")
     elif uri.startswith("file:") or "://" not in uri:
-        return
+        check_writable(uri.removeprefix("file://").removeprefix("file:"), source)
     elif uri.split("://")[0] not in ("databricks", "postgresql", "mysql", "mssql"):
-        raise ConfigError(f"{source} {uri}: unknown scheme; use http(s)://HOST:PORT or sqlite:///PATH")
+        raise ConfigError(f"{source} {cut(uri, 120)}: unknown scheme; use http(s)://HOST:PORT or sqlite:///PATH")
 
 
 def client(uri: str):

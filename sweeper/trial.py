@@ -7,11 +7,12 @@ import json
 import shutil
 from pathlib import Path
 
-import torch
 import yaml
 
+from trainables import footprint
 from trainables.config import ConfigError, TrialConfig, load_trial_config, with_overrides
-from trainables.train import CHECKPOINT_FILE, checkpoint_step, train
+from trainables.errors import cut
+from trainables.safe_yaml import load_yaml_text
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -20,10 +21,10 @@ def parse_overrides(items: list[str]) -> dict:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set {item}: must be KEY=VALUE, e.g. --set dat.switch_step=500")
+            raise ConfigError(f"--set {cut(item, 60)}: must be KEY=VALUE, e.g. --set dat.switch_step=500")
         try:
-            out[key.strip()] = yaml.safe_load(raw)
-        except yaml.YAMLError:
+            out[key.strip()] = load_yaml_text(raw, f"--set {cut(key, 40)}", root_mapping=False)
+        except ConfigError:
             out[key.strip()] = raw
     return out
 
@@ -52,6 +53,13 @@ def run(args: argparse.Namespace) -> int:
     cfg: TrialConfig = with_overrides(load_trial_config(args.config), overrides, source="--set")
     if args.resume and not args.out:
         raise ConfigError("--resume: needs --out DIR (the run directory to continue)")
+    footprint.check_fits(cfg, args.config)
+
+    import torch  # heavy: only once the config is known to be good
+
+    from trainables.train import CHECKPOINT_FILE, checkpoint_step, resolve_device, train
+
+    resolve_device(cfg.device, source=args.config)  # device: cuda on a machine without one is refused here
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -64,8 +72,11 @@ def run(args: argparse.Namespace) -> int:
             _drop_reports_after(out / "metrics.jsonl", checkpoint_step(ckpt))
         elif (out / "metrics.jsonl").exists() and not args.resume:
             raise ConfigError(f"--out {out}: already holds a run; pass --resume to continue it or choose another directory")
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        except OSError as err:
+            raise ConfigError(f"--out {cut(str(out), 80)}: cannot write there: {err.strerror or err}") from None
 
     def report(metrics: dict, checkpoint_dir: str | None) -> None:
         print(format_progress(metrics) if not metrics.get("diverged") else f"step {metrics['step']}: diverged (non-finite loss)", flush=True)

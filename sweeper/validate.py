@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from sweeper.optuna_space import baseline_points, distribution, sample_configs, walk
 from sweeper.space import N_VALIDATION_SAMPLES, load_space, param_names
 
 
 def describe_space(spec) -> list[str]:
     """One line per parameter: optuna name, distribution, condition."""
+    from sweeper.optuna_space import distribution, walk
+
     lines = []
     for _, p, name, cond in walk(spec.space, param_names(spec.space)):
         when = "  when " + ", ".join(f"{k}={v}" for k, v in cond) if cond else ""
@@ -18,12 +19,15 @@ def describe_space(spec) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sweeper.optuna_space import baseline_points, sample_configs
+
     spec = load_space(args.file)
     b, s = spec.budget, spec.scheduler
     print(f"{args.file}: valid ({N_VALIDATION_SAMPLES} sampled configs, every range end and every choice checked)")
     print(f"name: {spec.name}   metric: {spec.metric} ({spec.mode})")
     print(f"budget: {b.num_samples} trials, {b.max_concurrent} at once, {b.max_steps} steps each, report every {b.eval_every}")
-    sched = f"asha (grace {s.grace_period or 2 * b.eval_every}, max_t {s.max_t or b.max_steps}, reduction {s.reduction_factor})" if s.type == "asha" else "fifo"
+    grace, max_t = spec.asha_limits()
+    sched = f"asha (grace {grace}, max_t {max_t}, reduction {s.reduction_factor})" if s.type == "asha" else "fifo"
     print(f"scheduler: {sched}   searcher: {spec.searcher.sampler} (seed {spec.searcher.seed})")
     print(f"resources per trial: cpu {spec.resources.cpu}, gpu {spec.resources.gpu}")
     print("space:")

@@ -22,16 +22,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trainables.errors import ConfigError, brief, cut
+from trainables.safe_yaml import read_yaml
 
-class ConfigError(ValueError):
-    """A user mistake in a config file or value; its message is one line."""
+__all__ = ["ConfigError", "TrialConfig", "read_yaml", "load_trial_config", "trial_config_from_dict", "with_overrides"]
+
+MAX_SEED = 2**32 - 1  # seeds of torch, numpy and Optuna's samplers all accept [0, 2**32)
+MAX_STEPS = 10**8  # ~3 years of training at 1 step/s; a larger number is a typo
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no inf/nan anywhere: a bound that is infinite is a mistake, never a setting
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class TaskConfig(_Frozen):
@@ -39,8 +43,8 @@ class TaskConfig(_Frozen):
     modulus: int = Field(10, ge=2, le=64)  # m: ADD digits and running sums live in Z_m
     n_keys: int = Field(64, ge=1, le=256)  # distinct keys; many, so the LSTM alone cannot hold them all
     n_values: int = Field(10, ge=2, le=256)  # distinct values a key can hold
-    min_len: int = Field(5, ge=1)  # training lengths in steps, uniform in [min_len, max_len]
-    max_len: int = Field(25, ge=1)  # also the 1x evaluation length
+    min_len: int = Field(5, ge=1, le=100_000)  # training lengths in steps, uniform in [min_len, max_len]
+    max_len: int = Field(25, ge=1, le=100_000)  # also the 1x evaluation length
     p_store: float = Field(0.25, ge=0.0, le=1.0)  # share of STORE steps (modsum_recall)
     p_query: float = Field(0.25, ge=0.0, le=1.0)  # share of QUERY steps; the rest are ADD
     n_tokens: int = Field(64, ge=2, le=4096)  # set_complement: the set vocabulary v (lengths count tokens)
@@ -63,7 +67,7 @@ class TaskConfig(_Frozen):
 class ModelConfig(_Frozen):
     d_model: int = Field(64, ge=8, le=4096)  # residual width D
     n_layers: int = Field(2, ge=1, le=64)  # hybrid blocks
-    n_heads: int = Field(4, ge=1)  # attention heads; must divide d_model
+    n_heads: int = Field(4, ge=1, le=4096)  # attention heads; must divide d_model
     mixer: Literal["lstm", "ssm", "none"] = "lstm"  # the recurrent sublayer ("none": pure Transformer)
     attention: bool = True  # False: pure recurrent model (no attention sublayer)
     # where attention gets positions: rope (rotary, on queries and keys only: the recurrent path
@@ -93,19 +97,19 @@ class DATConfig(_Frozen):
     """Delayed Attention Training. `mode: none` trains attention jointly from step 0."""
 
     mode: Literal["none", "fixed", "adaptive"] = "fixed"
-    switch_step: int = Field(1500, ge=0)  # fixed mode: first step with attention active
+    switch_step: int = Field(1500, ge=0, le=MAX_STEPS)  # fixed mode: first step with attention active
     hold: Literal["gate", "freeze"] = "gate"  # how attention is held back before the switch
-    rewarmup_steps: int = Field(0, ge=0)  # linear LR re-warmup of the attention params after the switch
-    ramp_steps: int = Field(0, ge=0)  # attention's output rises linearly from 0 to 1 over this many steps after the switch
+    rewarmup_steps: int = Field(0, ge=0, le=MAX_STEPS)  # linear LR re-warmup of the attention params after the switch
+    ramp_steps: int = Field(0, ge=0, le=MAX_STEPS)  # attention's output rises linearly from 0 to 1 over this many steps after the switch
     phase1_targets: Literal["all", "state"] = "state"  # trained before the switch: state only, or every target
     # adaptive mode (trainables/switch.py): a criterion on smoothed training signals decides the switch
     criterion: Literal["state_acc", "loss_plateau", "grad_norm"] = "state_acc"
-    min_step: int = Field(250, ge=0)  # never switch before this step
-    max_step: int = Field(3000, ge=0)  # switch at this step if the criterion has not fired
+    min_step: int = Field(250, ge=0, le=MAX_STEPS)  # never switch before this step
+    max_step: int = Field(3000, ge=0, le=MAX_STEPS)  # switch at this step if the criterion has not fired
     smoothing: float = Field(0.95, ge=0.0, lt=1.0)  # EMA decay of the signals (0: raw per-step values)
     acc_threshold: float = Field(0.95, gt=0.0, le=1.0)  # state_acc: smoothed state-tracking accuracy to reach
     plateau_delta: float = Field(0.01, ge=0.0, lt=1.0)  # loss_plateau: relative improvement that counts
-    patience: int = Field(200, ge=1)  # loss_plateau: steps without such an improvement
+    patience: int = Field(200, ge=1, le=MAX_STEPS)  # loss_plateau: steps without such an improvement
     grad_ratio: float = Field(0.3, gt=0.0, lt=1.0)  # grad_norm: settled at this fraction of the peak norm
 
     @model_validator(mode="after")
@@ -124,29 +128,29 @@ class EMAConfig(_Frozen):
 
 class OptimConfig(_Frozen):
     lr: float = Field(3e-3, gt=0.0, le=1.0)
-    weight_decay: float = Field(0.01, ge=0.0)
+    weight_decay: float = Field(0.01, ge=0.0, le=100.0)
     beta1: float = Field(0.9, ge=0.0, lt=1.0)
     beta2: float = Field(0.98, ge=0.0, lt=1.0)
     schedule: Literal["cosine", "constant"] = "cosine"  # after warmup
-    warmup_steps: int = Field(100, ge=0)
+    warmup_steps: int = Field(100, ge=0, le=MAX_STEPS)
     min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0)  # cosine floor as a fraction of lr
     grad_clip: float = Field(1.0, ge=0.0)  # 0 disables clipping
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(64, ge=1, le=1_000_000)
 
 
 class EvalConfig(_Frozen):
-    every: int = Field(250, ge=1)  # evaluate (and report, and checkpoint) every N steps
-    multipliers: tuple[int, ...] = (1, 2, 3, 4)  # evaluation lengths, as multiples of task.max_len
-    n_sequences: int = Field(256, ge=1)  # sequences per evaluation length
-    batch_size: int = Field(256, ge=1)
-    seed: int = 1_000_003  # evaluation sets' seed; kept apart from the training seed
+    every: int = Field(250, ge=1, le=MAX_STEPS)  # evaluate (and report, and checkpoint) every N steps
+    multipliers: tuple[int, ...] = Field((1, 2, 3, 4), max_length=16)  # evaluation lengths, as multiples of task.max_len
+    n_sequences: int = Field(256, ge=1, le=10_000_000)  # sequences per evaluation length
+    batch_size: int = Field(256, ge=1, le=1_000_000)
+    seed: int = Field(1_000_003, ge=0, le=MAX_SEED - 64)  # evaluation sets' seed (+k per length); apart from the training seed
 
     @model_validator(mode="after")
     def _check(self) -> "EvalConfig":
-        if not self.multipliers or any(k < 1 for k in self.multipliers):
-            raise ValueError(f"multipliers must be non-empty and >= 1, got {list(self.multipliers)}")
+        if not self.multipliers or any(not 1 <= k <= 64 for k in self.multipliers):
+            raise ValueError(f"multipliers must be non-empty and within [1, 64], got {brief(list(self.multipliers))}")
         if len(set(self.multipliers)) != len(self.multipliers):
-            raise ValueError(f"multipliers must be distinct, got {list(self.multipliers)}")
+            raise ValueError(f"multipliers must be distinct, got {brief(list(self.multipliers))}")
         return self
 
 
@@ -157,8 +161,8 @@ class TrialConfig(_Frozen):
     optim: OptimConfig = OptimConfig()
     ema: EMAConfig = EMAConfig()
     eval: EvalConfig = EvalConfig()
-    steps: int = Field(6000, ge=1)  # training steps (optimizer updates)
-    seed: int = 0  # model init, training data and dropout
+    steps: int = Field(6000, ge=1, le=MAX_STEPS)  # training steps (optimizer updates)
+    seed: int = Field(0, ge=0, le=MAX_SEED)  # model init, training data and dropout
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when present
 
     @model_validator(mode="after")
@@ -191,12 +195,12 @@ def format_validation_error(err: ValidationError, source: str, hide: tuple[str, 
     """The first error of a pydantic ValidationError as `source: key: rule, got value`;
     `hide` names location parts to leave out of the key (a union's discriminator tags)."""
     first = err.errors()[0]
-    key = ".".join(str(p) for p in first["loc"] if p not in hide)
+    key = ".".join(cut(str(p), 40) for p in first["loc"] if p not in hide)
     msg = first["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
     if first["type"] == "extra_forbidden":
         msg = "unknown key"
     elif first["type"] != "value_error" and "input" in first:
-        msg = f"{msg}, got {first['input']!r}"
+        msg = f"{cut(msg, 120)}, got {brief(first['input'])}"
     more = len(err.errors()) - 1
     tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
     return f"{source}: {key + ': ' if key else ''}{msg}{tail}"
@@ -205,28 +209,11 @@ def format_validation_error(err: ValidationError, source: str, hide: tuple[str, 
 def trial_config_from_dict(data: Mapping[str, Any], source: str = "<config>") -> TrialConfig:
     """Validate a plain mapping (YAML, Ray's trial dict) into a TrialConfig."""
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{source}: <root>: must be a mapping, got {type(data).__name__}")
+        raise ConfigError(f"{source}: <root>: must be a mapping, got {brief(data)}")
     try:
         return TrialConfig.model_validate(dict(data))
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, source)) from None
-
-
-def read_yaml(path: str | Path) -> Any:
-    """Safe-load a YAML file; any I/O or syntax problem becomes a one-line ConfigError."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from None
-    return {} if data is None else data
 
 
 PRESETS_DIR = Path(__file__).parent / "presets"

@@ -18,6 +18,7 @@ are those of the averaged weights, and the live weights' appear again prefixed `
 from __future__ import annotations
 
 import math
+import pickle
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ import yaml
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from trainables.config import ConfigError, EMAConfig, OptimConfig, TrialConfig
+from trainables.errors import cut
 from trainables.dat import DATSchedule, enable_attention, hold_attention, release_attention
 from trainables.model import HybridLM
 from trainables.objectives import make_objective
@@ -48,11 +50,11 @@ class TrainResult:
 # --------------------------------------------------------------------------- helpers
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, source: str = "<config>") -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device=cuda was asked for, but CUDA is not available")
+        raise ConfigError(f"{source}: device: cuda was asked for, but this machine has no CUDA device; use cpu or auto")
     return torch.device(name)
 
 
@@ -122,15 +124,33 @@ def save_checkpoint(directory: str | Path, cfg: TrialConfig, step: int, model, o
     (directory / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
 
 
+def read_checkpoint(directory: str | Path) -> dict:
+    """The state `save_checkpoint` wrote, read with `weights_only=True`: tensors and plain values
+    only. A checkpoint may sit on shared storage (a cluster volume, a bucket); a pickled object in
+    it would run code in every trial that resumes, so one is refused with a one-line ConfigError."""
+    path = Path(directory) / CHECKPOINT_FILE
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        first = (str(err).strip().splitlines() or ["?"])[0]
+        raise ConfigError(f"{path}: refused: holds more than tensors and plain values (read with weights_only=True): "
+                          f"{cut(first, 120)}") from None
+    except (RuntimeError, EOFError, OSError, ValueError) as err:
+        raise ConfigError(f"{path}: not a readable checkpoint: {cut(str(err), 120)}") from None
+    if not isinstance(state, dict) or "step" not in state:
+        raise ConfigError(f"{path}: not a checkpoint of this trainer (no `step`)")
+    return state
+
+
 def checkpoint_step(directory: str | Path) -> int:
     """The training step a checkpoint was taken at."""
-    return int(torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=False)["step"])
+    return int(read_checkpoint(directory)["step"])
 
 
 def load_checkpoint(directory: str | Path, model, optimizer, dat: DATSchedule, data_gen, ema=None) -> tuple[int, dict]:
     """Restore everything `save_checkpoint` wrote; returns the step to continue from and the
     metrics reported with the checkpoint."""
-    state = torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=False)
+    state = read_checkpoint(directory)
     model.load_state_dict(state["model"])
     if ema is not None:
         if state.get("ema") is None:

@@ -1,0 +1,71 @@
+"""User mistakes as one bounded line.
+
+Every error a user can cause (a config file, a search space, a CLI flag) is a `ConfigError`
+whose message names the file, the key, the rule and the value. Values are shown through
+`brief`, so a message never embeds a whole document: a long string is cut, a collection is
+described by its size (`<list of 9 items>`). `one_line` is the last guard the CLI applies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_LINE = 300  # characters of an error line, at most
+
+
+class ConfigError(ValueError):
+    """A user mistake in a config file or value; its message is one line."""
+
+
+def brief(value: Any, limit: int = 60) -> str:
+    """A short, printable stand-in for `value`: its repr when short, else a cut or a size."""
+    if isinstance(value, dict):
+        return f"<mapping of {len(value)} key{'s' * (len(value) != 1)}>" if len(repr_cut(value, limit + 1)) > limit else repr(value)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        kind = type(value).__name__
+        return f"<{kind} of {len(value)} item{'s' * (len(value) != 1)}>" if len(repr_cut(value, limit + 1)) > limit else repr(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
+        return f"<integer of {len(str(abs(value)))} digits>"
+    return repr_cut(value, limit)
+
+
+def repr_cut(value: Any, limit: int) -> str:
+    """repr(value), cut to `limit` characters with an ellipsis; never builds a huge string for
+    a container (its items are visited only until the limit is reached)."""
+    if isinstance(value, (dict, list, tuple, set, frozenset)):
+        return _container_repr(value, limit)
+    if isinstance(value, str) and len(value) > limit:
+        value = value[: limit + 2]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**1000:
+        return "<integer of more than 1000 digits>"
+    text = repr(value).replace("\n", "\\n")
+    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
+
+
+def _container_repr(value: Any, limit: int) -> str:
+    brackets = {dict: "{}", list: "[]", tuple: "()"}.get(type(value), "{}")
+    parts, used = [], 2
+    items = value.items() if isinstance(value, dict) else value
+    for item in items:
+        if isinstance(item, tuple) and isinstance(value, dict):
+            part = f"{repr_cut(item[0], limit)}: {repr_cut(item[1], limit)}"
+        else:
+            part = repr_cut(item, limit)
+        used += len(part) + 2
+        parts.append(part)
+        if used > limit:
+            break
+    text = brackets[0] + ", ".join(parts) + brackets[1]
+    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
+
+
+def cut(text: str, limit: int) -> str:
+    """Plain text (a message, a key) on one line, cut to `limit` characters with an ellipsis."""
+    text = " ".join(str(text).split()) if len(str(text)) <= 100 * limit else str(text)[: 2 * limit].replace("\n", " ")
+    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
+
+
+def one_line(message: str, limit: int = MAX_LINE) -> str:
+    """The message on one line of at most `limit` characters."""
+    text = " ".join(message.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,180 @@
+"""Bounded YAML reading: what a config or search-space file may cost before it is even validated.
+
+A YAML file is text a user (or anyone who can write to a shared volume) hands us, so it is
+read under limits, each refused with its own one-line `ConfigError`:
+
+    size      at most MAX_BYTES on disk
+    encoding  UTF-8 text
+    depth     collections nested at most MAX_DEPTH deep
+    aliases   the document, with every alias expanded, has at most MAX_NODES nodes
+              (a 1-KB "billion laughs" file expands to ~10^9); no alias inside its own anchor
+    keys      plain scalars, each at most once per mapping (YAML 1.1 would silently keep the
+              last of two equal keys, dropping the first block)
+    root      a mapping
+
+The checks run on libyaml's event stream, which is iterative: a file nested 100,000 levels
+deep is refused without recursion. Only a file that passes is constructed (safe loader: plain
+types only, no Python objects).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainables.errors import ConfigError, brief, cut
+
+MAX_BYTES = 256 * 1024
+MAX_DEPTH = 32
+MAX_NODES = 100_000
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_MERGE = "<<"
+
+
+@dataclass
+class _Frame:
+    """One open collection while walking the events."""
+
+    is_mapping: bool
+    anchor: str | None
+    path: str
+    size: int = 1  # expanded nodes in this collection so far, itself included
+    items: int = 0  # sequences: items so far
+    expect_key: bool = True  # mappings alternate key, value
+    key: str = ""  # the key whose value comes next
+    seen: set[str] = field(default_factory=set)
+
+
+def read_yaml(path: str | Path, *, root_mapping: bool = True) -> Any:
+    """Read and safe-load a YAML file under the limits above; `{}` for an empty file."""
+    path = Path(path)
+    try:
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such file" if not path.exists() else f"{path}: not a regular file")
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise ConfigError(f"{path}: file is {size:,} bytes; a config file may have at most {MAX_BYTES:,}")
+        raw = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}); save the file as UTF-8") from None
+    return load_yaml_text(text, str(path), root_mapping=root_mapping)
+
+
+def load_yaml_text(text: str, source: str, *, root_mapping: bool = True) -> Any:
+    """Safe-load YAML text under the limits; `source` names it in error lines. With
+    `root_mapping`, an empty document is `{}` and anything but a mapping is refused."""
+    try:
+        check_events(text, source)
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source}: invalid YAML{_where(err)}: {_problem(err)}") from None
+    except RecursionError:  # cannot happen after check_events; kept as a last line of defence
+        raise ConfigError(f"{source}: nested too deeply") from None
+    if data is None and root_mapping:
+        data = {}
+    if root_mapping and not isinstance(data, dict):
+        raise ConfigError(f"{source}: <root>: must be a mapping of keys, got {brief(data)}")
+    return data
+
+
+def check_events(text: str, source: str) -> None:
+    """Walk the event stream once: depth, expanded size, recursive aliases, key rules."""
+    anchors: dict[str, int] = {}  # anchor -> expanded node count of its (closed) node
+    open_anchors: set[str] = set()
+    stack: list[_Frame] = []
+    total = 0  # expanded nodes of the closed top-level documents
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            parent = stack[-1] if stack else None
+            if parent is not None and parent.is_mapping and parent.expect_key:
+                raise ConfigError(f"{source}: {_at(parent, event)}: a key must be a plain value, not a collection")
+            path = _child_path(parent)
+            if len(stack) >= MAX_DEPTH:
+                raise ConfigError(f"{source}: {path or '<root>'}: nested deeper than {MAX_DEPTH} levels")
+            anchor = event.anchor
+            if anchor is not None:
+                open_anchors.add(anchor)
+            stack.append(_Frame(isinstance(event, yaml.MappingStartEvent), anchor, path))
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            done = stack.pop()
+            if done.anchor is not None:
+                anchors[done.anchor] = done.size
+                open_anchors.discard(done.anchor)
+            total = _add(stack, done.size, total, source)
+        elif isinstance(event, yaml.ScalarEvent):
+            frame = stack[-1] if stack else None
+            if frame is not None and frame.is_mapping and frame.expect_key:
+                key = event.value
+                if key in frame.seen and key != _MERGE:
+                    raise ConfigError(f"{source}: {_join(frame.path, key)}: duplicate key (line {event.start_mark.line + 1}); "
+                                      "each key may appear once")
+                frame.seen.add(key)
+                frame.key = key
+            if event.anchor is not None:
+                anchors[event.anchor] = 1
+            total = _add(stack, 1, total, source)
+        elif isinstance(event, yaml.AliasEvent):
+            frame = stack[-1] if stack else None
+            if frame is not None and frame.is_mapping and frame.expect_key:
+                raise ConfigError(f"{source}: {_at(frame, event)}: a key must be a plain value, not an alias")
+            if event.anchor in open_anchors:
+                raise ConfigError(f"{source}: {_child_path(frame) or '<root>'}: alias *{cut(event.anchor, 40)} refers to "
+                                  "a node that contains it (recursive alias)")
+            if event.anchor not in anchors:
+                raise ConfigError(f"{source}: invalid YAML at line {event.start_mark.line + 1}: "
+                                  f"unknown alias *{cut(event.anchor, 40)}")
+            total = _add(stack, anchors[event.anchor], total, source)
+
+
+def _add(stack: list[_Frame], nodes: int, total: int, source: str) -> int:
+    """Count a closed node of `nodes` expanded nodes into its parent (or the document)."""
+    if stack:
+        parent = stack[-1]
+        parent.size += nodes
+        if parent.is_mapping:
+            parent.expect_key = not parent.expect_key
+        else:
+            parent.items += 1
+        grand = total + sum(f.size for f in stack)
+    else:
+        total += nodes
+        grand = total
+    if grand > MAX_NODES:
+        raise ConfigError(f"{source}: expands to more than {MAX_NODES:,} values (aliases of aliases?); "
+                          "a config file is refused beyond that")
+    return total
+
+
+def _child_path(parent: _Frame | None) -> str:
+    if parent is None:
+        return ""
+    if parent.is_mapping:
+        return _join(parent.path, parent.key)
+    return f"{parent.path}[{parent.items}]"
+
+
+def _join(path: str, key: str) -> str:
+    key = cut(key, 40)
+    return f"{path}.{key}" if path else key
+
+
+def _at(frame: _Frame, event: yaml.Event) -> str:
+    return f"{frame.path or '<root>'} (line {event.start_mark.line + 1})"
+
+
+def _where(err: yaml.YAMLError) -> str:
+    mark = getattr(err, "problem_mark", None)
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+
+
+def _problem(err: yaml.YAMLError) -> str:
+    problem = getattr(err, "problem", None) or (str(err).splitlines() or ["unreadable"])[0]
+    return cut(problem, 120)
