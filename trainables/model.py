@@ -42,6 +42,33 @@ def rotate(x: Tensor) -> Tensor:
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
+class RotaryTables:
+    """`rotate`'s cos and sin, computed once per (length, head size, device) and grown as needed, laid out
+    for `rotate_half`: cos (L, 1, hs) and sin (L, 1, hs) with the first half negated. The same float32
+    arithmetic as `rotate`, so the rotation is bit-identical to it."""
+
+    def __init__(self):
+        self.cos: Tensor | None = None
+        self.sin: Tensor | None = None
+
+    def get(self, L: int, hs: int, like: Tensor) -> tuple[Tensor, Tensor]:
+        if self.cos is None or self.cos.shape[0] < L or self.cos.shape[-1] != hs or self.cos.device != like.device:
+            n = max(L, 2 * self.cos.shape[0] if self.cos is not None else 64)
+            freq = torch.exp(torch.arange(0, hs, 2, device=like.device, dtype=torch.float32) * (-math.log(10000.0) / hs))
+            angle = torch.arange(n, device=like.device, dtype=torch.float32)[:, None] * freq  # (n, hs/2)
+            cos, sin = angle.cos(), angle.sin()
+            self.cos = torch.cat((cos, cos), -1)[:, None, :]  # (n, 1, hs)
+            self.sin = torch.cat((-sin, sin), -1)[:, None, :]
+        return self.cos[:L].to(like.dtype), self.sin[:L].to(like.dtype)
+
+
+def rotate_half(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """`rotate` on (B, L, n, hs) with RotaryTables' cos and sin: x * cos + (x2, x1) * (-sin, sin), which
+    is x1 cos - x2 sin, x2 cos + x1 sin term for term (the fast path; `rotate` is its reference)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((x2, x1), dim=-1) * sin
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, zero_init_out: bool, dropout: float = 0.0, rope: bool = False):
         super().__init__()
@@ -50,16 +77,22 @@ class CausalSelfAttention(nn.Module):
         self.rope = rope
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
+        self.tables = RotaryTables()
         if zero_init_out:  # the sublayer starts as the identity of the residual stream
             nn.init.zeros_(self.out.weight)
             nn.init.zeros_(self.out.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         B, L, D = x.shape
-        q, k, v = self.qkv(x).split(D, dim=-1)  # 3 x (B, L, D)
-        q, k, v = (t.view(B, L, self.n_heads, D // self.n_heads).transpose(1, 2) for t in (q, k, v))  # (B, nh, L, hs)
-        if self.rope:
-            q, k = rotate(q), rotate(k)
+        nh, hs = self.n_heads, D // self.n_heads
+        qkv = self.qkv(x)  # (B, L, 3D)
+        if self.rope:  # q and k rotated in one go, in (B, L, 2nh, hs) layout: contiguous and cheap on a CPU
+            cos, sin = self.tables.get(L, hs, x)
+            qk = rotate_half(qkv[..., : 2 * D].view(B, L, 2 * nh, hs), cos, sin)  # (B, L, 2nh, hs)
+            q, k = qk.transpose(1, 2).split(nh, dim=1)  # 2 x (B, nh, L, hs)
+        else:
+            q, k = (t.view(B, L, nh, hs).transpose(1, 2) for t in qkv[..., : 2 * D].split(D, dim=-1))
+        v = qkv[..., 2 * D :].view(B, L, nh, hs).transpose(1, 2)  # (B, nh, L, hs)
         p = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)  # (B, nh, L, hs)
         return self.out(y.transpose(1, 2).reshape(B, L, D))
@@ -84,7 +117,8 @@ class HybridBlock(nn.Module):
         if self.mixer is not None:
             x = x + self.drop(self.mixer(self.mixer_norm(x)))
         if self.attn is not None and attn_scale != 0.0:
-            x = x + attn_scale * self.drop(self.attn(self.attn_norm(x)))
+            y = self.drop(self.attn(self.attn_norm(x)))
+            x = x + (y if attn_scale == 1.0 else attn_scale * y)  # 1.0 * y is y: skip the product and its backward
         if self.mlp is not None:
             x = x + self.drop(self.mlp(self.mlp_norm(x)))
         return x

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from trainables.config import TrialConfig
 from trainables.evaluate import KIND_METRIC, evaluate
-from trainables.tasks import IGNORE, RECALL, STATE, make_eval_sets, make_task
+from trainables.tasks import IGNORE, RECALL, STATE, make_eval_sets, make_task, train_batches
 
 
 @dataclass
@@ -46,6 +46,10 @@ class SequenceObjective:
     def sample_train(self, batch_size: int, gen: torch.Generator):
         return self.task.sample_train(batch_size, gen)
 
+    def train_batches(self, batch_size: int, gen: torch.Generator):
+        """The training stream for `task.batching` (padded or bucketed; trainables/tasks.py)."""
+        return train_batches(self.task, self.cfg.task.batching, batch_size, gen)
+
     def eval_sets(self, device: torch.device) -> dict:
         e = self.cfg.eval
         return {k: b.to(device) for k, b in make_eval_sets(self.task, e.multipliers, e.n_sequences, e.seed).items()}
@@ -55,7 +59,11 @@ class SequenceObjective:
         targets = batch.targets
         if state_only:  # DAT phase 1 with phase1_targets=state: recall is left for attention to learn
             targets = targets.masked_fill(batch.kinds == RECALL, IGNORE)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+        if batch.asked_norm is None:  # padded: the mean over this batch's asked positions
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+        else:  # bucketed: the sum over them, divided by the pool's mean count of the kinds trained
+            norm = batch.asked_norm[STATE] + (0.0 if state_only else batch.asked_norm[RECALL])
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum") / norm
         with torch.no_grad():
             is_asked = targets != IGNORE
             right = logits.argmax(-1) == targets

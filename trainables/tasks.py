@@ -35,6 +35,25 @@ Tasks:
 Generators are pure, vectorised torch code driven by an explicit torch.Generator (no
 Python loop over tokens); `reference_targets` is the per-sequence Python oracle the
 tests hold them to.
+
+Training batches (`task.batching`, read by the trainer through `train_batches`):
+
+    padded    each step draws `batch_size` sequences, lengths uniform in [min_len, max_len],
+              right-padded to the longest (~45% of a default batch's positions are PAD).
+    bucketed  (default) every `BUCKET_POOL` steps, one draw of BUCKET_POOL x batch_size sequences,
+              exactly as `padded` draws each of its batches (every sequence independent, lengths
+              uniform); they are sorted by token length, cut into BUCKET_POOL batches of
+              neighbouring lengths, each trimmed to its own longest, and served in a random order
+              (~3% PAD). Each sequence is used once, so the distribution of training sequences
+              (lengths, content) and the share of each length in the stream are exactly those of
+              `padded`. What changes: a batch holds sequences of similar token length instead of
+              a uniform mix, and the draws of a seed are different ones. The loss still weighs
+              every asked position alike: it is the sum over the batch's asked positions divided by
+              the mean number of asked positions per batch in its pool (`Batch.asked_norm`), where
+              `padded` divides by the batch's own count; both give each position ~1/720 of a
+              step's loss (the pool's mean is the expectation of a batch's count, which varies
+              by +-3% between padded batches), so a batch of short sequences moves the weights
+              less than one of long ones, in proportion to the targets it holds.
 """
 
 from __future__ import annotations
@@ -56,9 +75,13 @@ class Batch:
     tokens: Tensor  # (B, T) int64, PAD after each sequence's end
     targets: Tensor  # (B, T) int64, IGNORE where nothing is asked
     kinds: Tensor  # (B, T) int64: NO_TARGET, STATE or RECALL
+    # bucketed batches: mean asked positions per batch of the pool, by kind (3,) float; the loss
+    # divides its sum by the kinds it trains. None: the loss is the mean over the batch's own.
+    asked_norm: Tensor | None = None
 
     def to(self, device: torch.device | str) -> "Batch":
-        return Batch(self.tokens.to(device), self.targets.to(device), self.kinds.to(device))
+        norm = self.asked_norm.to(device) if self.asked_norm is not None else None
+        return Batch(self.tokens.to(device), self.targets.to(device), self.kinds.to(device), norm)
 
 
 @dataclass(frozen=True)
@@ -174,6 +197,73 @@ class SequenceTask:
             buf.scatter_(1, pos2, b)  # a step's second token never collides with another's first
             out.append(buf[:, :T])
         return Batch(*out)
+
+
+BUCKET_POOL = 32  # batches drawn at once and sorted by length: ~3% PAD (4: ~18%, 8: ~10%, 16: ~5%)
+
+
+class PaddedBatches:
+    """`task.batching: padded`: one fresh draw per step. Its state is the generator's, as it always was."""
+
+    def __init__(self, sample_train, batch_size: int, gen: torch.Generator):
+        self.sample_train, self.batch_size, self.gen = sample_train, batch_size, gen
+
+    def next(self):
+        return self.sample_train(self.batch_size, self.gen)
+
+    def get_state(self) -> Tensor:
+        return self.gen.get_state()
+
+    def set_state(self, state: Tensor) -> None:
+        self.gen.set_state(state)
+
+
+class BucketedBatches:
+    """`task.batching: bucketed`: pools of `pool` batches, sorted by token length (module docstring).
+
+    State: the generator's state before the current pool's draw and how many of its batches
+    were served; restoring it redraws the same pool, so a resumed run is bit-identical.
+    """
+
+    def __init__(self, task: "SequenceTask", batch_size: int, gen: torch.Generator, pool: int = BUCKET_POOL):
+        self.task, self.batch_size, self.gen, self.pool = task, batch_size, gen, pool
+        self.batches: list[Batch] = []
+        self.served = 0
+        self.pool_start = gen.get_state()
+
+    def next(self) -> Batch:
+        if self.served == len(self.batches):
+            self._draw()
+        self.served += 1
+        return self.batches[self.served - 1]
+
+    def _draw(self) -> None:
+        self.pool_start = self.gen.get_state()
+        full = self.task.sample_train(self.pool * self.batch_size, self.gen)  # (P*B, T)
+        length = (full.tokens != self.task.vocab.pad).sum(1)  # (P*B,) tokens of each sequence
+        rows = length.argsort(stable=True).view(self.pool, self.batch_size)  # (P, B): neighbours in length
+        rows = rows[torch.randperm(self.pool, generator=self.gen)]  # the pool's batches in a random order
+        norm = torch.stack([(full.kinds == k).sum() for k in range(3)]).float() / self.pool  # (3,)
+        self.batches = []
+        for r in rows:
+            T = int(length[r].max())
+            self.batches.append(Batch(full.tokens[r, :T], full.targets[r, :T], full.kinds[r, :T], norm))
+        self.served = 0
+
+    def get_state(self) -> dict:
+        return {"pool_start": self.pool_start, "served": self.served}
+
+    def set_state(self, state: dict) -> None:
+        self.gen.set_state(state["pool_start"])
+        self._draw()
+        self.served = int(state["served"])
+
+
+def train_batches(task: "SequenceTask", batching: str, batch_size: int, gen: torch.Generator):
+    """The stream of training batches for `task.batching` (padded or bucketed)."""
+    if batching == "padded":
+        return PaddedBatches(task.sample_train, batch_size, gen)
+    return BucketedBatches(task, batch_size, gen)
 
 
 def _exclusive_cumsum(x: Tensor) -> Tensor:

@@ -35,6 +35,7 @@ from trainables.dat import DATSchedule, enable_attention, hold_attention, releas
 from trainables.model import HybridLM
 from trainables.objectives import make_objective
 from trainables.switch import Signals
+from trainables.tasks import PaddedBatches
 
 ReportFn = Callable[[dict, Optional[str]], None]
 CHECKPOINT_FILE = "state.pt"
@@ -71,7 +72,7 @@ def build_optimizer(model: HybridLM, cfg: OptimConfig) -> torch.optim.AdamW:
         for (is_attn, decay), ps in groups.items()
         if ps
     ]
-    return torch.optim.AdamW(param_groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+    return torch.optim.AdamW(param_groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=cfg.fused or None)
 
 
 def lr_factor(step: int, cfg: OptimConfig, total_steps: int) -> float:
@@ -177,12 +178,16 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
     optimizer = build_optimizer(model, cfg.optim)
     dat = DATSchedule(cfg.dat, has_attention=cfg.model.attention)
     data_gen = torch.Generator().manual_seed(cfg.seed)  # training batches, drawn on the CPU
+    if hasattr(objective, "train_batches"):  # the sequence tasks: padded or bucketed (task.batching)
+        batches = objective.train_batches(cfg.optim.batch_size, data_gen)
+    else:
+        batches = PaddedBatches(objective.sample_train, cfg.optim.batch_size, data_gen)
     eval_sets = objective.eval_sets(device)
 
     report = report or (lambda metrics, checkpoint_dir: None)
     step, metrics = 0, {}
     if resume_from is not None:
-        step, metrics = load_checkpoint(resume_from, model, optimizer, dat, data_gen, ema)
+        step, metrics = load_checkpoint(resume_from, model, optimizer, dat, batches, ema)
         if step >= cfg.steps and metrics:  # resumed from the final checkpoint: the run is done,
             report(metrics, str(resume_from))  # say so again (a restarted trial must end with a report)
             return TrainResult("completed", step, metrics)
@@ -209,7 +214,7 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
             group["lr"] = base * (dat.attention_lr_factor(step) if group["attention"] else 1.0)
 
         # -- one optimisation step
-        batch = objective.sample_train(cfg.optim.batch_size, data_gen).to(device)
+        batch = batches.next().to(device)
         logits = model(batch.tokens)  # (B, L, V)
         out = objective.step(logits, batch, state_only=cfg.dat.phase1_targets == "state" and dat.holding)
         if not torch.isfinite(out.loss):
@@ -246,7 +251,7 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
             }
             metrics["steps_per_s"] = n / (time.perf_counter() - interval_start)
             with tempfile.TemporaryDirectory(prefix="dat-ckpt-") as ckpt:
-                save_checkpoint(ckpt, cfg, step, model, optimizer, dat, data_gen, ema, metrics)
+                save_checkpoint(ckpt, cfg, step, model, optimizer, dat, batches, ema, metrics)
                 report(metrics, ckpt)
             loss_sum.zero_(), hits.zero_(), asked.zero_()
             interval_start, interval_step0 = time.perf_counter(), step
