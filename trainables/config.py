@@ -39,7 +39,7 @@ class _Frozen(BaseModel):
 
 
 class TaskConfig(_Frozen):
-    name: Literal["modsum_recall", "modsum", "recall", "set_complement"] = "modsum_recall"
+    name: Literal["modsum_recall", "modsum", "recall", "set_complement", "othello"] = "modsum_recall"
     modulus: int = Field(10, ge=2, le=64)  # m: ADD digits and running sums live in Z_m
     n_keys: int = Field(64, ge=1, le=256)  # distinct keys; many, so the LSTM alone cannot hold them all
     n_values: int = Field(10, ge=2, le=256)  # distinct values a key can hold
@@ -52,6 +52,7 @@ class TaskConfig(_Frozen):
     # length (~3% PAD, same sequences and lengths, similar lengths share a batch); padded = a uniform mix per
     # batch (~45% PAD), the slow reference. set_complement and othello always draw padded batches
     batching: Literal["bucketed", "padded"] = "bucketed"
+    train_plies: int = Field(0, ge=0, le=60)  # othello: moves per training game; 0: max_len (60: full games, the reference)
 
     @model_validator(mode="after")
     def _check(self) -> "TaskConfig":
@@ -190,7 +191,12 @@ class TrialConfig(_Frozen):
             )
         if self.dat.mode == "adaptive" and self.dat.max_step > self.steps:
             raise ValueError(f"`dat.max_step <= steps` must hold, got ({self.dat.max_step}, {self.steps})")
-        if self.dat.mode == "adaptive" and self.dat.criterion == "state_acc" and self.task.name in ("recall", "set_complement"):
+        if self.task.name == "othello" and self.task.max_len * max(self.eval.multipliers) > 60:
+            raise ValueError(
+                f"othello needs `task.max_len * max(eval.multipliers) <= 60` (a game has at most 60 moves), "
+                f"got {self.task.max_len} * {max(self.eval.multipliers)} = {self.task.max_len * max(self.eval.multipliers)}"
+            )
+        if self.dat.mode == "adaptive" and self.dat.criterion == "state_acc" and self.task.name in ("recall", "set_complement", "othello"):
             raise ValueError(f"dat.criterion state_acc needs state-tracking targets; task {self.task.name} has none")
         return self
 

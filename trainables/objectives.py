@@ -14,6 +14,8 @@ that differ:
                             cross-entropy on asked positions, exact-match accuracy
     SetComplementObjective  set_complement (trainables/set_complement.py): soft targets, soft
                             cross-entropy, seen-mass and total-variation metrics
+    OthelloObjective        othello (trainables/othello.py): set complement's soft targets, loss and
+                            metrics on random Othello games, scored per ply range
 """
 
 from __future__ import annotations
@@ -119,7 +121,35 @@ class SetComplementObjective:
         return {f"{n}_{k}x": v for n, v in worst.items() for k in self.cfg.eval.multipliers}
 
 
+class OthelloObjective(SetComplementObjective):
+    """Set complement's step (soft cross-entropy, argmax-is-valid accuracy) on Othello games. Every
+    target is a state-tracking one (legality needs the board), so DAT's state-only phase 1 trains them all."""
+
+    def __init__(self, cfg: TrialConfig):
+        from trainables import othello, set_complement as sc
+
+        self.cfg = cfg
+        self.sc = sc
+        self.othello = othello
+        self.task = othello.OthelloTask(cfg.task)
+        self.vocab_size = self.task.vocab_size
+
+    def eval_sets(self, device: torch.device) -> dict:
+        e = self.cfg.eval
+        sets = self.othello.make_othello_eval_sets(self.cfg.task, e.multipliers, e.n_sequences, e.seed)
+        return {k: b.to(device) for k, b in sets.items()}
+
+    def evaluate(self, model: nn.Module, eval_sets: dict) -> dict[str, float]:
+        return self.othello.evaluate_othello(model, eval_sets, self.cfg.eval.batch_size)
+
+    def worst_metrics(self) -> dict[str, float]:
+        worst = {"acc": 0.0, "illegal_mass": 1.0, "tv": 1.0}
+        return {f"{n}_{k}x": v for n, v in worst.items() for k in self.cfg.eval.multipliers}
+
+
 def make_objective(cfg: TrialConfig) -> SequenceObjective | SetComplementObjective:
+    if cfg.task.name == "othello":
+        return OthelloObjective(cfg)
     if cfg.task.name == "set_complement":
         return SetComplementObjective(cfg)
     return SequenceObjective(cfg)

@@ -1,0 +1,62 @@
+"""Run the Othello trials of docs/results/othello.md: one process per trial, one torch thread each.
+
+    python docs/results/othello_run.py RUNS.json OUT_DIR [--jobs 16]
+
+RUNS.json is a list of {"name": ..., "set": {dotted.key: value, ...}}: each run is the `othello`
+preset with those overrides (a `seed` among them). Every report goes to OUT_DIR/NAME.jsonl, the
+final one also to OUT_DIR/NAME.json; a run whose .json exists is skipped (rerun to resume a
+cut-off batch). No Ray, no MLflow: the trainer alone, as `sweeper trial othello --threads 1` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+
+def run_one(name: str, overrides: dict, out_dir: str) -> str:
+    import torch
+
+    from trainables.config import load_trial_config, with_overrides
+    from trainables.train import train
+
+    torch.set_num_threads(1)
+    cfg = with_overrides(load_trial_config("othello"), overrides, source=name)
+    out = Path(out_dir)
+    log = open(out / f"{name}.jsonl", "w")
+    start = time.perf_counter()
+
+    def report(metrics: dict, checkpoint_dir) -> None:
+        log.write(json.dumps({**metrics, "wall_s": time.perf_counter() - start}) + "\n")
+        log.flush()
+
+    result = train(cfg, report=report)
+    final = {"name": name, "set": overrides, "status": result.status, "wall_s": time.perf_counter() - start,
+             "metrics": result.metrics}
+    (out / f"{name}.json").write_text(json.dumps(final, indent=1))
+    return f"{name}: {result.status} in {final['wall_s']:.0f} s, acc_3x {result.metrics.get('acc_3x', float('nan')):.3f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--jobs", type=int, default=1)
+    args = parser.parse_args()
+    runs = json.loads(args.runs.read_text())
+    args.out.mkdir(parents=True, exist_ok=True)
+    todo = [r for r in runs if not (args.out / f"{r['name']}.json").exists()]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for line in pool.map(run_one, [r["name"] for r in todo], [r["set"] for r in todo], [str(args.out)] * len(todo)):
+            print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
