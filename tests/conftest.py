@@ -65,11 +65,23 @@ def mlflow_server(tmp_path_factory):
         proc.kill()
 
 
+# credentials a user may have in the environment; the smoke sweep runs with them set, and
+# tests/test_exposure.py checks that none of them reaches a file, a parameter or a tag
+SECRET_CANARIES = {
+    "MLFLOW_TRACKING_PASSWORD": "canary-mlflow-password-5f1c2e",
+    "AWS_SECRET_ACCESS_KEY": "canary-aws-secret-9b7d4a",
+    "AWS_ACCESS_KEY_ID": "canary-aws-key-id-31e8f0",
+    "RAY_AUTH_TOKEN": "canary-ray-token-c0ffee",
+    "HF_TOKEN": "canary-hf-token-77aa01",
+}
+
+
 @pytest.fixture(scope="session")
 def smoke_sweep(tmp_path_factory, mlflow_server):
-    """search_spaces/smoke.yaml run once through `sweeper launch`, logging to the real MLflow server."""
+    """search_spaces/smoke.yaml run once through `sweeper launch`, logging to the real MLflow server,
+    with credential canaries in its environment."""
     workdir = tmp_path_factory.mktemp("smoke")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **SECRET_CANARIES}
     cmd = sweeper_cmd("launch", ROOT / "search_spaces" / "smoke.yaml", "--tracking-uri", mlflow_server)
     r = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

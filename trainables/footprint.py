@@ -52,8 +52,9 @@ def n_parameters(cfg) -> int:
         per_block += D * 2 * E + E * m.ssm_d_conv + E * (rank + 2 * N) + rank * E + 2 * E * N + E * D
     if m.attention:
         per_block += 4 * D * D + 4 * D
-    per_block += 2 * m.mlp_ratio * D * D
-    return m.n_layers * per_block + 2 * V * D
+    if m.mlp_ratio:
+        per_block += 2 * m.mlp_ratio * D * D + m.mlp_ratio * D + D
+    return m.n_layers * per_block + 2 * V * D + V + 2 * D  # embedding, head (+ bias), final norm
 
 
 def parts(cfg) -> list[Part]:

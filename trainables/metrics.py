@@ -21,6 +21,7 @@ TASK_FAMILIES: dict[str, tuple[str, ...]] = {
     "modsum": ("acc", "state_acc", "seq_acc"),
     "recall": ("acc", "recall_acc", "seq_acc"),
     "set_complement": ("acc", "seen_mass", "tv", "loss"),
+    "othello": ("acc", "tv", "illegal_mass", "loss"),
 }
 
 # families where lower is better; every other evaluation family is an accuracy (higher is better)

@@ -1,0 +1,172 @@
+"""Bad input costs one short line: a corpus of malformed files and CLI misuse, run for real.
+
+Every case runs the real `sweeper` entry point in a fresh directory and must end with exit
+code 2, exactly one line on stderr (at most MAX_LINE characters) naming what is wrong, no
+traceback, nothing on stdout, and nothing written: the directory is as empty afterwards as
+before. Files live in tests/malformed/ (first line: `# expect: <text the error must contain>`);
+inputs that are too big, binary or generated are made here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, sweeper_cmd
+from trainables.errors import MAX_LINE
+
+CORPUS = Path(__file__).parent / "malformed"
+SPACES = sorted((CORPUS / "spaces").glob("*.yaml"))
+TRIALS = sorted((CORPUS / "trials").glob("*.yaml"))
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV.pop("MLFLOW_TRACKING_URI", None)
+
+
+def expected(path: Path) -> str:
+    first = path.read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("# expect: "), path
+    return first.removeprefix("# expect: ")
+
+
+def run_in(workdir: Path, *args, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(sweeper_cmd(*args), cwd=workdir, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def assert_one_line_refusal(r: subprocess.CompletedProcess, must_contain: str, workdir: Path, before: set) -> None:
+    err = r.stderr.strip()
+    assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr[-2000:])
+    assert "Traceback" not in r.stderr and r.stdout == "", r.stderr[-2000:]
+    assert err.count("\n") == 0, err[:2000]
+    assert len(err) <= MAX_LINE + len("error: "), len(err)
+    assert must_contain in err, err
+    assert set(workdir.iterdir()) == before, "bad input wrote files"
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    d = tmp_path / "cwd"
+    d.mkdir()
+    return d
+
+
+def test_the_corpus_is_big_enough():
+    assert len(SPACES) + len(TRIALS) + len(CLI_MISUSE) + len(GENERATED) >= 40
+
+
+@pytest.mark.parametrize("path", SPACES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("verb", ["validate", "launch"])
+def test_malformed_space_is_one_line(path, verb, workdir):
+    r = run_in(workdir, verb, path)
+    assert_one_line_refusal(r, expected(path), workdir, set())
+
+
+@pytest.mark.parametrize("path", TRIALS, ids=lambda p: p.stem)
+def test_malformed_trial_config_is_one_line(path, workdir):
+    r = run_in(workdir, "trial", path, "--out", workdir / "run")
+    assert_one_line_refusal(r, expected(path), workdir, set())
+
+
+# --------------------------------------------------------------------------- generated inputs
+
+GOOD_SPACE = (ROOT / "search_spaces" / "smoke.yaml").read_text()
+
+
+def _nested(depth: int) -> bytes:
+    return ("a: " + "[" * depth + "]" * depth + "\n").encode()
+
+
+def _laughs(levels: int = 9) -> bytes:
+    lines = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, levels)]
+    return ("\n".join(lines) + "\n" + GOOD_SPACE).encode()
+
+
+GENERATED = {
+    # name: (file bytes, text the error must contain)
+    "latin1": (("# caf\xe9\n" + GOOD_SPACE).encode("latin-1"), "not UTF-8 text"),
+    "utf16": (GOOD_SPACE.encode("utf-16"), "not UTF-8 text"),
+    "nul_bytes": (b"name: smoke\x00\x00\n", "invalid YAML"),
+    "too_big": (GOOD_SPACE.encode() + b"#" * (300 * 1024) + b"\n", "a config file may have at most"),
+    "deeply_nested_100k": (_nested(100_000), "nested deeper than"),
+    "nested_40": (_nested(40), "nested deeper than"),
+    "billion_laughs": (_laughs(), "expands to more than"),
+    "empty_file": (b"", "name:"),
+    "only_comments": (b"# nothing here\n", "name:"),
+    "binary_garbage": (bytes(range(256)) * 4, "not UTF-8 text"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GENERATED))
+def test_generated_bad_space_is_one_line(name, tmp_path, workdir):
+    data, must = GENERATED[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_bytes(data)
+    r = run_in(workdir, "validate", path)
+    assert_one_line_refusal(r, must, workdir, set())
+
+
+@pytest.mark.parametrize("name", ["latin1", "billion_laughs", "deeply_nested_100k"])
+def test_generated_bad_trial_config_is_one_line(name, tmp_path, workdir):
+    data, must = GENERATED[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_bytes(data)
+    r = run_in(workdir, "trial", path)
+    assert_one_line_refusal(r, must, workdir, set())
+
+
+# --------------------------------------------------------------------------- CLI misuse
+
+SMOKE = str(ROOT / "search_spaces" / "smoke.yaml")
+CLI_MISUSE = {
+    "no_verb": ([], "required"),
+    "unknown_verb": (["lanch", SMOKE], "invalid choice"),
+    "unknown_flag": (["validate", SMOKE, "--bogus", "3"], "unrecognized arguments"),
+    "missing_file": (["validate", "no/such/file.yaml"], "no such file"),
+    "directory_as_file": (["validate", "/tmp"], "not a regular file"),
+    "negative_samples": (["validate", SMOKE, "--samples", "-1"], "--samples"),
+    "samples_not_a_number": (["validate", SMOKE, "--samples", "many"], "--samples"),
+    "negative_threads": (["trial", "tiny", "--threads", "-3"], "--threads"),
+    "zero_steps": (["trial", "tiny", "--steps", "0"], "--steps"),
+    "unknown_preset": (["trial", "no_such_preset"], "not a preset"),
+    "set_without_equals": (["trial", "tiny", "--set", "dat.switch_step"], "must be KEY=VALUE"),
+    "set_unknown_key": (["trial", "tiny", "--set", "model.width=3"], "model.width: unknown key"),
+    "set_through_a_value": (["trial", "tiny", "--set", "steps.x=3"], "is a value, not a section"),
+    "set_billion_laughs": (["trial", "tiny", "--set", "model.d_model=" + "[" * 5000], "model.d_model"),
+    "resume_without_out": (["trial", "tiny", "--resume"], "--resume"),
+    "status_of_nothing": (["status", "no_such_sweep"], "no sweep here"),
+    "report_of_nothing": (["report", "no_such_sweep"], "no_such_sweep"),
+    "storage_unwritable": (["launch", SMOKE, "--storage", "/proc/sweeps"], "cannot write there"),
+    "storage_under_a_file": (["launch", SMOKE, "--storage", "/etc/hostname/sweeps"], "--storage"),
+    "tracking_file_unwritable": (["launch", SMOKE, "--tracking-uri", "file:/proc/mlruns"], "cannot write there"),
+    "tracking_unknown_scheme": (["launch", SMOKE, "--tracking-uri", "bogus://x"], "unknown scheme"),
+    "tracking_sqlite_missing_folder": (["launch", SMOKE, "--tracking-uri", "sqlite:////no/such/dir/m.db"], "does not exist"),
+    "ui_port_out_of_range": (["ui", "--port", "99999"], "--port"),
+    "reproduce_zero_seeds": (["reproduce", "--seeds", "0"], "--seeds"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLI_MISUSE))
+def test_cli_misuse_is_one_line(name, workdir):
+    args, must = CLI_MISUSE[name]
+    r = run_in(workdir, *args)
+    assert_one_line_refusal(r, must, workdir, set())
+    assert not Path("/proc/sweeps").exists()
+
+
+def test_resources_beyond_this_machine_are_refused_before_ray(tmp_path, workdir):
+    path = tmp_path / "greedy.yaml"
+    path.write_text(GOOD_SPACE.replace("resources: {cpu: 1, gpu: 0}", f"resources: {{cpu: {(os.cpu_count() or 1) + 1}, gpu: 0}}"))
+    r = run_in(workdir, "launch", path)
+    assert_one_line_refusal(r, "resources.cpu: a trial asks for", workdir, set())
+
+
+def test_a_bad_file_answers_without_importing_torch_ray_or_mlflow(workdir):
+    code = ("import sys; from sweeper.cli import main\n"
+            "try:\n    main(['validate', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'ray', 'mlflow') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code, str(SPACES[0])], cwd=workdir, env=ENV, capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr

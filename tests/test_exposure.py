@@ -1,0 +1,134 @@
+"""What a sweep exposes: its local Ray listens on loopback only, and credentials never reach
+its logs, parameters, tags, artifacts or files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, SECRET_CANARIES
+
+pytestmark = pytest.mark.integration
+
+LISTEN_PROBE = """
+import json, os
+from sweeper.launch import loopback_only
+loopback_only()
+from sweeper import ray_tune
+import ray
+ray_tune.init_ray(None)
+
+@ray.remote
+def ping():
+    return 1
+
+ray.get([ping.remote() for _ in range(2)])  # start workers too
+from tests.test_exposure import listening_sockets
+print(json.dumps(listening_sockets(os.getpid())))
+ray.shutdown()
+"""
+
+
+def _tree(root: int) -> set[int]:
+    """`root` and its descendants, from /proc."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    tree, frontier = {root}, [root]
+    while frontier:
+        kids = [pid for pid, ppid in parent.items() if ppid in frontier and pid not in tree]
+        tree.update(kids)
+        frontier = kids
+    return tree
+
+
+def _decode(hex_addr: str) -> str:
+    raw = bytes.fromhex(hex_addr)
+    if len(raw) == 4:
+        return ".".join(str(b) for b in raw[::-1])
+    words = [raw[i:i + 4][::-1] for i in range(0, 16, 4)]  # /proc stores each 32-bit word in host order
+    import ipaddress
+
+    return str(ipaddress.IPv6Address(b"".join(words)))
+
+
+def listening_sockets(root: int) -> list[list]:
+    """[process name, address, port] of every TCP socket in LISTEN state held by `root`'s tree."""
+    owner = {}
+    for pid in _tree(root):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                name = f.read().strip()
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    owner[link[8:-1]] = name
+        except OSError:
+            continue
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in owner:  # 0A: LISTEN
+                    addr, port = cols[1].split(":")
+                    found.append([owner[cols[9]], _decode(addr), int(port, 16)])
+    return found
+
+
+def _is_loopback(address: str) -> bool:
+    import ipaddress
+
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+def test_a_local_sweeps_ray_listens_on_loopback_only(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    r = subprocess.run([sys.executable, "-c", LISTEN_PROBE], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    listening = json.loads(r.stdout.strip().splitlines()[-1])
+    names = {name for name, _, _ in listening}
+    assert any("gcs_server" in n for n in names) and any("raylet" in n for n in names), listening
+    beyond = [entry for entry in listening if not _is_loopback(entry[1])]
+    assert not beyond, beyond
+
+
+def _files_with(root, needle: bytes) -> list[str]:
+    hits = []
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            try:
+                with open(path, "rb") as f:
+                    if needle in f.read():
+                        hits.append(path)
+            except OSError:
+                continue
+    return hits
+
+
+def test_credentials_reach_no_file_param_tag_or_artifact(smoke_sweep, mlflow_server, tmp_path_factory):
+    workdir, run = smoke_sweep
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    assert runs
+    for canary in SECRET_CANARIES.values():
+        assert canary not in run.stdout + run.stderr
+        for r in runs:
+            assert not any(canary in str(v) for v in {**r.data.params, **r.data.tags}.values()), r.info.run_id
+        # the sweep's directory, and the MLflow server's store and artifacts (all under the session's temp root)
+        assert not _files_with(tmp_path_factory.getbasetemp(), canary.encode()), canary
