@@ -125,14 +125,14 @@ def run(args: argparse.Namespace) -> int:
 
     restorable = ray_tune.can_restore(experiment_dir)
     resuming = prepare_sweep_dir(spec, args.file, sweep_dir, restorable, args.restart)
+    ended = load_records(sweep_dir)[1] if resuming and (sweep_dir / STATUS_FILE).exists() else []  # before Ray: a bad file is one line
     tracker = tracking.SweepTracker(uri, spec, sweep_dir, args.experiment)
     tracker.start(sweep_dir / SPACE_FILE)
     print(f"tracking: {uri} (experiment {tracker.experiment}); `sweeper ui` opens it")
     ray_tune.init_ray(args.address)
     if resuming:  # the monitor, its listener and tracker come back with the experiment
         print(f"resuming sweep {spec.name} from {experiment_dir}")
-        if (sweep_dir / STATUS_FILE).exists():
-            ray_tune.mark_ended_trials(load_records(sweep_dir)[1])
+        ray_tune.mark_ended_trials(ended)
         tuner = ray_tune.restore_tuner(spec, experiment_dir)
     else:
         print(f"sweep {spec.name}: {spec.budget.num_samples} trials, {spec.budget.max_concurrent} at once -> {experiment_dir}")

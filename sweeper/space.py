@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from trainables import footprint
 from trainables.config import MAX_SEED, MAX_STEPS, ConfigError, TrialConfig, format_validation_error, read_yaml, set_dotted, trial_config_from_dict
-from trainables.errors import brief
+from trainables.errors import brief, cut, short_path
 from trainables.metrics import direction, reported_metrics
 
 N_VALIDATION_SAMPLES = 200
@@ -220,7 +220,7 @@ def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
 
 def load_space(path: str | Path, n_samples: int = N_VALIDATION_SAMPLES) -> SearchSpace:
     """Read and fully validate a search-space file; raise SpaceError on the first mistake."""
-    source = str(path)
+    source = short_path(path)
     try:
         data = read_yaml(path)
     except ConfigError as err:
@@ -265,7 +265,7 @@ def check_space(spec: SearchSpace, source: str, n_samples: int) -> None:
         if key in fixed_flat:
             raise SpaceError(f"{source}: fixed.{key}: set it with budget.{'max_steps' if key == 'steps' else 'eval_every'} instead")
     for path, _, cond in iter_params(spec.space):
-        where = f"space.{path}" + (f" (when {cond})" if cond else "")
+        where = f"space.{cut(path, 60)}" + (f" (when {cut(cond, 60)})" if cond else "")
         if path not in known:
             raise SpaceError(f"{source}: {where}: no such key in the trial config (e.g. model.n_layers, dat.switch_step)")
         if path in ("steps", "eval.every"):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from sweeper.records import TrialRecord, length_family, ranked, score
+from trainables.errors import ConfigError, cut
 
 STATUS_FILE, SUMMARY_FILE, SPACE_FILE = "status.json", "summary.json", "space.yaml"
 ORDER = ("running", "pending", "completed", "stopped", "diverged", "failed")
@@ -30,7 +31,14 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 
 def read_json(path: Path) -> dict:
-    return json.loads(Path(path).read_text())
+    """A JSON state file; unreadable or cut (a kill mid-write of an older version) is one ConfigError line."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{path}: unreadable ({cut(str(err), 100)}); move it away to rebuild it from the sweep") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a sweep state file (a JSON object was expected)")
+    return data
 
 
 def counts_line(records: list[TrialRecord], num_samples: int) -> str:
@@ -113,8 +121,12 @@ def mark_state(sweep_dir: Path, state: str) -> None:
 
 
 def load_records(sweep_dir: Path) -> tuple[dict, list[TrialRecord]]:
-    data = read_json(Path(sweep_dir) / STATUS_FILE)
-    return data, [TrialRecord.from_dict(t) for t in data["trials"]]
+    path = Path(sweep_dir) / STATUS_FILE
+    data = read_json(path)
+    try:
+        return data, [TrialRecord.from_dict(t) for t in data["trials"]]
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ConfigError(f"{path}: not a sweep status file ({cut(repr(err), 80)}); move it away to rebuild it") from None
 
 
 def driver_alive(status: dict) -> bool:

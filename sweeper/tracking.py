@@ -305,7 +305,15 @@ def experiment_url(uri: str, experiment: str, ui_address: str | None = None) -> 
 
 def load_runs(sweep_dir: Path) -> dict[str, Any]:
     path = Path(sweep_dir) / RUNS_FILE
-    return json.loads(path.read_text()) if path.exists() else {}
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{path}: unreadable ({cut(str(err), 100)})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a run mapping (a JSON object was expected)")
+    return data
 
 
 def fetch_trial_runs(uri: str, sweep_name: str, experiment: str | None = None) -> list[dict]:

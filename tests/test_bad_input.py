@@ -170,3 +170,22 @@ def test_a_bad_file_answers_without_importing_torch_ray_or_mlflow(workdir):
             "print(sorted(m for m in ('torch', 'ray', 'mlflow') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code, str(SPACES[0])], cwd=workdir, env=ENV, capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("content", ['{"name": "s", "trials": [', "[1, 2]", '{"name": "s"}', "\xff\xfe"])
+def test_a_damaged_status_file_is_one_line(content, workdir):
+    sweep = workdir / "sweeps" / "s"
+    sweep.mkdir(parents=True)
+    (sweep / "status.json").write_text(content, encoding="latin-1")
+    before = set(workdir.iterdir())
+    r = run_in(workdir, "status", "s")
+    assert_one_line_refusal(r, "status.json", workdir, before)
+
+
+def test_a_very_long_file_name_still_shows_the_rule(tmp_path, workdir):
+    deep = tmp_path / ("d" * 200) / ("e" * 200)
+    deep.mkdir(parents=True)
+    path = deep / "space.yaml"
+    path.write_text(GOOD_SPACE.replace("num_samples: 6", "num_samples: -6"))
+    r = run_in(workdir, "validate", path)
+    assert_one_line_refusal(r, "budget.num_samples: must be greater than or equal to 1", workdir, set())

@@ -24,7 +24,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from trainables.errors import ConfigError, brief, cut
+from trainables.errors import ConfigError, brief, cut, short_path
 from trainables.safe_yaml import read_yaml
 
 __all__ = ["ConfigError", "TrialConfig", "read_yaml", "load_trial_config", "trial_config_from_dict", "with_overrides"]
@@ -242,8 +242,8 @@ def load_trial_config(path_or_preset: str | Path) -> TrialConfig:
     if not path.exists() and (PRESETS_DIR / f"{path_or_preset}.yaml").exists():
         path = PRESETS_DIR / f"{path_or_preset}.yaml"
     if not path.exists():
-        raise ConfigError(f"{path}: no such file (and not a preset: {', '.join(preset_names())})")
-    return trial_config_from_dict(read_yaml(path), source=str(path))
+        raise ConfigError(f"{short_path(path)}: no such file (and not a preset: {', '.join(preset_names())})")
+    return trial_config_from_dict(read_yaml(path), source=short_path(path))
 
 
 def with_overrides(config: TrialConfig, overrides: Mapping[str, Any], source: str = "<overrides>") -> TrialConfig:

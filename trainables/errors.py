@@ -65,6 +65,12 @@ def cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 
+def short_path(path, limit: int = 100) -> str:
+    """A file name for an error line: the end of a long path, which names the file."""
+    text = " ".join(str(path).split())
+    return text if len(text) <= limit else "..." + text[-(limit - 3):]
+
+
 def one_line(message: str, limit: int = MAX_LINE) -> str:
     """The message on one line of at most `limit` characters."""
     text = " ".join(message.split())

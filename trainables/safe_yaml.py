@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from trainables.errors import ConfigError, brief, cut
+from trainables.errors import ConfigError, brief, cut, short_path
 
 MAX_BYTES = 256 * 1024
 MAX_DEPTH = 32
@@ -51,21 +51,21 @@ class _Frame:
 
 def read_yaml(path: str | Path, *, root_mapping: bool = True) -> Any:
     """Read and safe-load a YAML file under the limits above; `{}` for an empty file."""
-    path = Path(path)
+    name, path = short_path(path), Path(path)
     try:
         if not path.is_file():
-            raise ConfigError(f"{path}: no such file" if not path.exists() else f"{path}: not a regular file")
+            raise ConfigError(f"{name}: no such file" if not path.exists() else f"{name}: not a regular file")
         size = path.stat().st_size
         if size > MAX_BYTES:
-            raise ConfigError(f"{path}: file is {size:,} bytes; a config file may have at most {MAX_BYTES:,}")
+            raise ConfigError(f"{name}: file is {size:,} bytes; a config file may have at most {MAX_BYTES:,}")
         raw = path.read_bytes()
     except OSError as err:
-        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
+        raise ConfigError(f"{name}: cannot read: {err.strerror or err}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}); save the file as UTF-8") from None
-    return load_yaml_text(text, str(path), root_mapping=root_mapping)
+        raise ConfigError(f"{name}: not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}); save the file as UTF-8") from None
+    return load_yaml_text(text, name, root_mapping=root_mapping)
 
 
 def load_yaml_text(text: str, source: str, *, root_mapping: bool = True) -> Any:
