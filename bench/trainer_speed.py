@@ -30,8 +30,9 @@ nominal clock: boost can run above it). Zen 4 (AMD family 0x19 with AVX-512) run
 instructions on two 256-bit FMA pipes: 2 x 8 lanes x 2 = 32 FLOP/cycle; AVX-512 Intel server
 cores are taken as 2 x 16 x 2, AVX2 cores as 2 x 8 x 2.
 
-`--memory` also runs one full default trial (6000 steps) of this tree alone and prints its RSS
-at every report and the growth from the first report after the switch to the last.
+`--memory` also runs one full default trial (6000 steps, the reproduction's evaluation seed) of this
+tree alone and prints its RSS at every report, the growth from the first report after the switch to
+the last, and its acc_3x (seed 0 of the reproduction's DAT row, run on this tree's trainer).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+REPRO_EVAL_SEED = 20261121  # the reproduction's evaluation seed: the memory run's acc_3x compares with its table
 
 
 # --------------------------------------------------------------------------- child: one run in one tree
@@ -74,7 +76,7 @@ def _vocab(cfg) -> int:
     return t.modulus + t.n_keys + t.n_values + 2
 
 
-def child(steps: int, memory: bool) -> None:
+def child(steps: int, eval_seed: int | None) -> None:
     import torch
 
     torch.set_num_threads(1)
@@ -86,6 +88,8 @@ def child(steps: int, memory: bool) -> None:
     over = {"steps": steps, "device": "cpu"}
     if steps != cfg.steps:
         over["dat.switch_step"] = steps // 4
+    if eval_seed is not None:
+        over["eval.seed"] = eval_seed
     cfg = with_overrides(cfg, over)
     pad = _vocab(cfg) - 1
     count = {"real": 0, "positions": 0, "train_flops": 0.0, "eval_flops": 0.0}
@@ -134,9 +138,11 @@ def _rss_mib() -> float:
 # --------------------------------------------------------------------------- parent: A/B
 
 
-def run_tree(tree: Path, steps: int, memory: bool = False) -> dict:
+def run_tree(tree: Path, steps: int, eval_seed: int | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--steps", str(steps)]
+    if eval_seed is not None:
+        cmd += ["--eval-seed", str(eval_seed)]
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode or not line:
@@ -200,9 +206,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="old/new pairs (order old new new old ...)")
     parser.add_argument("--memory", action="store_true", help="also one full 6000-step trial of this tree: RSS over the run")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--eval-seed", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.steps, args.memory)
+        child(args.steps, args.eval_seed)
         return
 
     peak, how = cpu_peak()
@@ -253,8 +260,9 @@ def _table(rows: dict[str, list[dict]], peak: float) -> None:
 
 
 def _memory(peak: float) -> None:
-    print("\nmemory: one full default trial (hybrid_dat, 6000 steps) of this tree, RSS at each report")
-    r = run_tree(ROOT, 6000)
+    print(f"\nmemory: one full default trial (hybrid_dat, 6000 steps, eval.seed {REPRO_EVAL_SEED} as in "
+          f"docs/results/dat_reproduction.md) of this tree, RSS at each report")
+    r = run_tree(ROOT, 6000, eval_seed=REPRO_EVAL_SEED)
     s = summary(r, peak)
     steps, rss = r["report_steps"], r["rss_mib"]
     print("  " + "  ".join(f"{st}:{m:.0f}" for st, m in zip(steps, rss)))

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from trainables.config import ModelConfig
-from trainables.model import HybridLM, rotate
+from trainables.model import CausalSelfAttention, HybridLM, rotate
 
 VOCAB = 20
 
@@ -76,3 +76,34 @@ def test_rope_scores_depend_on_the_distance_between_positions_only():
 def test_rope_needs_an_even_head_size():
     with pytest.raises(ValueError, match="must be even"):
         ModelConfig(d_model=12, n_heads=4, positional="rope")
+
+
+def _reference_attention(attn, x):
+    """CausalSelfAttention as it was before the cached tables: split, transpose, `rotate` q and k apart."""
+    B, L, D = x.shape
+    q, k, v = attn.qkv(x).split(D, dim=-1)
+    q, k, v = (t.view(B, L, attn.n_heads, D // attn.n_heads).transpose(1, 2) for t in (q, k, v))
+    q, k = rotate(q), rotate(k)
+    y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return attn.out(y.transpose(1, 2).reshape(B, L, D))
+
+
+@pytest.mark.parametrize("L", [1, 23, 150])
+def test_fast_rotary_attention_equals_the_reference_bit_for_bit(L):
+    # cached tables in (B, L, 2nh, hs) layout, q and k in one go: same values and gradients as `rotate`
+    torch.manual_seed(L)
+    attn = CausalSelfAttention(64, 4, zero_init_out=False, rope=True)
+    x = torch.randn(3, L, 64)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    fast, ref = attn(xa), _reference_attention(attn, xb)
+    assert torch.equal(fast, ref)
+    g = torch.randn_like(fast)
+    fast.backward(g), ref.backward(g)
+    assert torch.equal(xa.grad, xb.grad)
+
+
+def test_rotary_tables_grow_with_the_length():
+    attn = CausalSelfAttention(16, 2, zero_init_out=False, rope=True)
+    for L in (5, 200, 7):  # longer than the first table, then shorter again
+        x = torch.randn(2, L, 16)
+        assert torch.equal(attn(x), _reference_attention(attn, x))

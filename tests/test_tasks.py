@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from trainables.config import TaskConfig
-from trainables.tasks import IGNORE, NO_TARGET, RECALL, STATE, SequenceTask, make_eval_sets, reference_targets
+from trainables.tasks import (IGNORE, NO_TARGET, RECALL, STATE, BucketedBatches, SequenceTask, make_eval_sets,
+                              reference_targets, train_batches)
 
 TASKS = ["modsum_recall", "modsum", "recall"]
 
@@ -82,3 +83,69 @@ def test_reference_rejects_a_query_of_an_unstored_key():
     vocab = SequenceTask(TaskConfig()).vocab
     with pytest.raises(AssertionError):
         reference_targets([vocab.query, vocab.key0 + 3], vocab)
+
+
+# --------------------------------------------------------------------------- bucketed training batches
+
+
+def _rows(batch, pad):
+    """Each sequence of a batch as a tuple of (token, target, kind) triples, PAD stripped."""
+    out = []
+    for tok, tgt, kind in zip(batch.tokens.tolist(), batch.targets.tolist(), batch.kinds.tolist()):
+        n = sum(t != pad for t in tok)
+        out.append(tuple(zip(tok[:n], tgt[:n], kind[:n])))
+    return out
+
+
+def test_a_bucketed_pool_serves_exactly_the_sequences_of_one_padded_draw():
+    # the same generator state: the pool's batches hold, between them, the rows of one padded draw of
+    # pool x batch_size sequences, each once, so lengths and content follow the padded sampler's distribution
+    task = SequenceTask(TaskConfig())
+    stream = BucketedBatches(task, batch_size=8, gen=torch.Generator().manual_seed(4), pool=5)
+    served = [stream.next() for _ in range(5)]
+    draw = task.sample_train(40, torch.Generator().manual_seed(4))
+    assert sorted(r for b in served for r in _rows(b, task.vocab.pad)) == sorted(_rows(draw, task.vocab.pad))
+
+
+def test_bucketed_batches_group_neighbouring_lengths_and_carry_no_pad_column():
+    task = SequenceTask(TaskConfig())
+    stream = BucketedBatches(task, batch_size=16, gen=torch.Generator().manual_seed(1), pool=8)
+    spans = []
+    for _ in range(8):
+        b = stream.next()
+        length = (b.tokens != task.vocab.pad).sum(1)
+        assert int(length.max()) == b.tokens.shape[1]  # trimmed to its own longest
+        spans.append((int(length.min()), int(length.max())))
+    spans.sort()
+    assert all(hi <= lo_next for (_, hi), (lo_next, _) in zip(spans, spans[1:]))  # sorted pools do not overlap
+
+
+def test_bucketed_norm_is_the_pool_mean_of_asked_positions_by_kind():
+    task = SequenceTask(TaskConfig())
+    stream = BucketedBatches(task, batch_size=8, gen=torch.Generator().manual_seed(2), pool=4)
+    batches = [stream.next() for _ in range(4)]
+    for kind in (STATE, RECALL):
+        mean = sum(int((b.kinds == kind).sum()) for b in batches) / 4
+        assert all(float(b.asked_norm[kind]) == pytest.approx(mean) for b in batches)
+
+
+@pytest.mark.parametrize("cut", [0, 3, 5, 7])
+def test_a_bucketed_stream_restored_mid_pool_continues_identically(cut):
+    task = SequenceTask(TaskConfig())
+    a = BucketedBatches(task, batch_size=8, gen=torch.Generator().manual_seed(3), pool=5)
+    for _ in range(cut):
+        a.next()
+    state = a.get_state()
+    b = BucketedBatches(task, batch_size=8, gen=torch.Generator().manual_seed(99), pool=5)
+    b.set_state(state)
+    for _ in range(8):  # across the next pool's draw too
+        x, y = a.next(), b.next()
+        assert torch.equal(x.tokens, y.tokens) and torch.equal(x.targets, y.targets)
+
+
+def test_padded_stream_is_the_old_sampler_with_the_old_checkpoint_state():
+    task = SequenceTask(TaskConfig())
+    gen = torch.Generator().manual_seed(5)
+    stream = train_batches(task, "padded", 16, gen)
+    assert isinstance(stream.get_state(), torch.Tensor)  # the generator state, as checkpoints always held it
+    assert torch.equal(stream.next().tokens, task.sample_train(16, torch.Generator().manual_seed(5)).tokens)
