@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 # `make TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" ...` avoids CUDA.
 TORCH_PIP_ARGS ?=
 
-.PHONY: install test-deps sweep trial test bench reproduce docker-smoke k8s-render clean
+.PHONY: install test-deps sweep trial test bench reproduce docker-smoke k8s-render k8s-spaces k8s-apply clean
 
 $(BIN)/sweeper: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,10 +53,17 @@ reproduce: install
 docker-smoke:
 	bash docker/smoke.sh
 
-# The manifests of one overlay (k8s/overlays/$(OVERLAY)), as `kubectl apply -f -` takes them.
+# The manifests of one overlay (k8s/overlays/$(OVERLAY)): what `kubectl apply -k` applies.
 OVERLAY ?= gpu
-k8s-render:
-	@kubectl kustomize --load-restrictor LoadRestrictionsNone k8s/overlays/$(OVERLAY)
+k8s-render: k8s-spaces
+	@kubectl kustomize k8s/overlays/$(OVERLAY)
+
+k8s-apply: k8s-spaces
+	kubectl apply -k k8s/overlays/$(OVERLAY)
+
+# The ConfigMap of search spaces (k8s/base/search-spaces.yaml) from search_spaces/*.yaml.
+k8s-spaces:
+	@$(PYTHON) k8s/spaces.py >&2
 
 clean:
 	rm -rf $(VENV) *.egg-info

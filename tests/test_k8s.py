@@ -1,4 +1,5 @@
-"""k8s/: every overlay renders with the real `kubectl kustomize`, validates against the KubeRay
+"""k8s/: every overlay renders with the real `kubectl kustomize` (default load restrictions, as
+`kubectl apply -k` uses them), validates against the KubeRay
 v1.7.0 CRD schemas and the Kubernetes schemas, is locked down, and agrees with the Dockerfile,
 the CLI and the search-space files.
 
@@ -35,8 +36,9 @@ def _pin(package: str) -> str:
 def rendered(request) -> tuple[str, list[dict]]:
     if not shutil.which("kubectl"):
         pytest.skip("kubectl not on the PATH")
-    r = subprocess.run(["kubectl", "kustomize", "--load-restrictor", "LoadRestrictionsNone",
-                        str(ROOT / "k8s" / "overlays" / request.param)], capture_output=True, text=True, timeout=60)
+    # exactly as `kubectl apply -k k8s/overlays/OVERLAY` renders: no --load-restrictor
+    r = subprocess.run(["kubectl", "kustomize", str(ROOT / "k8s" / "overlays" / request.param)],
+                       capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return request.param, [d for d in yaml.safe_load_all(r.stdout) if d]
 
@@ -190,7 +192,7 @@ def test_every_ray_pod_mounts_the_shared_results_and_the_search_spaces(rendered)
     _, docs = rendered
     assert _one(docs, "PersistentVolumeClaim", "sweeps")["spec"]["accessModes"] == ["ReadWriteMany"]
     spaces = _one(docs, "ConfigMap", "search-spaces")["data"]
-    assert {"switch_time.yaml", "smoke.yaml"} <= set(spaces)  # the RayJob's space among them
+    assert set(spaces) == {p.name for p in SPACES}  # every file of search_spaces/, the RayJob's among them
     for name, text in spaces.items():
         assert text == (ROOT / "search_spaces" / name).read_text(), name  # the files of search_spaces/, verbatim
     for name, pod in _ray_pods(docs).items():
@@ -198,6 +200,19 @@ def test_every_ray_pod_mounts_the_shared_results_and_the_search_spaces(rendered)
         mounts = {m["mountPath"]: volumes[m["name"]] for m in pod["containers"][0]["volumeMounts"]}
         assert mounts["/mnt/sweeps"]["persistentVolumeClaim"]["claimName"] == "sweeps", name
         assert mounts["/app/search_spaces"]["configMap"]["name"] == "search-spaces", name
+
+
+def test_the_committed_search_spaces_configmap_is_what_make_k8s_spaces_writes():
+    """k8s/base/search-spaces.yaml is generated from search_spaces/ (the base may not read outside
+    its folder); a space added or edited without `make k8s-spaces` fails here."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("k8s_spaces", ROOT / "k8s" / "spaces.py")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    assert set(generator.space_files()) == {p.name for p in SPACES}
+    assert (ROOT / "k8s" / "base" / "search-spaces.yaml").read_text() == generator.render(), \
+        "k8s/base/search-spaces.yaml is stale: run `make k8s-spaces`"
 
 
 def _quantity(value) -> float:
