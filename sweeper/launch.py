@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from sweeper.fs import check_writable
+from sweeper.lock import hold_sweep_lock
 from sweeper.space import SearchSpace, SpaceError, load_space
 from sweeper.status import SPACE_FILE, STATUS_FILE, SweepListener, format_table, load_records, mark_state, write_summary
 
@@ -123,11 +124,13 @@ def run(args: argparse.Namespace) -> int:
         loopback_only()
     from sweeper import ray_tune  # heavy: imported only once the input is known to be good
 
+    hold_sweep_lock(sweep_dir, spec.name)  # one driver per sweep, until this process ends
     restorable = ray_tune.can_restore(experiment_dir)
     resuming = prepare_sweep_dir(spec, args.file, sweep_dir, restorable, args.restart)
     ended = load_records(sweep_dir)[1] if resuming and (sweep_dir / STATUS_FILE).exists() else []  # before Ray: a bad file is one line
     tracker = tracking.SweepTracker(uri, spec, sweep_dir, args.experiment)
-    tracker.start(sweep_dir / SPACE_FILE)
+    with tracking.store_lock(uri):  # an embedded store is created (schema migrations) by one process at a time
+        tracker.start(sweep_dir / SPACE_FILE)
     print(f"tracking: {uri} (experiment {tracker.experiment}); `sweeper ui` opens it")
     ray_tune.init_ray(args.address)
     if resuming:  # the monitor, its listener and tracker come back with the experiment

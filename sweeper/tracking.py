@@ -82,6 +82,18 @@ def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") 
         raise ConfigError(f"{source} {cut(uri, 120)}: unknown scheme; use http(s)://HOST:PORT or sqlite:///PATH")
 
 
+def store_lock(uri: str):
+    """A file lock beside an embedded SQLite store while it may be created or migrated (two
+    sweeps started at once in one folder would both run MLflow's migrations); no-op otherwise."""
+    import contextlib
+
+    from sweeper.lock import file_lock
+
+    if uri.startswith("sqlite:///"):
+        return file_lock(Path(uri.removeprefix("sqlite:///") + ".lock"))
+    return contextlib.nullcontext()
+
+
 def client(uri: str):
     from mlflow import MlflowClient
 
