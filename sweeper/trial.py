@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -34,6 +35,35 @@ def _drop_reports_after(path: Path, step: int) -> None:
     if path.exists():
         kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
         path.write_text("".join(line + "\n" for line in kept))
+
+
+def _last_reported_step(path: Path) -> int:
+    if not path.exists():
+        return -1
+    lines = path.read_text().splitlines()
+    return int(json.loads(lines[-1])["step"]) if lines else -1
+
+
+def keep_checkpoint(out: Path, checkpoint_dir: str, step: int) -> None:
+    """Make `out/checkpoint` the newest checkpoint, atomically: the files are copied to their own
+    folder `checkpoint-STEP` first, then the `checkpoint` symlink is swapped to it (rename(2)
+    replaces a link at once), then older folders go. A kill at any point leaves `checkpoint`
+    naming a complete checkpoint (the previous one or the new one)."""
+    target = out / f"checkpoint-{step}"
+    if Path(checkpoint_dir).resolve() == target.resolve():  # the resumed final checkpoint, reported again
+        return
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(checkpoint_dir, target)
+    link = out / "checkpoint"
+    if link.is_dir() and not link.is_symlink():  # a run directory of an older version: a plain folder
+        link.rename(out / "checkpoint-previous")
+    tmp = out / "checkpoint.swap"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target.name)
+    os.replace(tmp, link)
+    for old in out.glob("checkpoint-*"):
+        if old != target:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def format_progress(m: dict) -> str:
@@ -67,11 +97,14 @@ def run(args: argparse.Namespace) -> int:
     resume_from = None
     if out is not None:
         ckpt = out / "checkpoint"
-        if args.resume and (ckpt / CHECKPOINT_FILE).exists():
-            resume_from = ckpt
-            _drop_reports_after(out / "metrics.jsonl", checkpoint_step(ckpt))
-        elif (out / "metrics.jsonl").exists() and not args.resume:
-            raise ConfigError(f"--out {out}: already holds a run; pass --resume to continue it or choose another directory")
+        if args.resume and not (ckpt / CHECKPOINT_FILE).exists():
+            raise ConfigError(f"--resume: {cut(str(out), 80)} holds no checkpoint to continue from; "
+                              "run without --resume to start (in an empty directory)")
+        if args.resume:
+            resume_from = ckpt.resolve()
+            _drop_reports_after(out / "metrics.jsonl", checkpoint_step(resume_from))
+        elif (out / "metrics.jsonl").exists() or ckpt.exists():
+            raise ConfigError(f"--out {cut(str(out), 80)}: already holds a run; pass --resume to continue it or choose another directory")
         try:
             out.mkdir(parents=True, exist_ok=True)
             (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
@@ -82,14 +115,11 @@ def run(args: argparse.Namespace) -> int:
         print(format_progress(metrics) if not metrics.get("diverged") else f"step {metrics['step']}: diverged (non-finite loss)", flush=True)
         if out is None:
             return
-        with open(out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(metrics) + "\n")
-        if checkpoint_dir is not None:  # keep the latest checkpoint; swap it in atomically
-            tmp = out / "checkpoint.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(checkpoint_dir, tmp)
-            shutil.rmtree(out / "checkpoint", ignore_errors=True)
-            tmp.rename(out / "checkpoint")
+        if metrics["step"] > _last_reported_step(out / "metrics.jsonl"):  # a resumed finished run re-reports its end
+            with open(out / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(metrics) + "\n")
+        if checkpoint_dir is not None:
+            keep_checkpoint(out, checkpoint_dir, int(metrics["step"]))
 
     if resume_from is not None:
         print(f"resuming from {resume_from}")

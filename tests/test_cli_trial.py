@@ -57,3 +57,33 @@ def test_missing_file_and_bad_override_are_clear(tmp_path):
     assert r.returncode == 2 and "dat.switch_step <= steps" in r.stderr
     r = sweeper("trial", "tiny", "--set", "nodots")
     assert r.returncode == 2 and "KEY=VALUE" in r.stderr
+
+
+def test_resume_without_a_checkpoint_is_an_error_and_a_finished_run_appends_nothing(tmp_path):
+    out = tmp_path / "run"
+    r = sweeper("trial", "tiny", "--steps", "40", "--out", str(out), "--resume")
+    assert r.returncode == 2 and "holds no checkpoint" in r.stderr and not out.exists()
+    assert sweeper("trial", "tiny", "--steps", "40", "--out", str(out), "--threads", "1").returncode == 0
+    before = (out / "metrics.jsonl").read_text()
+    assert (out / "checkpoint").is_symlink() and (out / "checkpoint" / "state.pt").exists()
+    r = sweeper("trial", "tiny", "--steps", "40", "--out", str(out), "--resume", "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    assert (out / "metrics.jsonl").read_text() == before  # nothing appended
+    assert sorted(p.name for p in out.glob("checkpoint*")) == ["checkpoint", "checkpoint-40"]
+
+
+def test_a_kill_between_copy_and_swap_leaves_a_complete_checkpoint(tmp_path):
+    from sweeper.trial import keep_checkpoint
+
+    out = tmp_path / "run"
+    out.mkdir()
+    for step in (10, 20):
+        src = tmp_path / f"src{step}"
+        src.mkdir()
+        (src / "state.pt").write_text(str(step))
+        keep_checkpoint(out, str(src), step)
+    assert (out / "checkpoint" / "state.pt").read_text() == "20"
+    # a kill after the copy of step 30 but before the swap: the link still names step 20, complete
+    (out / "checkpoint-30").mkdir()
+    (out / "checkpoint-30" / "state.pt").write_text("partial")
+    assert (out / "checkpoint" / "state.pt").read_text() == "20"
