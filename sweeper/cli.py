@@ -81,7 +81,9 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("launch", help="run a sweep (or resume it, if its directory exists)",
                        description="Run the sweep a search-space file describes: Optuna search, ASHA early "
                                    "stopping, on a local Ray instance or an existing cluster. A sweep whose "
-                                   "directory exists is resumed.")
+                                   "directory exists is resumed. Starts with one line of plan (trials, steps, "
+                                   "concurrency, the estimate), then a live table on a terminal or a progress "
+                                   "line with the ETA elsewhere; Ctrl-C stops, the same command resumes.")
     p.add_argument("file", help="search-space YAML (search_spaces/*.yaml)")
     p.add_argument("--address", help="an existing Ray cluster: auto, or ray://HOST:10001 (default: a local Ray)")
     p.add_argument("--storage", help=f"where trial results go: a path or s3://, gs:// (default ./{DEFAULT_STORAGE})")
@@ -90,13 +92,23 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tracking-uri", help="MLflow tracking server (http://HOST:5000); default $MLFLOW_TRACKING_URI "
                                           "or the embedded ./mlflow.db")
     p.add_argument("--experiment", help="MLflow experiment name (default: the sweep's name)")
+    _add_progress(p)
     p.set_defaults(func=_lazy("sweeper.launch"))
 
 
+def _add_progress(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--progress", choices=["auto", "table", "lines", "none"], default="auto",
+                   help="how progress is shown: a live table, plain lines with the ETA, or nothing "
+                        "(default auto: the table on a terminal, lines anywhere else)")
+    p.add_argument("--progress-every", type=positive_int, default=30, metavar="SECONDS",
+                   help="seconds between plain progress lines (default 30; a trial starting or ending prints one too)")
+
+
 def _add_submit(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("submit", help="run a sweep on a remote Ray cluster as a Ray job; its status, logs, stop",
+    p = sub.add_parser("submit", help="run a sweep on a remote Ray cluster as a Ray job",
                        description="Submit a sweep to a remote Ray cluster as a Ray job (the space file travels "
-                                   "with it; the code comes from the cluster's image); or ask about a submitted job.")
+                                   "with it; the code comes from the cluster's image). Prints the job id; "
+                                   "`sweeper job status|logs|stop JOB` looks after it.")
     p.add_argument("file", nargs="?", help="search-space YAML to submit")
     p.add_argument("--address", help="the cluster's Ray dashboard, http://HEAD:8265 (default $RAY_ADDRESS)")
     p.add_argument("--storage", help="where trial results go: s3://, gs://, or an absolute path on the cluster")
@@ -105,17 +117,36 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--experiment", help="MLflow experiment name (default: the sweep's name)")
     p.add_argument("--restart", action="store_true", help="start the sweep over instead of resuming it")
     p.add_argument("--follow", action="store_true", help="print the job's logs until it ends; exit with its outcome")
-    job = p.add_mutually_exclusive_group()
-    job.add_argument("--status", metavar="JOB", help="print a submitted job's status")
-    job.add_argument("--logs", metavar="JOB", help="print a submitted job's logs (with --follow: until it ends)")
-    job.add_argument("--stop", metavar="JOB", help="stop a submitted job")
+    for old in ("status", "logs", "stop"):  # moved to `sweeper job`; kept to say so in one line
+        p.add_argument(f"--{old}", dest=f"old_{old}", metavar="JOB", help=argparse.SUPPRESS)
     p.set_defaults(func=_lazy("sweeper.submit"))
 
 
+def _add_job(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("job", help="a sweep submitted as a Ray job: its status, logs, or stop it",
+                       description="Look after a sweep that `sweeper submit` sent to a Ray cluster, by its job id.")
+    verbs = p.add_subparsers(dest="job_verb", metavar="ACTION", required=True)
+    for name, text in (("status", "print the job's state (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED)"),
+                       ("logs", "print the job's logs (the sweep's output)"),
+                       ("stop", "stop the job (the sweep stops; `sweeper submit` of the same file resumes it)")):
+        q = verbs.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        q.add_argument("job", metavar="JOB", help="the job id `sweeper submit` printed, e.g. sweep-layers-3f9c2a1b")
+        q.add_argument("--address", help="the cluster's Ray dashboard, http://HEAD:8265 (default $RAY_ADDRESS)")
+        if name == "logs":
+            q.add_argument("--follow", action="store_true", help="keep printing until the job ends; exit with its outcome")
+        q.set_defaults(func=_lazy("sweeper.job", name))
+
+
 def _add_status(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("status", help="the state of a running or finished sweep, from its directory")
+    p = sub.add_parser("status", help="the progress of a running or finished sweep, from its directory",
+                       description="The state of a sweep from its directory (status.json): trial counts, the best "
+                                   "trial, the top trials, the ETA. With --watch, the live view of `sweeper launch`, "
+                                   "redrawn until the sweep ends. (A remote Ray job: `sweeper job status JOB`.)")
     p.add_argument("name", help="the sweep's name (its directory under --storage), or a path to it")
     p.add_argument("--storage", help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
+    p.add_argument("--watch", action="store_true", help="keep redrawing the live view until the sweep ends (Ctrl-C to stop)")
+    p.add_argument("--every", type=positive_int, default=30, metavar="SECONDS",
+                   help="with --watch away from a terminal: seconds between progress lines (default 30)")
     p.set_defaults(func=status_cmd)
 
 
@@ -129,8 +160,24 @@ def status_cmd(args: argparse.Namespace) -> int:
     sweep_dir = direct if (direct / STATUS_FILE).exists() else sweep_dir_for(args.name, args.storage)[1]
     if not (sweep_dir / STATUS_FILE).exists():
         raise ConfigError(f"{sweep_dir}: no sweep here (no {STATUS_FILE}); `sweeper launch FILE` starts one")
-    print_status(sweep_dir)
-    return 0
+    if not args.watch:
+        print_status(sweep_dir)
+        return 0
+    from sweeper.live import LiveView
+
+    return LiveView.of_sweep(sweep_dir, args.every).watch()
+
+
+def _add_dashboard(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("dashboard", help="open optuna-dashboard on a sweep's Optuna study",
+                       description="Serve optuna-dashboard for the sweep's study (sweeps/NAME/optuna.db): trials, "
+                                   "their parameters and states (ASHA-stopped trials are PRUNED), the "
+                                   "intermediate values by training step, importances. Ctrl-C stops it.")
+    p.add_argument("name", help="the sweep's name (its directory under --storage), or a path to it")
+    p.add_argument("--storage", help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
+    p.add_argument("--host", default="127.0.0.1", help="interface to serve on (default loopback only)")
+    p.add_argument("--port", type=port, default=8080, help="port to serve on (default 8080)")
+    p.set_defaults(func=_lazy("sweeper.dashboard"))
 
 
 def _add_reproduce(sub: argparse._SubParsersAction) -> None:
@@ -207,7 +254,9 @@ def ui_cmd(args: argparse.Namespace) -> int:
             proc.wait()
 
 
-PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [_add_trial, _add_validate, _add_launch, _add_submit, _add_status, _add_report, _add_ui, _add_reproduce]
+PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_trial, _add_validate, _add_launch, _add_status, _add_report, _add_ui, _add_dashboard, _add_submit, _add_job,
+    _add_reproduce]
 
 
 def version() -> str:

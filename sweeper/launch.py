@@ -18,6 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
+from sweeper import live
 from sweeper.fs import check_writable
 from sweeper.lock import hold_sweep_lock
 from sweeper.space import SearchSpace, SpaceError, load_space
@@ -128,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     restorable = ray_tune.can_restore(experiment_dir)
     resuming = prepare_sweep_dir(spec, args.file, sweep_dir, restorable, args.restart)
     ended = load_records(sweep_dir)[1] if resuming and (sweep_dir / STATUS_FILE).exists() else []  # before Ray: a bad file is one line
+    plan = live.Plan.from_space(spec)
+    print(live.plan_line(plan, ended), flush=True)  # trials, steps, concurrency, the estimate (sweeper/live.py)
     tracker = tracking.SweepTracker(uri, spec, sweep_dir, args.experiment)
     with tracking.store_lock(uri):  # an embedded store is created (schema migrations) by one process at a time
         tracker.start(sweep_dir / SPACE_FILE)
@@ -143,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
         monitor = ray_tune.SweepMonitor(listener, spec.budget.max_steps)
         tuner = ray_tune.build_tuner(spec, experiment_dir, monitor, f"sqlite:///{sweep_dir / OPTUNA_DB}")
     _graceful_sigterm()
-    tuner.fit()
+    with live.LiveView(sweep_dir, plan, getattr(args, "progress", "auto"), getattr(args, "progress_every", 30.0)):
+        tuner.fit()
 
     # the final records come from status.json, which the monitor keeps current
     _, records = load_records(sweep_dir)

@@ -59,14 +59,13 @@ def best_line(records: list[TrialRecord], metric: str, mode: str) -> str:
 
 
 class SweepListener:
-    """Receives trial records from the driver: keeps status.json current and prints a
-    compact progress line (at most every `every_s` seconds, and whenever a trial ends).
+    """Receives trial records from the driver: keeps status.json current (which the live view,
+    sweeper/live.py, draws from) and hands each report to the tracker.
     Picklable: Ray stores it with the experiment and brings it back on resume."""
 
-    def __init__(self, sweep_dir: Path, name: str, metric: str, mode: str, num_samples: int,
-                 tracker=None, every_s: float = 5.0):
+    def __init__(self, sweep_dir: Path, name: str, metric: str, mode: str, num_samples: int, tracker=None):
         self.sweep_dir, self.name, self.metric, self.mode = Path(sweep_dir), name, metric, mode
-        self.num_samples, self.every_s = num_samples, every_s
+        self.num_samples = num_samples
         self.tracker = tracker  # SweepTracker or None
         self.reset()
 
@@ -89,26 +88,20 @@ class SweepListener:
             self.tracking_failed = True
 
     def reset(self) -> None:
+        """At the start of the sweep, and again on each resume."""
         self.started = time.time()
-        self.last_print = 0.0
-        self.last_counts = ""
         self.records: list[TrialRecord] = []
         self.tracking_failed = False
 
     def __call__(self, records: list[TrialRecord], final: bool) -> None:
         self.records = records
         self.write_status("finished" if final else "running")
-        counts = counts_line(records, self.num_samples)
-        now = time.time()
-        if counts != self.last_counts or now - self.last_print >= self.every_s or final:
-            elapsed = now - self.started
-            print(f"[{self.name} {elapsed:6.0f}s] {counts} | {best_line(records, self.metric, self.mode)}", flush=True)
-            self.last_print, self.last_counts = now, counts
 
     def write_status(self, state: str) -> None:
         write_json_atomic(self.sweep_dir / STATUS_FILE, {
             "name": self.name, "metric": self.metric, "mode": self.mode, "num_samples": self.num_samples,
-            "state": state, "updated": time.time(), "driver": {"host": socket.gethostname(), "pid": os.getpid()},
+            "state": state, "started": self.started, "updated": time.time(),
+            "driver": {"host": socket.gethostname(), "pid": os.getpid()},
             "trials": [r.to_dict() for r in self.records],
         })
 
@@ -190,4 +183,21 @@ def print_status(sweep_dir: Path, out: TextIO = sys.stdout) -> None:
     print(f"sweep {data['name']}: {state}, updated {age:.0f}s ago", file=out)
     print(f"trials: {counts_line(records, data['num_samples'])}", file=out)
     print(best_line(records, data["metric"], data["mode"]), file=out)
+    if data["state"] == "running" or any(r.status in ("running", "pending") for r in records):
+        print(_progress_line(sweep_dir, records, running=state == "running"), file=out)
     print(format_table(records, data["metric"], data["mode"]), file=out)
+
+
+def _progress_line(sweep_dir: Path, records: list[TrialRecord], running: bool) -> str:
+    """Steps done and to go, speed, ETA (sweeper/live.py), from the plan in the sweep's space.yaml."""
+    from sweeper import live
+
+    try:
+        plan = live.plan_of(sweep_dir)
+    except ConfigError as err:
+        return f"progress: - ({cut(str(err), 120)})"
+    p = live.progress(records, plan)
+    speed = "" if p.speed is None else f", {p.speed:.1f} steps/s per trial"
+    eta = "-" if p.eta_s is None else live.clock(p.eta_s)
+    return (f"progress: {p.done:,} steps done, ~{p.left:,.0f} expected to go{speed}; "
+            + (f"ETA {eta}" if running else f"~{eta} more once resumed"))

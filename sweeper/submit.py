@@ -3,10 +3,10 @@
     preflight (space, job server, storage, tracking server)  ->  JobSubmissionClient.submit_job
         entrypoint:  sweeper launch SPACE --address auto --storage S --tracking-uri U
         runtime env: a working directory holding only the search-space file
-    ->  job id;  --follow tails its logs;  --status / --logs / --stop JOB later
+    ->  job id;  --follow tails its logs;  later: `sweeper job status|logs|stop JOB` (sweeper/job.py)
 
 The cluster brings the code: `sweeper` on the PATH of its nodes (the image of docker/). The only
-module of the project that imports ray.job_submission.
+module of the project that imports ray.job_submission (sweeper/job.py uses its client).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def launch_command(space_name: str, storage: str, shared: bool, uri: str, experi
     return shlex.join(argv)
 
 
-def _client(address: str):
+def client_for(address: str):
     check_job_server(address)  # before ray is imported: Ray reads RAY_AUTH_MODE once, at import
     from ray.job_submission import JobSubmissionClient
 
@@ -117,7 +117,7 @@ def _alive_nodes(address: str) -> int:
 def submit(args: argparse.Namespace) -> int:
     spec = load_space(args.file)  # every user mistake in the file surfaces here, before any request
     uri = check_tracking(args.tracking_uri)
-    client = _client(args.address)
+    client = client_for(args.address)
     nodes = _alive_nodes(args.address)
     check_storage(args.storage, args.shared_storage, nodes)
     entrypoint = launch_command(Path(args.file).name, args.storage, args.shared_storage and not is_uri(args.storage),
@@ -130,7 +130,7 @@ def submit(args: argparse.Namespace) -> int:
     print(job_id)
     print(f"submitted sweep {spec.name} to {args.address} ({nodes} node{'s' * (nodes != 1)}): {entrypoint}", file=sys.stderr)
     if not args.follow:
-        print(f"follow it: sweeper submit --logs {job_id} --follow --address {args.address}", file=sys.stderr)
+        print(f"follow it: sweeper job logs {job_id} --follow --address {args.address}", file=sys.stderr)
         return 0
     return follow(client, job_id)
 
@@ -145,16 +145,16 @@ def follow(client, job_id: str) -> int:
     try:
         asyncio.run(tail())
     except KeyboardInterrupt:
-        print(f"\nstopped following; the job runs on (sweeper submit --stop {job_id})", file=sys.stderr)
+        print(f"\nstopped following; the job runs on (sweeper job stop {job_id} to stop it)", file=sys.stderr)
         return 130
-    info = _wait(client, job_id, timeout_s=30)
+    info = wait(client, job_id, timeout_s=30)
     print(f"job {job_id}: {info.status.value}", file=sys.stderr)
     if info.status.value == "SUCCEEDED":
         return 0
     return 2 if info.driver_exit_code == 2 else 1  # 2: the launch on the cluster refused its input
 
 
-def _wait(client, job_id: str, timeout_s: float):
+def wait(client, job_id: str, timeout_s: float):
     deadline = time.monotonic() + timeout_s
     info = client.get_job_info(job_id)
     while info.status.value not in TERMINAL and time.monotonic() < deadline:
@@ -163,7 +163,7 @@ def _wait(client, job_id: str, timeout_s: float):
     return info
 
 
-def _known(client, job_id: str, address: str):
+def known_job(client, job_id: str, address: str):
     try:
         return client.get_job_info(job_id)
     except RuntimeError as err:
@@ -172,42 +172,14 @@ def _known(client, job_id: str, address: str):
         raise
 
 
-def status(args: argparse.Namespace) -> int:
-    client = _client(args.address)
-    info = _known(client, args.status, args.address)
-    line = f"{args.status}: {info.status.value}"
-    print(line + (f" ({info.message})" if info.message else ""))
-    return 0
-
-
-def logs(args: argparse.Namespace) -> int:
-    client = _client(args.address)
-    _known(client, args.logs, args.address)
-    if args.follow:
-        return follow(client, args.logs)
-    print(client.get_job_logs(args.logs), end="")
-    return 0
-
-
-def stop(args: argparse.Namespace) -> int:
-    client = _client(args.address)
-    _known(client, args.stop, args.address)
-    client.stop_job(args.stop)
-    info = _wait(client, args.stop, timeout_s=60)
-    print(f"{args.stop}: {info.status.value}")
-    return 0 if info.status.value in TERMINAL else 1
-
-
 def run(args: argparse.Namespace) -> int:
+    moved = next((f for f in ("status", "logs", "stop") if getattr(args, f"old_{f}", None)), None)
+    if moved:
+        raise ConfigError(f"submit --{moved}: moved: sweeper job {moved} {getattr(args, f'old_{moved}')}"
+                          f"{' --follow' if moved == 'logs' and args.follow else ''}")
+    if not args.file:
+        raise ConfigError("submit: a search-space file to submit (a submitted job: sweeper job status|logs|stop JOB)")
     args.address = args.address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
     if not args.address:
         raise ConfigError("--address: required: the Ray dashboard of the cluster, e.g. http://HEAD:8265")
-    if args.status:
-        return status(args)
-    if args.logs:
-        return logs(args)
-    if args.stop:
-        return stop(args)
-    if not args.file:
-        raise ConfigError("submit: a search-space file, or one of --status/--logs/--stop JOB")
     return submit(args)

@@ -1,5 +1,6 @@
-"""`sweeper submit` against a real Ray head whose job server listens on 127.0.0.1 (token auth on),
-logging to a real MLflow server: submit, follow, status, logs, stop, and the preflight's refusals."""
+"""`sweeper submit` and `sweeper job status|logs|stop` against a real Ray head whose job server
+listens on 127.0.0.1 (token auth on), logging to a real MLflow server: submit, follow, status,
+logs, stop, and the preflight's refusals."""
 
 import os
 import subprocess
@@ -28,6 +29,11 @@ def _space(tmp_path, name: str, max_steps: int, num_samples: int) -> str:
 def submit(tmp_path, *args, env=None, timeout=300):
     return subprocess.run(sweeper_cmd("submit", *args), cwd=tmp_path, env={**ENV, **(env or {})},
                           capture_output=True, text=True, timeout=timeout)
+
+
+def job(tmp_path, *args, timeout=300):
+    """`sweeper job ACTION JOB ...`"""
+    return subprocess.run(sweeper_cmd("job", *args), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
 def _one_line_exit_2(r, expected: str) -> None:
@@ -82,16 +88,18 @@ def test_a_submitted_sweep_runs_and_its_status_and_logs_come_back(head, tmp_path
                                    storage, "--tracking-uri", mlflow_server, "--follow"),
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    job = r.stdout.splitlines()[0]
-    assert job.startswith("sweep-submitted-")
+    job_id = r.stdout.splitlines()[0]
+    assert job_id.startswith("sweep-submitted-")
     assert "summary:" in r.stdout  # the followed logs: the sweep's own end
     assert (storage / "submitted" / "summary.json").exists()  # results where --storage said
     exp = MlflowClient(mlflow_server).get_experiment_by_name("submitted")
     assert exp is not None and len(MlflowClient(mlflow_server).search_runs([exp.experiment_id])) == 3  # parent + 2
-    s = submit(tmp_path, "--status", job, "--address", head)
-    assert s.returncode == 0 and s.stdout.startswith(f"{job}: SUCCEEDED"), s.stdout + s.stderr
-    logs = submit(tmp_path, "--logs", job, "--address", head)
-    assert logs.returncode == 0 and "sweep submitted: 2 trials" in logs.stdout, logs.stdout[-2000:]
+    s = job(tmp_path, "status", job_id, "--address", head)
+    assert s.returncode == 0 and s.stdout.startswith(f"{job_id}: SUCCEEDED"), s.stdout + s.stderr
+    logs = job(tmp_path, "logs", job_id, "--address", head)
+    assert logs.returncode == 0 and "plan: 2 trials of up to 20 steps" in logs.stdout, logs.stdout[-2000:]
+    # a job's log is not a terminal: progress comes as plain lines with the ETA
+    assert "[submitted " in logs.stdout and "ETA" in logs.stdout
 
 
 @pytest.mark.integration
@@ -99,16 +107,31 @@ def test_stop_stops_a_running_sweep(head, tmp_path, mlflow_server):
     r = submit(tmp_path, _space(tmp_path, "long", 100000, 2), "--address", head, "--storage", tmp_path / "results",
                "--tracking-uri", mlflow_server)
     assert r.returncode == 0, r.stderr
-    job = r.stdout.strip()
+    job_id = r.stdout.strip()
     deadline = time.time() + 120
-    while "RUNNING" not in (s := submit(tmp_path, "--status", job, "--address", head)).stdout:
+    while "RUNNING" not in (s := job(tmp_path, "status", job_id, "--address", head)).stdout:
         assert time.time() < deadline and "FAILED" not in s.stdout, s.stdout + s.stderr
         time.sleep(1)
-    stopped = submit(tmp_path, "--stop", job, "--address", head)
-    assert stopped.returncode == 0 and stopped.stdout.strip() == f"{job}: STOPPED", stopped.stdout + stopped.stderr
-    assert submit(tmp_path, "--status", job, "--address", head).stdout.startswith(f"{job}: STOPPED")
+    stopped = job(tmp_path, "stop", job_id, "--address", head)
+    assert stopped.returncode == 0 and stopped.stdout.strip() == f"{job_id}: STOPPED", stopped.stdout + stopped.stderr
+    assert job(tmp_path, "status", job_id, "--address", head).stdout.startswith(f"{job_id}: STOPPED")
 
 
 @pytest.mark.integration
 def test_an_unknown_job_is_one_line_and_exit_2(head, tmp_path):
-    _one_line_exit_2(submit(tmp_path, "--status", "no-such-job", "--address", head), "no-such-job: no such job on")
+    _one_line_exit_2(job(tmp_path, "status", "no-such-job", "--address", head), "no-such-job: no such job on")
+
+
+def test_the_old_submit_job_flags_say_where_they_moved(tmp_path):
+    _one_line_exit_2(submit(tmp_path, "--status", "sweep-x-1"), "submit --status: moved: sweeper job status sweep-x-1")
+    _one_line_exit_2(submit(tmp_path, "--logs", "sweep-x-1", "--follow"), "moved: sweeper job logs sweep-x-1 --follow")
+    _one_line_exit_2(submit(tmp_path), "a search-space file to submit")
+
+
+def test_job_needs_an_address_and_an_action(tmp_path):
+    env_without = {k: v for k, v in ENV.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
+    r = subprocess.run(sweeper_cmd("job", "status", "sweep-x-1"), cwd=tmp_path, env=env_without,
+                       capture_output=True, text=True, timeout=60)
+    _one_line_exit_2(r, "--address: required")
+    r = job(tmp_path, "restart", "sweep-x-1")
+    _one_line_exit_2(r, "invalid choice: 'restart'")

@@ -1,0 +1,48 @@
+"""`sweeper job status|logs|stop JOB`: a sweep submitted with `sweeper submit`, as a Ray job.
+
+(`sweeper status NAME` is the state of a sweep from its directory; this is the state of the
+Ray job that runs one on a remote cluster.) The Ray job client is sweeper/submit.py's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from trainables.errors import ConfigError
+
+from sweeper.submit import TERMINAL, client_for, follow, known_job, wait
+
+
+def address(args: argparse.Namespace) -> str:
+    value = args.address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
+    if not value:
+        raise ConfigError("--address: required: the Ray dashboard of the cluster, e.g. http://HEAD:8265 (or $RAY_ADDRESS)")
+    return value
+
+
+def status(args: argparse.Namespace) -> int:
+    where = address(args)
+    info = known_job(client_for(where), args.job, where)
+    print(f"{args.job}: {info.status.value}" + (f" ({info.message})" if info.message else ""))
+    return 0
+
+
+def logs(args: argparse.Namespace) -> int:
+    where = address(args)
+    client = client_for(where)
+    known_job(client, args.job, where)
+    if args.follow:
+        return follow(client, args.job)
+    print(client.get_job_logs(args.job), end="")
+    return 0
+
+
+def stop(args: argparse.Namespace) -> int:
+    where = address(args)
+    client = client_for(where)
+    known_job(client, args.job, where)
+    client.stop_job(args.job)
+    info = wait(client, args.job, timeout_s=60)
+    print(f"{args.job}: {info.status.value}")
+    return 0 if info.status.value in TERMINAL else 1
