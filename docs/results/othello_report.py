@@ -1,0 +1,174 @@
+"""Tables and plots of docs/results/othello.md from the runs' reports.
+
+    python docs/results/othello_report.py RUNS_DIR_OR_JSON... [--out docs/results/othello]
+
+Each input is a directory written by othello_run.py (NAME.jsonl per run) or a JSON file mapping
+NAME -> {"reports": [...]}. Runs are grouped by name without the trailing `_s<seed>`. Writes
+OUT.json (every run's final metrics and its acc_{k}x curves: the record the tables are built
+from), OUT.png, and prints the markdown tables: mean ± standard deviation over seeds per group,
+the per-seed numbers, the pre-registered comparisons (difference of means, its standard error)
+and, for EMA runs, the averaged weights against the live weights of the same run (paired).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics as st
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+KS = (1, 2, 3)
+NAMES = ("acc", "tv", "illegal_mass")
+
+
+def load(paths: list[Path]) -> dict:
+    runs = {}
+    for p in paths:
+        if p.is_dir():
+            for f in sorted(p.glob("*.jsonl")):
+                runs[f.stem] = {"reports": [json.loads(line) for line in f.read_text().splitlines()]}
+        else:
+            runs.update({k: {"reports": v["reports"]} for k, v in json.loads(p.read_text()).items()})
+    return runs
+
+
+def record(runs: dict) -> dict:
+    keep = [f"{n}_{k}x" for n in (*NAMES, "loss", "raw_acc") for k in KS] + ["step", "loss"]
+    out = {}
+    for name, r in sorted(runs.items()):
+        final = r["reports"][-1]
+        out[name] = {"final": {k: final[k] for k in keep if k in final},
+                     "curve": [{k: m[k] for k in ("step", "acc_1x", "acc_3x") if k in m} for m in r["reports"]]}
+    return out
+
+
+def groups(rec: dict) -> dict[str, dict[int, dict]]:
+    g: dict[str, dict[int, dict]] = {}
+    for name, r in rec.items():
+        base, seed = re.fullmatch(r"(.+)_s(\d+)", name).groups()
+        g.setdefault(base, {})[int(seed)] = r["final"]
+    return g
+
+
+def mean_sd(xs: list[float]) -> tuple[float, float]:
+    return st.mean(xs), (st.stdev(xs) if len(xs) > 1 else float("nan"))
+
+
+def diff(a: dict[int, dict], b: dict[int, dict], key: str) -> tuple[float, float]:
+    """mean(a) - mean(b) and its standard error from the per-seed spreads."""
+    xa, xb = [m[key] for m in a.values()], [m[key] for m in b.values()]
+    se = math.sqrt(st.variance(xa) / len(xa) + st.variance(xb) / len(xb))
+    return st.mean(xa) - st.mean(xb), se
+
+
+def tables(g: dict) -> str:
+    lines = ["| group | seeds | " + " | ".join(f"{n} {k}x" for n in NAMES for k in KS) + " |",
+             "|---|---|" + "---|" * (len(NAMES) * len(KS))]
+    for base, seeds in g.items():
+        cells = []
+        for n in NAMES:
+            for k in KS:
+                m, sd = mean_sd([r[f"{n}_{k}x"] for r in seeds.values()])
+                cells.append(f"{m:.3f} ± {sd:.3f}")
+        lines.append(f"| {base} | {len(seeds)} | " + " | ".join(cells) + " |")
+    lines += ["", "Per seed, `acc_1x / acc_2x / acc_3x`:", "", "| group | " + " | ".join(f"seed {s}" for s in range(7101, 7106)) + " |",
+              "|---|" + "---|" * 5]
+    for base, seeds in g.items():
+        cells = [" / ".join(f"{seeds[s][f'acc_{k}x']:.3f}" for k in KS) if s in seeds else "" for s in range(7101, 7106)]
+        lines.append(f"| {base} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+COMPARISONS = [  # (label, a, b): a - b
+    ("EMA 0.999 vs none", "gpt_ema0.999_drop0.0", "gpt_ema0.0_drop0.0"),
+    ("EMA 0.99 vs none", "gpt_ema0.99_drop0.0", "gpt_ema0.0_drop0.0"),
+    ("attn dropout 0.1 vs none", "gpt_ema0.0_drop0.1", "gpt_ema0.0_drop0.0"),
+    ("EMA 0.999 vs none, with dropout 0.1", "gpt_ema0.999_drop0.1", "gpt_ema0.0_drop0.1"),
+    ("EMA 0.999 vs none, full-game reference", "ref60_ema0.999", "ref60_ema0.0"),
+    ("DAT hybrid vs joint hybrid", "hybrid_dat", "hybrid_joint"),
+    ("joint hybrid vs GPT", "hybrid_joint", "gpt_ema0.0_drop0.0"),
+    ("full-game reference vs 20-move GPT", "ref60_ema0.0", "gpt_ema0.0_drop0.0"),
+    ("5000 steps: EMA 0.999 vs none", "long_gpt_ema0.999_drop0.0", "long_gpt_ema0.0_drop0.0"),
+    ("5000 steps: dropout 0.1 vs none", "long_gpt_ema0.0_drop0.1", "long_gpt_ema0.0_drop0.0"),
+    ("5000 steps: EMA 0.999 vs none, with dropout 0.1", "long_gpt_ema0.999_drop0.1", "long_gpt_ema0.0_drop0.1"),
+    ("5000 vs 1250 steps (no EMA, no dropout)", "long_gpt_ema0.0_drop0.0", "gpt_ema0.0_drop0.0"),
+]
+
+
+def paired_ema(g: dict) -> str:
+    """EMA weights minus the live weights of the same run (raw_acc_{k}x): the same training, paired per seed."""
+    lines = ["| group | Δ acc_1x | Δ acc_2x | Δ acc_3x (± SE) | Δ acc_3x / SE | seeds with Δ acc_3x > 0 |", "|---|---|---|---|---|---|"]
+    for base, seeds in g.items():
+        if not all("raw_acc_3x" in r for r in seeds.values()):
+            continue
+        d = {k: [r[f"acc_{k}x"] - r[f"raw_acc_{k}x"] for r in seeds.values()] for k in KS}
+        m3, sd3 = mean_sd(d[3])
+        se = sd3 / math.sqrt(len(d[3]))
+        lines.append(f"| {base} | {st.mean(d[1]):+.3f} | {st.mean(d[2]):+.3f} | {m3:+.3f} ± {se:.3f} | {m3 / se:+.1f} | "
+                     f"{sum(x > 0 for x in d[3])} of {len(d[3])} |")
+    return "\n".join(lines)
+
+
+def comparisons(g: dict) -> str:
+    lines = ["| comparison (a - b) | Δ acc_1x | Δ acc_3x (± SE) | Δ acc_3x / SE | Δ tv_3x |", "|---|---|---|---|---|"]
+    for label, a, b in COMPARISONS:
+        if a in g and b in g:
+            d1, _ = diff(g[a], g[b], "acc_1x")
+            d3, se = diff(g[a], g[b], "acc_3x")
+            dtv, _ = diff(g[a], g[b], "tv_3x")
+            lines.append(f"| {label} | {d1:+.3f} | {d3:+.3f} ± {se:.3f} | {d3 / se:+.1f} | {dtv:+.3f} |")
+    return "\n".join(lines)
+
+
+PLOTTED = [("gpt_ema0.0_drop0.0", "GPT, no EMA", "C0", "-"), ("gpt_ema0.999_drop0.0", "GPT, EMA 0.999", "C1", "-"),
+           ("gpt_ema0.0_drop0.1", "GPT, attn dropout 0.1", "C2", "-"), ("hybrid_dat", "hybrid (LSTM), DAT", "C3", "--"),
+           ("hybrid_joint", "hybrid (LSTM), joint", "C4", "--"), ("ref60_ema0.0", "GPT trained on full games", "k", ":")]
+
+
+def plot(g: dict, rec: dict, path: Path) -> None:
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.9))
+    for ax, n, label in zip(axes, NAMES, ("legal top-1 (acc)", "TV distance to the target", "mass on illegal moves")):
+        for base, name, colour, style in PLOTTED:
+            if base not in g:
+                continue
+            ms = [mean_sd([r[f"{n}_{k}x"] for r in g[base].values()]) for k in KS]
+            ax.errorbar(KS, [m for m, _ in ms], yerr=[s for _, s in ms], label=f"{name} ({len(g[base])})", color=colour,
+                        linestyle=style, marker="o", capsize=3)
+        ax.set(xticks=KS, xticklabels=["1-20", "21-40", "41-60"], xlabel="moves scored (training: 1-20)", ylabel=label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="lower left")
+    ax = axes[3]
+    for name, r in rec.items():
+        if name.startswith("long_gpt_") and "_drop0.0_" in name:
+            ema = "ema0.999" in name
+            steps = [c["step"] for c in r["curve"]]
+            ax.plot(steps, [c["acc_3x"] for c in r["curve"]], color="C1" if ema else "C0", alpha=0.7, lw=1)
+    ax.plot([], [], color="C0", label="no EMA"), ax.plot([], [], color="C1", label="EMA 0.999")
+    ax.set(xlabel="training step (5000-step extension)", ylabel="legal top-1 at moves 41-60", title="one line per seed")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("inputs", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, default=Path("docs/results/othello"))
+    args = parser.parse_args()
+    rec = record(load(args.inputs))
+    args.out.with_suffix(".json").write_text(json.dumps(rec, indent=1) + "\n")
+    g = groups(rec)
+    plot(g, rec, args.out.with_suffix(".png"))
+    print(tables(g), "", comparisons(g), "", paired_ema(g), sep="\n")
+
+
+if __name__ == "__main__":
+    main()
