@@ -1,0 +1,82 @@
+"""`sweeper dashboard NAME`: optuna-dashboard on the smoke sweep's study, seen in a real headless
+Chromium (the study, its trials and their states, the intermediate-values chart); a missing
+study is one line and exit 2. Browser setup: tests/test_mlflow_ui.py."""
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, free_port, sweeper_cmd
+from test_mlflow_ui import browser, wait_for_text  # noqa: F401 - the fixture
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+SCREENSHOT = os.environ.get("SWEEPER_DASHBOARD_SCREENSHOT")  # set to also save the chart, e.g. docs/optuna_dashboard.png
+
+
+def test_a_sweep_without_a_study_is_one_line_and_exit_2(tmp_path):
+    r = subprocess.run(sweeper_cmd("dashboard", "nosuch"), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "sweeps/nosuch/optuna.db: no Optuna study here" in lines[0]
+    (tmp_path / "sweeps" / "broken").mkdir(parents=True)
+    (tmp_path / "sweeps" / "broken" / "optuna.db").write_text("not a database")
+    r = subprocess.run(sweeper_cmd("dashboard", "broken"), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "not an Optuna study" in r.stderr, r.stderr
+
+
+@pytest.fixture
+def dashboard(smoke_sweep):
+    """`sweeper dashboard smoke` in the smoke sweep's folder: (its address, the process)."""
+    workdir, _ = smoke_sweep
+    port = free_port()
+    proc = subprocess.Popen(sweeper_cmd("dashboard", "smoke", "--port", port), cwd=workdir, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = proc.stdout.readline()  # printed once the server answers
+    assert line.startswith("Optuna dashboard on ") and "optuna.db" in line, line + proc.stdout.read() if proc.poll() else line
+    yield line.split(": ", 1)[1].split()[0], proc
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+@pytest.mark.integration
+def test_the_dashboard_shows_the_study_its_trials_and_intermediate_values(dashboard, browser, tmp_path):  # noqa: F811
+    url, proc = dashboard
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/dashboard/studies/1")
+
+    browser.get(url)  # the study's page: history, the best trial, the intermediate values by step
+    body = wait_for_text(browser, ["smoke (id=1)", "Best Trial", "Intermediate values", "Step"])
+    assert "dat.switch_step" in body and "optim.lr" in body
+    chart = next(e for e in browser.find_elements("css selector", ".MuiCard-root, .MuiPaper-root")
+                 if e.text.startswith("Intermediate values"))
+    assert chart.find_elements("css selector", "svg .scatterlayer .trace"), "no curve drawn in the chart"
+    browser.execute_script("arguments[0].scrollIntoView()", chart)
+    shot = tmp_path / "intermediate_values.png"
+    chart.screenshot(str(shot))
+    assert shot.stat().st_size > 10_000
+    if SCREENSHOT:
+        Path(SCREENSHOT).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, SCREENSHOT)
+
+    browser.get(url + "/trials")  # all six trials, ASHA's stops as Pruned
+    body = wait_for_text(browser, ["6 Trials", "Trial 5"])
+    assert "Pruned" in body and "Complete" in body
+
+    # stopping the verb stops the server
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    import urllib.request
+
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            time.sleep(0.5)
+        except OSError:
+            return
+    raise AssertionError(f"{url} still answers after `sweeper dashboard` ended")
