@@ -1,0 +1,73 @@
+"""The CLI's surface: every verb and option has help, every help answers within a second without
+heavy imports, one meaning of "status", and the README lists every verb and preset."""
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, sweeper_cmd
+from sweeper.cli import build_parser
+from trainables.config import preset_names
+
+HEAVY = ("torch", "ray", "optuna", "mlflow", "rich", "optuna_dashboard", "matplotlib")
+
+
+def _subparsers(parser: argparse.ArgumentParser, prefix=()):
+    """(argv prefix, parser) for the parser and every sub-parser under it, depth first."""
+    yield prefix, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _subparsers(sub, (*prefix, name))
+
+
+PARSERS = list(_subparsers(build_parser()))
+VERBS = [p for p, _ in PARSERS if len(p) == 1]
+
+
+def test_every_verb_and_option_has_help():
+    for argv, parser in PARSERS:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for choice in action._choices_actions:
+                    assert choice.help, (argv, choice.dest)
+            elif action.help != argparse.SUPPRESS:  # the moved `submit --status/--logs/--stop` say so when used
+                assert action.help and len(action.help) > 10, (argv, action.option_strings or action.dest)
+
+
+def test_status_means_a_sweeps_progress_and_jobs_have_their_own_verb():
+    assert ("job", "status") in {p for p, _ in PARSERS} and ("job", "logs") in {p for p, _ in PARSERS}
+    submit = dict(PARSERS)[("submit",)]
+    visible = {o for a in submit._actions if a.help != argparse.SUPPRESS for o in a.option_strings}
+    assert not visible & {"--status", "--logs", "--stop"}
+
+
+@pytest.mark.parametrize("argv", [p for p, _ in PARSERS], ids=lambda p: " ".join(p) or "sweeper")
+def test_help_answers_within_a_second(argv, tmp_path):
+    best = float("inf")
+    for _ in range(2):  # the better of two: the machine is shared
+        start = time.perf_counter()
+        r = subprocess.run(sweeper_cmd(*argv, "--help"), cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        best = min(best, time.perf_counter() - start)
+        assert r.returncode == 0 and "usage: sweeper" in r.stdout, r.stderr
+    assert best < 1.0, f"sweeper {' '.join(argv)} --help took {best:.2f} s"
+
+
+def test_building_the_parser_imports_nothing_heavy():
+    code = ("import sys; from sweeper.cli import build_parser; build_parser(); "
+            f"print([m for m in {HEAVY!r} if m in sys.modules])")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_the_readme_lists_every_verb_and_preset():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## The CLI", 1)[1].split("```", 2)[1]
+    listed = set(re.findall(r"^sweeper (\w+)", block, re.M))
+    assert listed == {v[0] for v in VERBS}, listed ^ {v[0] for v in VERBS}
+    presets = readme.split("Presets for `sweeper trial`:", 1)[1].split("\n\n", 1)[0]
+    assert set(preset_names()) <= set(re.findall(r"`(\w+)`", presets)), preset_names()

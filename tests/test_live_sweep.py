@@ -1,0 +1,38 @@
+"""The live view of a real sweep: `sweeper launch search_spaces/smoke.yaml` (the session's smoke
+sweep, its output captured, so not a terminal) starts with the plan line and reports progress as
+plain lines with the ETA; `sweeper status --watch` of the finished sweep draws it once and ends."""
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import ROOT, sweeper_cmd
+
+pytestmark = pytest.mark.integration
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+LINE = re.compile(r"^\[smoke \d+:\d\d:\d\d\] .* \| best acc_3x[: ].* \| [\d,]+ steps done, ~[\d,]+ to go( \| [\d.]+ steps/s per trial)? \| "
+                  r"(ETA (after the first report|\d+:\d\d:\d\d)|nothing left to train)$")
+
+
+def test_launch_prints_the_plan_then_plain_progress_lines_with_the_eta(smoke_sweep):
+    _, r = smoke_sweep
+    lines = r.stdout.splitlines()
+    plan = next(i for i, line in enumerate(lines) if line.startswith("plan: "))
+    assert lines[plan] == ("plan: 6 trials of up to 60 steps, 2 at a time; ASHA (rungs 10, 20, 40, eta 2) expects ~22 steps "
+                           "a trial, ~135 steps in all; ETA after the first report. Ctrl-C stops; the same command resumes.")
+    progress = [line for line in lines if line.startswith("[smoke ")]
+    assert progress and all(LINE.match(line) for line in progress), "\n".join(progress)
+    assert any(re.search(r"ETA \d+:\d\d:\d\d$", line) for line in progress)  # a measured ETA once trials reported
+    assert progress[-1].endswith("nothing left to train") and "6 to sample" not in progress[-1]
+    assert plan < lines.index(progress[0])
+    assert "\x1b[" not in r.stdout  # no terminal codes in a log
+
+
+def test_status_watch_of_a_finished_sweep_draws_once_and_ends(smoke_sweep):
+    workdir, _ = smoke_sweep
+    r = subprocess.run(sweeper_cmd("status", "smoke", "--watch"), cwd=workdir, env=ENV, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 1 and LINE.match(r.stdout.strip()), r.stdout
+    assert "2 completed" in r.stdout or "completed" in r.stdout
