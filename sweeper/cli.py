@@ -164,7 +164,9 @@ def status_cmd(args: argparse.Namespace) -> int:
         print_status(sweep_dir)
         return 0
     from sweeper.live import LiveView
+    from sweeper.status import load_records
 
+    load_records(sweep_dir)  # a damaged status.json is one line here, not a view that never draws
     return LiveView.of_sweep(sweep_dir, args.every).watch()
 
 
