@@ -4,6 +4,7 @@ The loop (trainables/train.py) is the same for every task; an objective supplies
 that differ:
 
     sample_train(batch_size, gen)      a training batch, drawn on the CPU
+    train_batches(batch_size, gen)     the stream of training batches (padded, or bucketed by length)
     eval_sets(device)                  the fixed evaluation sets, one per length multiplier
     step(logits, batch, state_only)    loss, and hits/asked for train_acc
     state_accuracy(logits, batch)      accuracy on state-tracking positions (adaptive switch signal)
@@ -29,7 +30,7 @@ from torch import Tensor, nn
 
 from trainables.config import TrialConfig
 from trainables.evaluate import KIND_METRIC, evaluate
-from trainables.tasks import IGNORE, RECALL, STATE, make_eval_sets, make_task, train_batches
+from trainables.tasks import IGNORE, RECALL, STATE, PaddedBatches, make_eval_sets, make_task, train_batches
 
 
 @dataclass
@@ -98,6 +99,10 @@ class SetComplementObjective:
 
     def sample_train(self, batch_size: int, gen: torch.Generator):
         return self.task.sample_train(batch_size, gen)
+
+    def train_batches(self, batch_size: int, gen: torch.Generator) -> PaddedBatches:
+        """One padded draw per step (bucketing is for the sequence tasks only)."""
+        return PaddedBatches(self.task.sample_train, batch_size, gen)
 
     def eval_sets(self, device: torch.device) -> dict:
         e = self.cfg.eval

@@ -35,7 +35,6 @@ from trainables.dat import DATSchedule, enable_attention, hold_attention, releas
 from trainables.model import HybridLM
 from trainables.objectives import make_objective
 from trainables.switch import Signals
-from trainables.tasks import PaddedBatches
 
 ReportFn = Callable[[dict, Optional[str]], None]
 CHECKPOINT_FILE = "state.pt"
@@ -178,10 +177,7 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
     optimizer = build_optimizer(model, cfg.optim)
     dat = DATSchedule(cfg.dat, has_attention=cfg.model.attention)
     data_gen = torch.Generator().manual_seed(cfg.seed)  # training batches, drawn on the CPU
-    if hasattr(objective, "train_batches"):  # the sequence tasks: padded or bucketed (task.batching)
-        batches = objective.train_batches(cfg.optim.batch_size, data_gen)
-    else:
-        batches = PaddedBatches(objective.sample_train, cfg.optim.batch_size, data_gen)
+    batches = objective.train_batches(cfg.optim.batch_size, data_gen)  # padded or bucketed (task.batching)
     eval_sets = objective.eval_sets(device)
 
     report = report or (lambda metrics, checkpoint_dir: None)
