@@ -7,6 +7,7 @@ Building the parser imports nothing heavy (no torch, Ray, Optuna or MLflow): `--
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable, NoReturn
 
@@ -293,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `sweeper validate FILE | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
 
 
 if __name__ == "__main__":

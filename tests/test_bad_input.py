@@ -189,3 +189,10 @@ def test_a_very_long_file_name_still_shows_the_rule(tmp_path, workdir):
     path.write_text(GOOD_SPACE.replace("num_samples: 6", "num_samples: -6"))
     r = run_in(workdir, "validate", path)
     assert_one_line_refusal(r, "budget.num_samples: must be greater than or equal to 1", workdir, set())
+
+
+def test_a_reader_that_leaves_early_is_not_an_error(workdir):
+    # `sweeper validate FILE --samples N | head -1`: the pipe closes under the writer
+    cmd = " ".join(map(str, sweeper_cmd("validate", SMOKE, "--samples", "5000"))) + " | head -1; exit ${PIPESTATUS[0]}"
+    r = subprocess.run(["bash", "-c", cmd], cwd=workdir, env=ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr[-2000:]
