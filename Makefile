@@ -41,9 +41,17 @@ test-deps:
 test: install test-deps
 	$(BIN)/python -m pytest
 
+# Every benchmark (about 25 minutes on 2 cores; docs/benchmarks.md). BASELINE: the commit the
+# trainer's speed is compared with (the trainer before the speed work). gpu_share needs CUDA.
+BASELINE ?= cbcfb6f
 bench: install
+	$(BIN)/python bench/trainer_speed.py --baseline $(BASELINE) --rounds 2 --memory
 	$(BIN)/python bench/trainer_overhead.py
 	$(BIN)/python bench/sweep_overhead.py
+	$(BIN)/python bench/ssm_speed.py
+	$(BIN)/python bench/othello_speed.py
+	@if $(BIN)/python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then \
+	  $(BIN)/python bench/gpu_share.py; else echo "bench/gpu_share.py: not measured: no GPU"; fi
 
 reproduce: install
 	$(BIN)/sweeper reproduce --seeds 3
