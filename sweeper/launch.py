@@ -20,6 +20,7 @@ from pathlib import Path
 
 from sweeper import live
 from sweeper.fs import check_writable
+from sweeper.records import FINAL
 from sweeper.lock import hold_sweep_lock
 from sweeper.space import SearchSpace, SpaceError, load_space
 from sweeper.status import SPACE_FILE, STATUS_FILE, SweepListener, format_table, load_records, mark_state, write_summary
@@ -136,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
         tracker.start(sweep_dir / SPACE_FILE)
     print(f"tracking: {uri} (experiment {tracker.experiment}); `sweeper ui` opens it")
     ray_tune.init_ray(args.address)
+    if args.address is not None and (note := ray_tune.cluster_fit_note(spec.resources.cpu, spec.resources.gpu)):
+        print(note, file=sys.stderr)
     if resuming:  # the monitor, its listener and tracker come back with the experiment
         print(f"resuming sweep {spec.name} from {experiment_dir}")
         ray_tune.mark_ended_trials(ended)
@@ -151,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
 
     # the final records come from status.json, which the monitor keeps current
     _, records = load_records(sweep_dir)
-    unfinished = [r for r in records if r.status in ("pending", "running")]
+    unfinished = [r for r in records if r.status not in FINAL]  # pending, running, interrupted
     interrupted = bool(unfinished) or len(records) < spec.budget.num_samples
     write_summary(sweep_dir, spec.name, spec.metric, spec.mode, records, _best_config(spec, records))
     # a fresh tracker: the callback's copy wrote the run mapping to disk while the sweep ran

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from sweeper.records import TrialRecord, length_family
+from sweeper.records import FINAL, TrialRecord, length_family
 from sweeper.status import best_line, counts_line, load_records
 from trainables.errors import ConfigError
 
-ENDED = ("completed", "stopped", "diverged", "failed")
+ENDED = FINAL  # statuses that never train again
 MULTIPLIERS = (1, 2, 3, 4)
 
 
@@ -106,7 +106,7 @@ def trial_speed(records: list[TrialRecord]) -> float | None:
 
 def progress(records: list[TrialRecord], plan: Plan) -> Progress:
     running = [plan.expected_steps(r.step) for r in records if r.status == "running"]
-    waiting = [plan.expected_steps(r.step) for r in records if r.status == "pending"]
+    waiting = [plan.expected_steps(r.step) for r in records if r.status in ("pending", "interrupted")]
     waiting += [plan.expected_steps(0)] * max(0, plan.num_samples - len(records))
     speed = trial_speed(records)
     eta = None if speed is None else makespan(running, waiting, plan.max_concurrent) / speed

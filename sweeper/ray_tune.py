@@ -47,6 +47,18 @@ def init_ray(address: str | None, quiet: bool = True) -> None:
     ray.init(address=address, **kwargs)
 
 
+def cluster_fit_note(cpu: float, gpu: float) -> str | None:
+    """On an existing cluster: a line when no node that is up now could hold one trial (an
+    autoscaling cluster may add one later, so this warns instead of refusing); None if one can."""
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    if any(r.get("CPU", 0) >= cpu and r.get("GPU", 0) >= gpu for r in nodes):
+        return None
+    biggest = max(nodes, key=lambda r: (r.get("GPU", 0), r.get("CPU", 0)), default={})
+    return (f"note: a trial asks for {cpu:g} CPU and {gpu:g} GPU, but no node of the cluster has that now (largest: "
+            f"{biggest.get('CPU', 0):g} CPU, {biggest.get('GPU', 0):g} GPU); trials wait until the autoscaler adds "
+            "one, or forever on a fixed cluster (lower resources.* then)")
+
+
 MAX_REDRAWS = 20  # draws per suggestion before a point that already ran is trained again
 
 
@@ -133,11 +145,14 @@ class SweepMonitor(tune.Callback):
     def __init__(self, listener, max_steps: int):
         self.listener = listener
         self.max_steps = max_steps
+        self.final: dict[str, str] = {}  # trial id -> its final status, set only by an end event
 
     def setup(self, **info):  # also called when a sweep is resumed
         reset = getattr(self.listener, "reset", None)
         if reset:
             reset()
+        known = getattr(self.listener, "final_statuses", None)  # trials that ended in an earlier run
+        self.final = dict(known()) if known else {}
 
     def _emit(self, trials, final: bool = False, ending=None, ray_status: str = "") -> None:
         # inside on_trial_complete/on_trial_error Ray has not yet updated the ending trial's status
@@ -146,10 +161,15 @@ class SweepMonitor(tune.Callback):
     def record(self, trial, ray_status: str) -> TrialRecord:
         last = dict(trial.last_result or {})
         metrics = {k: v for k, v in last.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        status = classify(ray_status, metrics, self.max_steps)
+        if ray_status in ("TERMINATED", "ERROR"):
+            # a trial ends through on_trial_complete / on_trial_error (its end, the scheduler's stop,
+            # an error); one Ray terminated without such an event was cut off by an interrupt
+            status = self.final.get(trial.trial_id, "interrupted")
         return TrialRecord(
             trial_id=trial.trial_id,
             params=dict(trial.config),
-            status=classify(ray_status, metrics, self.max_steps),
+            status=status,
             step=int(metrics.get(STEP, 0)),
             metrics=metrics,
             path=str(trial.path) if trial.path else "",
@@ -163,12 +183,18 @@ class SweepMonitor(tune.Callback):
         self._emit(trials)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self.listener.on_end(self.record(trial, "TERMINATED"))
+        self._end(trial, "TERMINATED")
         self._emit(trials, ending=trial, ray_status="TERMINATED")
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self.listener.on_end(self.record(trial, "ERROR"))
+        self._end(trial, "ERROR")
         self._emit(trials, ending=trial, ray_status="ERROR")
+
+    def _end(self, trial, ray_status: str) -> None:
+        self.final.pop(trial.trial_id, None)
+        metrics = {k: v for k, v in (trial.last_result or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self.final[trial.trial_id] = classify(ray_status, metrics, self.max_steps)
+        self.listener.on_end(self.record(trial, ray_status))
 
     def on_experiment_end(self, trials, **info):
         self._emit(trials, final=True)

@@ -6,7 +6,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Status = Literal["pending", "running", "completed", "stopped", "diverged", "failed"]
+Status = Literal["pending", "running", "interrupted", "completed", "stopped", "diverged", "failed"]
+FINAL = ("completed", "stopped", "diverged", "failed")  # never trained again; everything else resumes
 
 
 @dataclass
@@ -55,7 +56,9 @@ def classify(ray_status: str, metrics: dict, max_steps: int) -> Status:
 
     completed: ran all max_steps; stopped: ended earlier by the scheduler (ASHA);
     diverged: the trainer hit a non-finite loss (a finished trial with score 0);
-    failed: raised, even after retries.
+    failed: raised, even after retries. Ray also marks TERMINATED the trials it was running when
+    the sweep was interrupted (Ctrl-C, SIGTERM); the caller tells those apart (`interrupted`:
+    Ray ended them without an end event), see ray_tune.SweepMonitor.
     """
     if ray_status == "ERROR":
         return "failed"

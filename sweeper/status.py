@@ -21,7 +21,7 @@ from sweeper.records import TrialRecord, length_family, ranked, score
 from trainables.errors import ConfigError, cut
 
 STATUS_FILE, SUMMARY_FILE, SPACE_FILE = "status.json", "summary.json", "space.yaml"
-ORDER = ("running", "pending", "completed", "stopped", "diverged", "failed")
+ORDER = ("running", "pending", "interrupted", "completed", "stopped", "diverged", "failed")
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
@@ -92,6 +92,16 @@ class SweepListener:
         self.started = time.time()
         self.records: list[TrialRecord] = []
         self.tracking_failed = False
+
+    def final_statuses(self) -> dict[str, str]:
+        """Trials an earlier run of this sweep saw end (status.json), by id: they stay ended."""
+        from sweeper.records import FINAL
+
+        try:
+            _, records = load_records(self.sweep_dir)
+        except (ConfigError, OSError):
+            return {}
+        return {r.trial_id: r.status for r in records if r.status in FINAL}
 
     def __call__(self, records: list[TrialRecord], final: bool) -> None:
         self.records = records
@@ -183,7 +193,7 @@ def print_status(sweep_dir: Path, out: TextIO = sys.stdout) -> None:
     print(f"sweep {data['name']}: {state}, updated {age:.0f}s ago", file=out)
     print(f"trials: {counts_line(records, data['num_samples'])}", file=out)
     print(best_line(records, data["metric"], data["mode"]), file=out)
-    if data["state"] == "running" or any(r.status in ("running", "pending") for r in records):
+    if data["state"] == "running" or any(r.status in ("running", "pending", "interrupted") for r in records):
         print(_progress_line(sweep_dir, records, running=state == "running"), file=out)
     print(format_table(records, data["metric"], data["mode"]), file=out)
 

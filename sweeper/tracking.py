@@ -213,7 +213,13 @@ class SweepTracker:
         from mlflow.entities import Metric
 
         entry = self._child(record)
+        resumed = entry.pop("interrupted", False)
+        if resumed:  # the first report after an interrupt: the same run goes on
+            self.client.update_run(entry["run_id"], status="RUNNING")
+            self.client.set_tag(entry["run_id"], "status", "running")
         if record.step <= entry["last_step"]:
+            if resumed:
+                self._save()
             return
         now = int(time.time() * 1000)
         metrics = [Metric(k, float(v), now, record.step) for k, v in trainer_metrics(record.metrics).items()
@@ -241,7 +247,7 @@ class SweepTracker:
 
     def finish(self, records: list[TrialRecord], baselines: list[dict], interrupted: bool) -> list[Path]:
         """Best-trial tags, summary tables and sweep plots on the parent run; returns the plot files."""
-        from mlflow.entities import Metric, Param
+        from mlflow.entities import Metric, RunTag
 
         spec, parent = self.spec, self.state["parent_run_id"]
         trials = self.state.get("trials", {})
@@ -254,9 +260,10 @@ class SweepTracker:
         if top:
             best = top[0]
             cfg = trial_config_for(spec, best.params).model_dump(mode="json")
+            # the best point as tags, not params: params are immutable in MLflow, and a resumed sweep's
+            # best trial may differ from the one an interrupted run wrote
             self.client.log_batch(parent, metrics=[Metric(f"best_{spec.metric}", score(best, spec.metric), int(time.time() * 1000), 0)],
-                                  params=[Param(f"best.{k}", str(v)) for k, v in best.params.items()],
-                                  tags=[])
+                                  tags=[RunTag(f"best.{k}", str(v)) for k, v in best.params.items()])
             self.client.set_tag(parent, "best_trial", best.trial_id)
             self.client.log_text(parent, yaml.safe_dump(cfg, sort_keys=False), "best_config.yaml")
         self.client.log_text(parent, summary_csv(records), "summary.csv")
@@ -264,6 +271,12 @@ class SweepTracker:
         written = self.sweep_plots(records, baselines)
         for png in written:
             self.client.log_artifact(parent, str(png), "plots")
+        for r in records:  # trials an interrupt cut off: say so; a resume continues the same run
+            if r.status == "interrupted" and r.trial_id in trials:
+                self.client.set_tag(trials[r.trial_id]["run_id"], "status", "interrupted")
+                self.client.set_terminated(trials[r.trial_id]["run_id"], "KILLED")
+                trials[r.trial_id]["interrupted"] = True
+        self._save()
         self.client.set_terminated(parent, "KILLED" if interrupted else "FINISHED")
         return written
 

@@ -1,0 +1,102 @@
+"""An interrupted sweep tells the truth: Ctrl-C mid-training leaves its trials `interrupted`
+(never `stopped`, never PRUNED in the study), and the same command then finishes them from
+their checkpoints, with one MLflow run per trial and no step logged twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import optuna
+import pytest
+
+from tests.conftest import ROOT, sweeper_cmd
+
+pytestmark = pytest.mark.integration
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV.pop("MLFLOW_TRACKING_URI", None)
+
+SPACE = """
+name: intr
+fixed:
+  model: {d_model: 16, n_layers: 1, n_heads: 2}
+  eval: {n_sequences: 16, batch_size: 16}
+  optim: {batch_size: 16, warmup_steps: 5}
+space:
+  dat.switch_step: {type: int, low: 0, high: 200, step: 50}
+budget: {num_samples: 3, max_concurrent: 2, max_steps: 400, eval_every: 20}
+scheduler: {type: asha, grace_period: 200, reduction_factor: 2}
+searcher: {sampler: random, seed: 3}
+resources: {cpu: 1, gpu: 0}
+"""
+
+
+def _status(tmp_path) -> dict:
+    return json.loads((tmp_path / "sweeps" / "intr" / "status.json").read_text())
+
+
+def _study(tmp_path):
+    return optuna.load_study(study_name="intr", storage=f"sqlite:///{tmp_path / 'sweeps' / 'intr' / 'optuna.db'}")
+
+
+def test_ctrl_c_mid_training_is_interrupted_not_stopped_and_resumes(tmp_path, mlflow_server):
+    space = tmp_path / "intr.yaml"
+    space.write_text(SPACE)
+    cmd = sweeper_cmd("launch", space, "--tracking-uri", mlflow_server, "--progress", "lines")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while True:  # until a trial is mid-training, before ASHA's first rung (200)
+            time.sleep(0.3)
+            assert proc.poll() is None and time.time() < deadline, "the sweep never got going"
+            try:
+                running = [t for t in _status(tmp_path)["trials"] if t["status"] == "running" and 40 <= t["step"] < 160]
+            except (OSError, ValueError, KeyError):
+                continue
+            if running:
+                break
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err[-3000:]
+    assert "run the same command to resume" in err
+
+    status = _status(tmp_path)
+    assert status["state"] == "interrupted"
+    cut_off = {t["trial_id"]: t for t in status["trials"] if t["status"] not in ("completed", "stopped", "diverged", "failed")}
+    assert cut_off and all(t["status"] == "interrupted" for t in cut_off.values()), status["trials"]
+    assert not any(t["status"] == "stopped" and t["step"] < 200 for t in status["trials"])  # below grace: never ASHA
+    states = {t.number: t.state.name for t in _study(tmp_path).trials}
+    assert "PRUNED" not in states.values() and "RUNNING" in states.values(), states
+
+    # the same command finishes the sweep; the interrupted trials continue from their checkpoints
+    r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    final = {t["trial_id"]: t for t in _status(tmp_path)["trials"]}
+    assert len(final) == 3 and all(t["status"] in ("completed", "stopped") for t in final.values()), final
+    for trial_id, before in cut_off.items():
+        assert final[trial_id]["step"] > before["step"]
+    pruned = [t for t in _study(tmp_path).trials if t.state.name == "PRUNED"]
+    assert all(max(t.intermediate_values) >= 200 for t in pruned)  # ASHA's verdicts come at rungs only
+    assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in _study(tmp_path).trials) == 3
+
+    from mlflow import MlflowClient
+
+    c = MlflowClient(tracking_uri=mlflow_server)
+    exp = c.get_experiment_by_name("intr")
+    runs = c.search_runs([exp.experiment_id])
+    children = [x for x in runs if x.data.tags.get("role") == "trial"]
+    parents = [x for x in runs if x.data.tags.get("role") == "sweep"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(children) == 3 and {x.data.tags["trial_id"] for x in children} == set(final)
+    for x in children:
+        assert x.info.status == "FINISHED" and x.data.tags["status"] == final[x.data.tags["trial_id"]]["status"]
+        steps = [m.step for m in c.get_metric_history(x.info.run_id, "acc_3x")]
+        assert steps == sorted(set(steps)) and steps[-1] == final[x.data.tags["trial_id"]]["step"], steps
