@@ -25,13 +25,20 @@ sweep: install
 trial: install
 	$(BIN)/sweeper trial hybrid_dat
 
-# The UI test drives Debian's chromium; as root we install it, otherwise that test is skipped.
+# The UI tests drive Debian's chromium and one test runs MLflow on Debian's postgresql; as root we
+# install them, otherwise those tests are skipped with the reason.
 test-deps:
 	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing chromium and chromium-driver (apt-get) for the MLflow UI test"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	  else echo "note: chromium/chromium-driver missing and not root: the browser test will be skipped"; fi; \
+	fi
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing postgresql (apt-get) for the MLflow-on-PostgreSQL test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	  else echo "note: postgresql missing and not root: the MLflow-on-PostgreSQL test will be skipped"; fi; \
 	fi
 
 # The k8s tests need kubectl (kustomize inside) and the KubeRay CRDs ($$KUBERAY_CRDS, default

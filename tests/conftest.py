@@ -33,36 +33,93 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory):
-    """A real `mlflow server` on 127.0.0.1 with a free port, SQLite backend, served artifacts."""
+def start_mlflow_server(root: Path, backend_store_uri: str):
+    """A real `mlflow server` on 127.0.0.1 with a free port and served artifacts; (url, process)."""
     import time
     import urllib.request
 
-    root = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(root / "server.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-                             "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+                             "--backend-store-uri", backend_store_uri,
                              "--artifacts-destination", str(root / "artifacts"), "--workers", "1"],
                             stdout=log, stderr=subprocess.STDOUT, cwd=root)
     deadline = time.time() + 120
     while True:
         try:
             urllib.request.urlopen(f"{url}/health", timeout=2)
-            break
+            return url, proc
         except OSError:
             if proc.poll() is not None or time.time() > deadline:
                 proc.kill()
                 raise RuntimeError("mlflow server did not start: " + (root / "server.log").read_text()[-2000:])
             time.sleep(0.5)
-    yield url
+
+
+def stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real `mlflow server` on 127.0.0.1 with a free port, SQLite backend, served artifacts."""
+    root = tmp_path_factory.mktemp("mlflow-server")
+    url, proc = start_mlflow_server(root, f"sqlite:///{root / 'mlflow.db'}")
+    yield url
+    stop(proc)
+
+
+def postgres_bin() -> Path | None:
+    """Debian's PostgreSQL server binaries (initdb, pg_ctl), if installed."""
+    import glob
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]))
+    return Path(found[-1]).parent if found else None
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A throwaway PostgreSQL server on 127.0.0.1 (its own data directory, trust auth, no fsync)
+    with an empty `mlflow` database; skipped where Debian's postgresql is not installed."""
+    import shutil
+    import tempfile
+
+    bin_dir = postgres_bin()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL is not installed (make test installs Debian's postgresql when run as root)")
+    root = Path(tempfile.mkdtemp(prefix="sweeper-pg-"))  # under /tmp: the server's user must reach it
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses to run as root: the package's `postgres` user runs the server
+        shutil.chown(root, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    port = free_port()
+    data = root / "data"
+    run = lambda *cmd: subprocess.run([*as_user, *map(str, cmd)], capture_output=True, text=True, timeout=120, check=True)  # noqa: E731
+    try:
+        run(bin_dir / "initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
+        run(bin_dir / "pg_ctl", "-D", data, "-l", root / "server.log", "-w", "-o",
+            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+        run(bin_dir / "createdb", "-h", "127.0.0.1", "-p", port, "-U", "postgres", "mlflow")
+    except subprocess.CalledProcessError as err:
+        shutil.rmtree(root, ignore_errors=True)
+        raise RuntimeError(f"PostgreSQL did not start: {err.stderr[-2000:]}") from None
+    yield f"postgresql://postgres@127.0.0.1:{port}/mlflow"
+    subprocess.run([*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True, timeout=60)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def mlflow_postgres_server(tmp_path_factory, postgres_url):
+    """A real `mlflow server` whose backend store is the PostgreSQL server above (as on the cluster)."""
+    root = tmp_path_factory.mktemp("mlflow-pg")
+    url, proc = start_mlflow_server(root, postgres_url)
+    yield url
+    stop(proc)
 
 
 # credentials a user may have in the environment; the smoke sweep runs with them set, and

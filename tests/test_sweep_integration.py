@@ -122,7 +122,11 @@ def test_unreachable_tracking_server_fails_fast_before_ray(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith(f"error: $MLFLOW_TRACKING_URI {url}: MLflow tracking server unreachable"), r.stderr
 
 
-def test_killed_sweep_resumes_to_exactly_num_samples_trials_and_runs(tmp_path, mlflow_server):
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_killed_sweep_resumes_to_exactly_num_samples_trials_and_runs(tmp_path, backend, request):
+    # the MLflow server on SQLite (the laptop default behind a server) and on a real PostgreSQL
+    # (as k8s/ deploys it): parent and nested children, and a kill-and-resume with no duplicates
+    mlflow_server = request.getfixturevalue("mlflow_server" if backend == "sqlite" else "mlflow_postgres_server")
     status_file = tmp_path / "sweeps" / "smoke" / "status.json"
     cmd = sweeper_cmd("launch", SMOKE, "--tracking-uri", mlflow_server, "--experiment", "smoke-resume")
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -166,6 +170,8 @@ def test_killed_sweep_resumes_to_exactly_num_samples_trials_and_runs(tmp_path, m
     # MLflow: the same parent, one child per trial, no duplicates, no report logged twice
     c, _, parents, children = _children(mlflow_server, "smoke-resume")
     assert len(parents) == 1 and len(children) == 6
+    assert all(ch.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for ch in children)
+    assert parents[0].info.status == "FINISHED" and all(ch.info.status == "FINISHED" for ch in children)
     assert {ch.data.tags["trial_id"] for ch in children} == set(after)
     for ch in children:
         steps = [m.step for m in c.get_metric_history(ch.info.run_id, "acc_3x")]
