@@ -320,12 +320,15 @@ def summary_csv(records: list[TrialRecord]) -> str:
 
 
 def experiment_url(uri: str, experiment: str, ui_address: str | None = None) -> str | None:
-    """The MLflow UI address of an experiment (the server's, or a local `sweeper ui`'s)."""
+    """The MLflow UI address of a sweep's training runs (the server's, or a local `sweeper ui`'s):
+    the experiment's runs table, not MLflow 3's GenAI overview that the bare experiment address
+    opens. (The trials stay folded under the sweep's parent run there: MLflow 3.17 ignores a
+    `searchFilter` in the address, tested.)"""
     exp = client(uri).get_experiment_by_name(experiment)
     if exp is None:
         return None
     base = ui_address or (uri if uri.startswith("http") else None)
-    return f"{base.rstrip('/')}/#/experiments/{exp.experiment_id}" if base else None
+    return f"{base.rstrip('/')}/#/experiments/{exp.experiment_id}/runs" if base else None
 
 
 def load_runs(sweep_dir: Path) -> dict[str, Any]:

@@ -78,3 +78,12 @@ def test_ui_shows_the_sweep_nested_trials_and_compares_two(smoke_sweep, mlflow_s
     if SCREENSHOT:
         Path(SCREENSHOT).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, SCREENSHOT)
+
+
+def test_sweeper_ui_lands_on_the_training_runs(smoke_sweep, mlflow_server, browser):
+    from sweeper.tracking import experiment_url
+
+    url = experiment_url(mlflow_server, "smoke")  # what `sweeper ui smoke` prints
+    browser.get(url)
+    body = wait_for_text(browser, ["Training runs", "7 matching runs"])  # the sweep's parent and its 6 trials
+    assert "smoke" in body
