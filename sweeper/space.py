@@ -150,7 +150,7 @@ class SearchSpace(_Frozen):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=80)  # also a directory name
     description: str = Field("", max_length=10_000)
     metric: str = Field("acc_3x", max_length=100)  # a metric the trials report (trainables/metrics.py)
-    mode: Literal["max", "min"] = None  # type: ignore[assignment]  # default: the metric's own direction
+    mode: Literal["max", "min"] | None = None  # default: the metric's own direction; None only when it has none (refused)
     fixed: dict[str, Any] = {}
     space: dict[str, Param] = Field(min_length=1)
     budget: Budget = Budget()
@@ -162,7 +162,7 @@ class SearchSpace(_Frozen):
     @classmethod
     def _default_mode(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("mode") is None and isinstance(data.get("metric", "acc_3x"), str):
-            data = {**data, "mode": direction(data.get("metric", "acc_3x")) or "max"}
+            data = {**data, "mode": direction(data.get("metric", "acc_3x"))}  # None: check_space asks for it
         return data
 
     def asha_limits(self) -> tuple[int, int]:
@@ -298,6 +298,8 @@ def check_space(spec: SearchSpace, source: str, n_samples: int) -> None:
         raise SpaceError(f"{source}: searcher.baseline: more baseline points ({len(spec.searcher.baseline)}) than budget.num_samples ({budget.num_samples})")
 
     known_direction = direction(spec.metric)
+    if spec.mode is None:
+        raise SpaceError(f"{source}: mode: {cut(spec.metric, 40)} has no better direction of its own; set mode: max or min")
     if known_direction is not None and spec.mode != known_direction:
         better = "lower" if known_direction == "min" else "higher"
         raise SpaceError(f"{source}: mode: {spec.metric} is better {better}, so mode must be {known_direction} "
