@@ -224,10 +224,8 @@ def _add_ui(sub: argparse._SubParsersAction) -> None:
 
 
 def ui_cmd(args: argparse.Namespace) -> int:
-    import time
-    import urllib.request
-
     from sweeper import tracking
+    from sweeper.serve import serve_until_stopped
 
     uri = tracking.resolve_uri(args.tracking_uri)
     tracking.preflight(uri, source=tracking.uri_source(args.tracking_uri))
@@ -237,24 +235,9 @@ def ui_cmd(args: argparse.Namespace) -> int:
         return 0
     address = f"http://{args.host}:{args.port}"
     proc = tracking.serve_ui(uri, args.host, args.port)
-    try:
-        for _ in range(120):
-            if proc.poll() is not None:
-                raise ConfigError(f"--port {args.port}: mlflow ui exited (is the port in use?)")
-            try:
-                urllib.request.urlopen(f"{address}/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.5)
-        url = tracking.experiment_url(uri, args.name, address) if args.name else address
-        print(f"MLflow UI on {uri}: {url or address}  (Ctrl-C to stop)", flush=True)
-        return proc.wait()
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait()
+    return serve_until_stopped(proc, f"{address}/health", "mlflow ui", args.port, lambda: (
+        f"MLflow UI on {uri}: {(tracking.experiment_url(uri, args.name, address) if args.name else None) or address}"
+        "  (Ctrl-C to stop)"))
 
 
 PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
+from sweeper.serve import serve_until_stopped
 from trainables.errors import ConfigError
 
 OPTUNA_DB = "optuna.db"  # = sweeper.launch.OPTUNA_DB (launch pulls in pydantic models)
@@ -57,41 +55,11 @@ def serve(db: Path, host: str, port: int) -> subprocess.Popen:
     return subprocess.Popen([exe, f"sqlite:///{db.resolve()}", "--host", host, "--port", str(port), "--quiet"])
 
 
-def wait_until_up(proc: subprocess.Popen, address: str, port: int, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if proc.poll() is not None:
-            raise ConfigError(f"--port {port}: optuna-dashboard exited (is the port in use?)")
-        try:
-            urllib.request.urlopen(f"{address}/api/studies", timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise ConfigError(f"{address}: optuna-dashboard did not answer within {timeout_s:.0f} s") from None
-            time.sleep(0.3)
-
-
-def _interrupt(*_) -> None:
-    raise KeyboardInterrupt
-
-
 def run(args: argparse.Namespace) -> int:
     db = study_file(args.name, args.storage)
     sid = study_id(db, Path(args.name).name)
     address = f"http://{args.host}:{args.port}"
     proc = serve(db, args.host, args.port)
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the server too, as Ctrl-C does
-    try:
-        wait_until_up(proc, address, args.port)
-        page = f"{address}/dashboard/studies/{sid}" if sid is not None else f"{address}/dashboard"
-        print(f"Optuna dashboard on {db}: {page}  (Ctrl-C to stop)", flush=True)
-        return proc.wait()
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    page = f"{address}/dashboard/studies/{sid}" if sid is not None else f"{address}/dashboard"
+    return serve_until_stopped(proc, f"{address}/api/studies", "optuna-dashboard", args.port,
+                               lambda: f"Optuna dashboard on {db}: {page}  (Ctrl-C to stop)")
