@@ -120,6 +120,8 @@ class StepAwareOptunaSearch(OptunaSearch):
                 self._ot_study.tell(orphan.number, state=optuna.trial.TrialState.FAIL)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if result is not None and not error and trial_id in self._ot_trials:  # Ray skips on_trial_result for the report that ends a trial:
+            self.on_trial_result(trial_id, result)  # the study gets it too (ASHA's verdict step, the last step)
         stopped_early = (
             result is not None and not error and trial_id not in self._completed_trials
             and result.get(STEP, self._max_steps) < self._max_steps and not result.get("diverged")
