@@ -196,6 +196,11 @@ class SweepTracker:
         trials = self.state.setdefault("trials", {})
         if record.trial_id in trials:
             return trials[record.trial_id]
+        found = self._find_child(record.trial_id)  # a kill between creating the run and saving the mapping
+        if found is not None:
+            trials[record.trial_id] = found
+            self._save()
+            return found
         from mlflow.entities import Param
 
         run = self.client.create_run(self.state["experiment_id"], run_name=record.trial_id, tags={
@@ -207,6 +212,18 @@ class SweepTracker:
         trials[record.trial_id] = {"run_id": run.info.run_id, "last_step": 0}
         self._save()
         return trials[record.trial_id]
+
+    def _find_child(self, trial_id: str) -> dict | None:
+        """The child run MLflow already holds for this trial under this sweep's parent, if any:
+        MLflow is the record of which runs exist; the mapping file is only a cache of it."""
+        runs = self.client.search_runs([self.state["experiment_id"]], filter_string=f"tags.trial_id = '{trial_id}'",
+                                       max_results=50)
+        mine = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == self.state["parent_run_id"]]
+        if not mine:
+            return None
+        run = min(mine, key=lambda r: r.info.start_time)
+        steps = [m.step for m in self.client.get_metric_history(run.info.run_id, "step")]
+        return {"run_id": run.info.run_id, "last_step": max(steps, default=0)}
 
     def on_result(self, record: TrialRecord) -> None:
         """Log one report of a trial at its training step (skipped if already logged)."""
