@@ -30,11 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from sweeper.records import FINAL, TrialRecord, length_family
+from sweeper.records import TrialRecord, length_family
 from sweeper.status import best_line, counts_line, load_records
 from trainables.errors import ConfigError
 
-ENDED = FINAL  # statuses that never train again
 MULTIPLIERS = (1, 2, 3, 4)
 
 
