@@ -86,6 +86,9 @@ class ModelConfig(_Frozen):
     ssm_d_state: int = Field(16, ge=1, le=256)  # SSM mixer: state size N per channel
     ssm_d_conv: int = Field(4, ge=1, le=16)  # SSM mixer: causal depthwise convolution width
     ssm_expand: int = Field(2, ge=1, le=8)  # SSM mixer: inner width E = expand * d_model
+    # SSM mixer's state transition (trainables/ssm.py): decay = Mamba-1's exp(Δ A) in (0, 1]; signed = 2 exp(Δ A) - 1
+    # in (-1, 1] (parity); rotation = exp(Δ A) times an input-dependent turn of pairs of state dims (Z_m for any m)
+    ssm_transition: Literal["decay", "signed", "rotation"] = "decay"
 
     @model_validator(mode="after")
     def _check(self) -> "ModelConfig":
@@ -93,6 +96,8 @@ class ModelConfig(_Frozen):
             raise ValueError(f"`d_model % n_heads == 0` must hold, got ({self.d_model}, {self.n_heads})")
         if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
             raise ValueError(f"positional=rope turns pairs of dims: d_model / n_heads must be even, got {self.d_model // self.n_heads}")
+        if self.ssm_transition == "rotation" and self.ssm_d_state % 2:
+            raise ValueError(f"ssm_transition=rotation turns pairs of state dims: ssm_d_state must be even, got {self.ssm_d_state}")
         if self.mixer == "none" and not self.attention:
             raise ValueError("a model needs a mixer or attention: got mixer=none and attention=false")
         return self
