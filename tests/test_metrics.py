@@ -51,3 +51,39 @@ def test_direction(metric, expected):
 
 def test_family_of():
     assert family_of("raw_recall_acc_3x") == "recall_acc" and family_of("tv_10x") == "tv" and family_of("loss") == "loss"
+
+
+def test_beyond_range_metrics_exist_only_for_multipliers_above_one():
+    cfg = _cfg("modsum_recall", 0.0)  # multipliers 1, 2
+    names = reported_metrics(cfg)
+    assert {"ood_acc_2x", "ood_state_acc_2x", "ood_recall_acc_2x"} <= names
+    assert not any(n.startswith("ood_") and n.endswith("_1x") for n in names)
+    assert direction("ood_acc_3x") == "max" and family_of("raw_ood_recall_acc_3x") == "ood_recall_acc"
+
+
+def test_beyond_range_accuracy_counts_only_the_steps_beyond_max_len():
+    """A fake model right on every in-range step and wrong on every later one: 1.0 at 1x, ood 0.0,
+    and the pooled acc_3x is exactly the in-range share of the targets."""
+    import torch
+
+    from trainables.evaluate import evaluate
+    from trainables.tasks import IGNORE, RECALL, STATE, SequenceTask, make_eval_sets
+
+    task = SequenceTask(TaskConfig())
+    sets = make_eval_sets(task, (1, 3), 16, seed=3)
+    vocab = task.vocab_size
+
+    class InRangeOracle(torch.nn.Module):
+        def forward(self, tokens):  # (B, L) -> (B, L, V)
+            full = next(b for b in sets.values() if b.tokens.shape == tokens.shape and torch.equal(b.tokens, tokens))
+            answer = full.targets.clamp(min=0)
+            answer = torch.where(full.step_index >= task.cfg.max_len, (answer + 1) % vocab, answer)  # wrong beyond
+            return torch.nn.functional.one_hot(answer, vocab).float()
+
+    m = evaluate(InRangeOracle(), sets, (STATE, RECALL), batch_size=16, max_len=task.cfg.max_len)
+    assert m["acc_1x"] == 1.0 and "ood_acc_1x" not in m
+    assert m["ood_acc_3x"] == 0.0 and m["ood_state_acc_3x"] == 0.0 and m["ood_recall_acc_3x"] == 0.0
+    b3 = sets[3]
+    asked = b3.targets != IGNORE
+    in_range_share = float((asked & (b3.step_index < task.cfg.max_len)).sum() / asked.sum())
+    assert m["acc_3x"] == pytest.approx(in_range_share)

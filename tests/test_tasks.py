@@ -149,3 +149,24 @@ def test_padded_stream_is_the_old_sampler_with_the_old_checkpoint_state():
     stream = train_batches(task, "padded", 16, gen)
     assert isinstance(stream.get_state(), torch.Tensor)  # the generator state, as checkpoints always held it
     assert torch.equal(stream.next().tokens, task.sample_train(16, torch.Generator().manual_seed(5)).tokens)
+
+
+def _reference_step_index(tokens: list[int], vocab) -> list[int]:
+    """Brute force: the 0-based step of each token (an ADD is one token, a STORE or QUERY two), -1 at PAD."""
+    out, step, i = [], 0, 0
+    while i < len(tokens) and tokens[i] != vocab.pad:
+        width = 1 if tokens[i] < vocab.key0 else 2
+        out += [step] * width
+        step, i = step + 1, i + width
+    return out + [-1] * (len(tokens) - i)
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_step_index_matches_a_parse_of_the_stream(name):
+    task = SequenceTask(TaskConfig(name=name, n_keys=4, min_len=1, max_len=30))
+    batch = task.sample_train(100, torch.Generator().manual_seed(4))
+    for tokens, steps in zip(batch.tokens.tolist(), batch.step_index.tolist()):
+        assert steps == _reference_step_index(tokens, task.vocab)
+    # an evaluation set of k x max_len steps has exactly (k - 1) x max_len steps beyond max_len
+    sets = make_eval_sets(task, (3,), 8, seed=5)
+    assert (sets[3].step_index.max(1).values == 89).all()

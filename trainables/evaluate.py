@@ -6,6 +6,14 @@ For every multiplier k (sequences of k x max_len steps) it reports
     state_acc_{k}x    the same over ADD positions (state tracking), if the task has them
     recall_acc_{k}x   the same over QUERY positions (associative recall), if the task has them
     seq_acc_{k}x      share of sequences whose every asked position is right
+
+and, for k > 1, the same three accuracies over the targets *beyond the training range* only
+(steps max_len+1 .. k x max_len, i.e. 0-based step index >= max_len):
+
+    ood_acc_{k}x, ood_state_acc_{k}x, ood_recall_acc_{k}x
+
+At k = 1 every step lies inside the training range, so there is no `ood_*_1x` (it would be
+an empty average). `acc_{k}x` pools both: at 3x, a third of the steps lie inside the range.
 """
 
 from __future__ import annotations
@@ -16,29 +24,37 @@ from torch import nn
 from trainables.tasks import IGNORE, RECALL, STATE, Batch
 
 KIND_METRIC = {STATE: "state_acc", RECALL: "recall_acc"}  # the metric name of each kind of target
+OOD = "ood_"  # prefix of the beyond-the-training-range metrics
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, eval_sets: dict[int, Batch], kinds_present: tuple[int, ...], batch_size: int) -> dict[str, float]:
+def evaluate(model: nn.Module, eval_sets: dict[int, Batch], kinds_present: tuple[int, ...], batch_size: int,
+             max_len: int) -> dict[str, float]:
     was_training = model.training
     model.eval()
     metrics: dict[str, float] = {}
     for k, full in eval_sets.items():
-        correct = torch.zeros(3, dtype=torch.long)  # indexed by kind; index 0 unused
-        asked = torch.zeros(3, dtype=torch.long)
+        correct = torch.zeros(2, 3, dtype=torch.long)  # [all | beyond max_len, kind]; kind 0 unused
+        asked = torch.zeros(2, 3, dtype=torch.long)
         seq_right = 0
         for i in range(0, full.tokens.shape[0], batch_size):
-            tokens, targets, kinds = (t[i : i + batch_size] for t in (full.tokens, full.targets, full.kinds))
+            tokens, targets, kinds, steps = (t[i : i + batch_size] for t in (full.tokens, full.targets, full.kinds, full.step_index))
             pred = model(tokens).argmax(-1)  # (B, L)
             is_asked = targets != IGNORE
             hit = (pred == targets) & is_asked
+            beyond = steps >= max_len  # (B, L): the step lies beyond the training range
             for kind in kinds_present:
-                correct[kind] += (hit & (kinds == kind)).sum().cpu()
-                asked[kind] += (kinds == kind).sum().cpu()
+                of_kind = kinds == kind
+                for scope, mask in ((0, of_kind), (1, of_kind & beyond)):
+                    correct[scope, kind] += (hit & mask).sum().cpu()
+                    asked[scope, kind] += mask.sum().cpu()
             seq_right += int(((hit == is_asked).all(dim=1)).sum())
-        metrics[f"acc_{k}x"] = float(correct.sum() / asked.sum().clamp(min=1))
-        for kind in kinds_present:
-            metrics[f"{KIND_METRIC[kind]}_{k}x"] = float(correct[kind] / asked[kind].clamp(min=1))
+        for scope, prefix in ((0, ""), (1, OOD)):
+            if scope == 1 and k == 1:
+                continue  # nothing lies beyond the range at 1x
+            metrics[f"{prefix}acc_{k}x"] = float(correct[scope].sum() / asked[scope].sum().clamp(min=1))
+            for kind in kinds_present:
+                metrics[f"{prefix}{KIND_METRIC[kind]}_{k}x"] = float(correct[scope, kind] / asked[scope, kind].clamp(min=1))
         metrics[f"seq_acc_{k}x"] = seq_right / full.tokens.shape[0]
     model.train(was_training)
     return metrics

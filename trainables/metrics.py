@@ -4,7 +4,9 @@ A sweep is scored by one of these names, so `sweeper validate` checks the `metri
 search space against this list before anything runs; tests/test_metrics.py checks it
 against what a real training run reports. Each evaluation metric exists once per length
 multiplier k (`acc_3x`); with `ema.decay > 0` the live weights' metrics come again as
-`raw_acc_3x` and so on.
+`raw_acc_3x` and so on. The sequence tasks also report, for every k > 1, the accuracies over
+the targets beyond the training range only (`ood_acc_3x`, `ood_state_acc_3x`, ...); at k = 1
+nothing lies beyond it, so there is no `ood_*_1x` (trainables/evaluate.py).
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ LOOP_METRICS = ("step", "loss", "train_acc", "attention_active", "attn_scale", "
 
 # evaluation metric families per task, each reported as `{family}_{k}x`
 TASK_FAMILIES: dict[str, tuple[str, ...]] = {
-    "modsum_recall": ("acc", "state_acc", "recall_acc", "seq_acc"),
-    "modsum": ("acc", "state_acc", "seq_acc"),
-    "recall": ("acc", "recall_acc", "seq_acc"),
+    "modsum_recall": ("acc", "state_acc", "recall_acc", "seq_acc", "ood_acc", "ood_state_acc", "ood_recall_acc"),
+    "modsum": ("acc", "state_acc", "seq_acc", "ood_acc", "ood_state_acc"),
+    "recall": ("acc", "recall_acc", "seq_acc", "ood_acc", "ood_recall_acc"),
     "set_complement": ("acc", "seen_mass", "tv", "loss"),
     "othello": ("acc", "tv", "illegal_mass", "loss"),
 }
+# families over the targets beyond task.max_len: reported for k > 1 only
+BEYOND_RANGE_FAMILIES = frozenset({"ood_acc", "ood_state_acc", "ood_recall_acc"})
 
 # families where lower is better; every other evaluation family is an accuracy (higher is better)
 LOWER_IS_BETTER = frozenset({"loss", "tv", "seen_mass", "illegal_mass"})
@@ -36,7 +40,8 @@ def length_families(cfg) -> tuple[str, ...]:
 
 def reported_metrics(cfg) -> frozenset[str]:
     """Every metric name a run of `cfg` reports at each evaluation."""
-    names = {f"{fam}_{k}x" for fam in length_families(cfg) for k in cfg.eval.multipliers}
+    names = {f"{fam}_{k}x" for fam in length_families(cfg) for k in cfg.eval.multipliers
+             if k > 1 or fam not in BEYOND_RANGE_FAMILIES}
     if cfg.ema.decay > 0:
         names |= {f"raw_{n}" for n in names}
     return frozenset(names | set(LOOP_METRICS))

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from trainables.config import TrialConfig
-from trainables.evaluate import KIND_METRIC, evaluate
+from trainables.evaluate import KIND_METRIC, OOD, evaluate
 from trainables.tasks import IGNORE, RECALL, STATE, PaddedBatches, make_eval_sets, make_task, train_batches
 
 
@@ -60,7 +60,7 @@ class SequenceObjective:
     def step(self, logits: Tensor, batch, state_only: bool) -> StepOutput:
         # logits: (B, L, V); batch.targets, batch.kinds: (B, L)
         targets = batch.targets
-        if state_only:  # DAT phase 1 with phase1_targets=state: recall is left for attention to learn
+        if state_only:  # the curriculum's state-only phase (trainables/dat.py): recall is not trained yet
             targets = targets.masked_fill(batch.kinds == RECALL, IGNORE)
         if batch.asked_norm is None:  # padded: the mean over this batch's asked positions
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
@@ -80,12 +80,14 @@ class SequenceObjective:
         return float(((logits.argmax(-1) == batch.targets) & is_state).sum()) / n if n else math.nan
 
     def evaluate(self, model: nn.Module, eval_sets: dict) -> dict[str, float]:
-        return evaluate(model, eval_sets, self.task.kinds_present, self.cfg.eval.batch_size)
+        return evaluate(model, eval_sets, self.task.kinds_present, self.cfg.eval.batch_size, self.cfg.task.max_len)
 
     def worst_metrics(self) -> dict[str, float]:
         """Every length metric at its worst: what a diverged run reports."""
-        names = ["acc", "seq_acc"] + [KIND_METRIC[k] for k in self.task.kinds_present]
-        return {f"{n}_{k}x": 0.0 for n in names for k in self.cfg.eval.multipliers}
+        accs = ["acc"] + [KIND_METRIC[k] for k in self.task.kinds_present]
+        worst = {f"{n}_{k}x": 0.0 for n in [*accs, "seq_acc"] for k in self.cfg.eval.multipliers}
+        worst.update({f"{OOD}{n}_{k}x": 0.0 for n in accs for k in self.cfg.eval.multipliers if k > 1})
+        return worst
 
 
 class SetComplementObjective:

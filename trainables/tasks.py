@@ -78,10 +78,14 @@ class Batch:
     # bucketed batches: mean asked positions per batch of the pool, by kind (3,) float; the loss
     # divides its sum by the kinds it trains. None: the loss is the mean over the batch's own.
     asked_norm: Tensor | None = None
+    # (B, T) int64: the 0-based index of the step each token belongs to, -1 at PAD; set by `sample`
+    # (evaluation sets keep it: a target whose step index is >= max_len lies beyond the training range)
+    step_index: Tensor | None = None
 
     def to(self, device: torch.device | str) -> "Batch":
         norm = self.asked_norm.to(device) if self.asked_norm is not None else None
-        return Batch(self.tokens.to(device), self.targets.to(device), self.kinds.to(device), norm)
+        steps = self.step_index.to(device) if self.step_index is not None else None
+        return Batch(self.tokens.to(device), self.targets.to(device), self.kinds.to(device), norm, steps)
 
 
 @dataclass(frozen=True)
@@ -187,16 +191,20 @@ class SequenceTask:
         first_kind = torch.where(is_add, STATE, NO_TARGET)
         second_kind = torch.where(is_query, RECALL, NO_TARGET)
 
+        step_no = torch.arange(S).expand(B, S)  # (B, S) each step's 0-based index
+
         dump = T  # scatter absent slots into an extra column, dropped below
         pos1 = torch.where(present, offset, dump)
         pos2 = torch.where(width == 2, offset + 1, dump)
         out = []
-        for fill, a, b in ((v.pad, first_tok, second_tok), (IGNORE, first_tgt, second_tgt), (NO_TARGET, first_kind, second_kind)):
+        for fill, a, b in ((v.pad, first_tok, second_tok), (IGNORE, first_tgt, second_tgt), (NO_TARGET, first_kind, second_kind),
+                           (-1, step_no, step_no)):
             buf = torch.full((B, T + 1), fill, dtype=torch.long)
             buf.scatter_(1, pos1, a)
             buf.scatter_(1, pos2, b)  # a step's second token never collides with another's first
             out.append(buf[:, :T])
-        return Batch(*out)
+        tokens, targets, kinds, step_index = out
+        return Batch(tokens, targets, kinds, step_index=step_index)
 
 
 BUCKET_POOL = 32  # batches drawn at once and sorted by length: ~3% PAD (4: ~18%, 8: ~10%, 16: ~5%)
