@@ -1,12 +1,15 @@
-"""The SSM mixer: the parallel scan equals the sequential reference, and the mixer is causal."""
+"""The SSM mixer: the parallel scan equals the sequential reference for every transition family,
+each family can represent what it claims (parity, Z_m), and the mixer is causal."""
+
+import math
 
 import pytest
 import torch
 
-from trainables.config import ModelConfig, load_trial_config, with_overrides
+from trainables.config import ConfigError, ModelConfig, load_trial_config, with_overrides
 from trainables import ssm
 from trainables.model import HybridLM
-from trainables.ssm import SSMMixer, selective_scan, selective_scan_reference
+from trainables.ssm import TRANSITIONS, SSMMixer, selective_scan, selective_scan_reference
 from trainables.train import train
 
 
@@ -19,44 +22,128 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def _scan_inputs(L: int, b=2, E=3, N=4, seed=0):
+def _scan_inputs(L: int, b=2, E=3, N=4, seed=0, transition="decay"):
+    """Random float64 scan inputs (u, delta, A, B, C, D[, theta]) that require gradients."""
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
     u, B, C = r(b, L, E), r(b, L, N), r(b, L, N)
     delta = torch.nn.functional.softplus(r(b, L, E))  # positive step sizes, some large
-    A = -torch.exp(r(E, N))
+    A = -torch.exp(r(E, N // 2 if transition == "rotation" else N))
     D = r(E)
-    return [t.requires_grad_() for t in (u, delta, A, B, C, D)]
+    inputs = [u, delta, A, B, C, D] + ([2 * r(b, L, N // 2)] if transition == "rotation" else [])  # angles of a few rad
+    return [t.requires_grad_() for t in inputs]
 
 
+def _scan(inputs, transition, fast, chunk=None):
+    u, delta, A, B, C, D, *theta = inputs
+    kw = dict(transition=transition, theta=theta[0] if theta else None)
+    return selective_scan(u, delta, A, B, C, D, chunk=chunk, **kw) if fast else selective_scan_reference(u, delta, A, B, C, D, **kw)
+
+
+@pytest.mark.parametrize("transition", TRANSITIONS)
 @pytest.mark.parametrize("recompute", [False, True], ids=["kept", "recomputed"])  # the backward's two sources
 @pytest.mark.parametrize("chunk", [1, 4, 16, 128])  # 128: one chunk, the whole scan in parallel
 @pytest.mark.parametrize("L", [1, 2, 7, 13, 64, 100])
-def test_parallel_scan_equals_the_sequential_reference_in_outputs_and_gradients(L, chunk, recompute, monkeypatch):
+def test_parallel_scan_equals_the_sequential_reference_in_outputs_and_gradients(L, chunk, recompute, transition, monkeypatch):
     if recompute:  # keep only the chunk-start states; the backward pass recomputes each chunk
         monkeypatch.setattr(ssm, "KEEP_MAX", 0)
-    inputs = _scan_inputs(L)
-    fast, slow = selective_scan(*inputs, chunk=chunk), selective_scan_reference(*inputs)
+    inputs = _scan_inputs(L, transition=transition)
+    fast, slow = _scan(inputs, transition, True, chunk), _scan(inputs, transition, False)
     assert torch.allclose(fast, slow, rtol=1e-10, atol=1e-10)
     weights = torch.randn_like(fast)  # a generic scalar function of the outputs
     g_fast = torch.autograd.grad((fast * weights).sum(), inputs, allow_unused=True)  # L=1 never uses A
-    g_slow = torch.autograd.grad((slow * weights).sum(), inputs)
-    for name, a, b, x in zip("u delta A B C D".split(), g_fast, g_slow, inputs):
+    g_slow = torch.autograd.grad((slow * weights).sum(), inputs, allow_unused=True)
+    for name, a, b, x in zip("u delta A B C D theta".split(), g_fast, g_slow, inputs):
         a = torch.zeros_like(x) if a is None else a
+        b = torch.zeros_like(x) if b is None else b
         assert torch.allclose(a, b, rtol=1e-9, atol=1e-9), name
 
 
-def test_parallel_scan_is_stable_in_float32_over_long_sequences():
-    inputs = [t.detach().float() for t in _scan_inputs(400, seed=1)]
-    fast, slow = selective_scan(*inputs), selective_scan_reference(*inputs)
+def test_the_families_differ():
+    """Same inputs, three families, three different outputs (a family flag that is ignored would pass the test above)."""
+    inputs = _scan_inputs(20, transition="rotation")
+    u, delta, A, B, C, D, theta = (t.detach() for t in inputs)
+    A_full = torch.cat([A, A], -1)
+    outs = [selective_scan(u, delta, A_full, B, C, D), selective_scan(u, delta, A_full, B, C, D, transition="signed"),
+            selective_scan(u, delta, A, B, C, D, transition="rotation", theta=theta)]
+    for i in range(3):
+        for j in range(i):
+            assert not torch.allclose(outs[i], outs[j], atol=1e-3)
+
+
+def _counting_inputs(digits: torch.Tensor, N: int):
+    """One channel (E = 1) whose state starts at (1, 0, ...) by a first input of 1 and then only turns or flips:
+    u = 1 at t = 0, else 0 (the input only sets the start), delta = 1, B = e_0, C = e_0 and e_{N/2} read separately."""
+    L = digits.numel()
+    u = torch.zeros(1, L, 1, dtype=torch.float64)
+    u[0, 0] = 1.0
+    B = torch.zeros(1, L, N, dtype=torch.float64)
+    B[..., 0] = 1.0
+    return u, torch.ones(1, L, 1, dtype=torch.float64), B, torch.zeros(1, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("m", [2, 3, 7, 10])
+def test_rotation_family_tracks_a_sum_mod_m_over_1000_steps(m):
+    """With |a| = 1 (A = 0) and angle 2π d/m for digit d, the state's angle is 2π (sum mod m)/m at every step."""
+    g = torch.Generator().manual_seed(m)
+    digits = torch.randint(m, (1001,), generator=g)
+    digits[0] = 0  # the first step only writes the start state
+    N = 2
+    u, delta, B, D = _counting_inputs(digits, N)
+    theta = (2 * math.pi * digits / m).double().view(1, -1, 1)  # (1, L, 1)
+    A = torch.zeros(1, 1, dtype=torch.float64)
+    reads = []
+    for k in range(N):  # read cos and sin of the state's angle
+        C = torch.zeros(1, digits.numel(), N, dtype=torch.float64)
+        C[..., k] = 1.0
+        reads.append(selective_scan(u, delta, A, B, C, D, transition="rotation", theta=theta)[0, :, 0])
+    angle = torch.atan2(reads[1], reads[0]) % (2 * math.pi)
+    decoded = torch.round(angle * m / (2 * math.pi)).long() % m
+    assert torch.equal(decoded, torch.cumsum(digits, 0) % m)
+
+
+@pytest.mark.parametrize("transition,counts", [("signed", True), ("decay", False)])
+def test_signed_family_tracks_parity_and_decay_cannot(transition, counts):
+    """Parity of a bit stream: a large step size (delta A -> -inf) makes a_t = -1 in the signed family, a flip; in the
+    decay family the same step size makes a_t = 0 (the state is forgotten), and no delta gives a negative a_t."""
+    g = torch.Generator().manual_seed(0)
+    bits = torch.randint(2, (1000,), generator=g)
+    bits[0] = 0
+    N = 1
+    u, _, B, D = _counting_inputs(bits, N)
+    delta = torch.where(bits.bool(), 1e3, 1e-12).double().view(1, -1, 1)  # a flip for 1, a keep for 0
+    u = u / delta  # the first input writes exactly 1
+    A = -torch.ones(1, N, dtype=torch.float64)
+    y = selective_scan(u, delta, A, B, B.clone(), D, transition=transition)[0, :, 0]
+    parity = torch.cumsum(bits, 0) % 2
+    assert torch.equal((y < 0).long(), parity) == counts
+
+
+def test_fused_kernel_is_used_only_for_the_families_it_computes():
+    """mamba_ssm's kernel computes exp(Δ A) itself: decay and rotation (through B and C) can use it, signed cannot."""
+    assert set(ssm.FUSED_TRANSITIONS) == {"decay", "rotation"}
+
+
+def test_rotation_needs_an_even_state_size():
+    with pytest.raises(ValueError, match="ssm_d_state must be even, got 5"):
+        ModelConfig(mixer="ssm", ssm_transition="rotation", ssm_d_state=5)
+    with pytest.raises(ConfigError, match="ssm_transition"):
+        with_overrides(load_trial_config("tiny"), {"model.ssm_transition": "complex"})
+
+
+@pytest.mark.parametrize("transition", TRANSITIONS)
+def test_parallel_scan_is_stable_in_float32_over_long_sequences(transition):
+    inputs = [t.detach().float() for t in _scan_inputs(400, seed=1, transition=transition)]
+    fast, slow = _scan(inputs, transition, True), _scan(inputs, transition, False)
     assert torch.isfinite(fast).all()
     assert torch.allclose(fast, slow, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("transition", TRANSITIONS)
 @pytest.mark.parametrize("t", [0, 5, 12])
-def test_changing_input_t_never_changes_mixer_outputs_before_t(t):
+def test_changing_input_t_never_changes_mixer_outputs_before_t(t, transition):
     torch.manual_seed(0)
-    mixer = SSMMixer(8, d_state=4, d_conv=4, expand=2).eval()
+    mixer = SSMMixer(8, d_state=4, d_conv=4, expand=2, transition=transition).eval()
     x = torch.randn(2, 13, 8)
     y = x.clone()
     y[:, t] += 1.0
@@ -66,11 +153,12 @@ def test_changing_input_t_never_changes_mixer_outputs_before_t(t):
     assert not torch.allclose(a[:, t:], b[:, t:])
 
 
+@pytest.mark.parametrize("transition", TRANSITIONS)
 @pytest.mark.parametrize("attention", [True, False])
-def test_hybrid_with_ssm_mixer_is_causal(attention):
+def test_hybrid_with_ssm_mixer_is_causal(attention, transition):
     torch.manual_seed(0)
     model = HybridLM(ModelConfig(d_model=16, n_layers=2, n_heads=2, mixer="ssm", attention=attention,
-                                 attn_zero_init=False, ssm_d_state=4), 20).eval()
+                                 attn_zero_init=False, ssm_d_state=4, ssm_transition=transition), 20).eval()
     x = torch.randint(20, (3, 16), generator=torch.Generator().manual_seed(1))
     for t in (0, 9, 15):
         y = x.clone()
@@ -89,8 +177,10 @@ def test_step_sizes_start_in_the_mamba_range():
     assert torch.allclose(torch.exp(mixer.A_log[0]), torch.arange(1, 17, dtype=torch.float32))  # S4D-real
 
 
-def test_hybrid_with_ssm_mixer_learns():
+@pytest.mark.parametrize("transition", TRANSITIONS)
+def test_hybrid_with_ssm_mixer_learns(transition):
     cfg = with_overrides(load_trial_config("tiny"), {"model.mixer": "ssm", "model.ssm_d_state": 8, "dat.mode": "none",
+                                                      "model.ssm_transition": transition,
                                                       "task.name": "modsum", "steps": 80, "eval.every": 40})
     losses = []
     train(cfg, report=lambda m, c: losses.append(m["loss"]))

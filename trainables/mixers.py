@@ -4,7 +4,7 @@ A mixer maps (B, L, D) -> (B, L, D) causally: output t depends on inputs <= t on
 `make_mixer` is the one place that knows the kinds; the block only sees the interface.
 
     lstm   a single-layer LSTM (below)
-    ssm    a Mamba-style selective state-space mixer (trainables/ssm.py)
+    ssm    a Mamba-style selective state-space mixer (trainables/ssm.py), transition decay | signed | rotation
     none   no recurrent sublayer (pure Transformer)
 """
 
@@ -35,7 +35,8 @@ def make_mixer(cfg: ModelConfig) -> nn.Module | None:
     if cfg.mixer == "ssm":
         from trainables.ssm import SSMMixer
 
-        return SSMMixer(cfg.d_model, d_state=cfg.ssm_d_state, d_conv=cfg.ssm_d_conv, expand=cfg.ssm_expand)
+        return SSMMixer(cfg.d_model, d_state=cfg.ssm_d_state, d_conv=cfg.ssm_d_conv, expand=cfg.ssm_expand,
+                        transition=cfg.ssm_transition)
     if cfg.mixer == "none":
         return None
     raise ValueError(f"unknown mixer {cfg.mixer!r}")

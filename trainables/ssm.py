@@ -1,15 +1,32 @@
-"""A Mamba-style selective state-space mixer (Gu & Dao, 2023), in pure PyTorch.
+"""A Mamba-style selective state-space mixer (Gu & Dao, 2023), in pure PyTorch, with three
+families of state transition.
 
 Structure, for input x (B, L, D) and inner width E = expand * D, state size N per channel::
 
     x ──in_proj──> (u, z)                     (B, L, E) each
     u ──causal depthwise conv (width d_conv)──> SiLU ──> u
-    u ──x_proj──> (dt, B_t, C_t)              (B, L, R), (B, L, N), (B, L, N)   input-dependent
+    u ──x_proj──> (dt, B_t, C_t[, θ_t])       (B, L, R), (B, L, N), (B, L, N)[, (B, L, N/2)]
     Δ = softplus(dt_proj(dt))                 (B, L, E)   step size per channel and position
-    A = -exp(A_log)                           (E, N)      fixed decay rates (S4D-real init)
-    h_t = exp(Δ_t A) * h_{t-1} + Δ_t B_t u_t  (B, E, N)   the selective scan
+    A = -exp(A_log)                           (E, N) or (E, N/2) for rotation
+    h_t = a_t ⊙ h_{t-1} + Δ_t B_t u_t         (B, E, N)   the selective scan
     y_t = C_t · h_t + D * u_t                 (B, L, E)
     y * SiLU(z) ──out_proj──> (B, L, D)
+
+The transition a_t (`transition`, `model.ssm_transition`):
+
+    decay     a_t = exp(Δ_t A)         in (0, 1]    Mamba-1. Positive and real: cannot track
+              parity, let alone a sum mod m (Grazzi et al. 2024; Merrill et al. 2024).
+    signed    a_t = 2 exp(Δ_t A) - 1   in (-1, 1]   Grazzi et al.'s negative-eigenvalue extension:
+              a large step size flips the sign (parity); still real, so not Z_m for m > 2.
+    rotation  a_t = exp(Δ_t A) R(θ_t)  |a_t| <= 1   the state is N/2 complex numbers (pairs
+              (h_n, h_{n+N/2})), each scaled by exp(Δ A) and turned by an input-dependent angle
+              θ_t (one per pair, shared by the channels, as in Mamba-3): R(2π d/m) for digit d
+              represents Z_m for any m.
+
+The rotation family runs on the decay scan (Mamba-3's data-dependent-RoPE identity): rotations
+commute with the scalar decay, so with Φ_t = θ_1 + ... + θ_t the rotated state is R(Φ_t) h'_t, where
+h'_t is the decay scan driven by R(-Φ_t) B_t and read out by R(-Φ_t) C_t. Only B and C turn; the
+scan is the decay one.
 
 The scan is the only sequential part. `selective_scan` runs it in chunks of SCAN_CHUNK steps:
 inside a chunk, a log-depth (Hillis-Steele) parallel scan of the affine maps h -> a h + b
@@ -23,11 +40,14 @@ Chunk size: on one CPU thread the log-depth scan's extra work (log2 T passes ove
 outweighs its fewer, larger operations; bench/ssm_speed.py measured chunk 1-2 fastest and
 chunk 45 (one chunk per training sequence) 2-3x slower (larger chunks may pay on many threads;
 not measured).
-`selective_scan_reference` is the plain loop over time, the oracle of the tests.
 
-On a CUDA device with the `mamba-ssm` package installed, its fused kernel
-(`selective_scan_fn`) is used instead; it is imported lazily and never on the CPU. That path
-is untested here: this project has no GPU.
+`selective_scan_reference` is the plain loop over time for every family (the rotation as an
+explicit 2x2 turn of each pair, not the RoPE identity): the oracle of the tests.
+
+On a CUDA device with the `mamba-ssm` package installed, its fused kernel (`selective_scan_fn`,
+which computes exp(Δ A) itself) is used for `decay` and, through the RoPE identity, `rotation`;
+`signed` has no fused kernel and always runs the PyTorch scan. The kernel is imported lazily and
+never on the CPU; that path is untested here: this project has no GPU.
 """
 
 from __future__ import annotations
@@ -38,15 +58,31 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+TRANSITIONS = ("decay", "signed", "rotation")
+FUSED_TRANSITIONS = ("decay", "rotation")  # those mamba_ssm's kernel computes (exp(Δ A) inside it)
 
-def selective_scan_reference(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor) -> Tensor:
-    """The scan as a loop over time. u, delta: (b, L, E); A: (E, N); B, C: (b, L, N); D: (E,) -> (b, L, E)."""
+
+def selective_scan_reference(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor,
+                             transition: str = "decay", theta: Tensor | None = None) -> Tensor:
+    """The scan as a loop over time, for every family. u, delta: (b, L, E); B, C: (b, L, N); D: (E,);
+    A: (E, N), or (E, N/2) for rotation with theta (b, L, N/2) -> (b, L, E)."""
     b, L, E = u.shape
-    h = u.new_zeros(b, E, A.shape[1])  # (b, E, N)
+    N = B.shape[-1]
+    h = u.new_zeros(b, E, N)  # (b, E, N); for rotation the pairs are (h[..., n], h[..., n + N/2])
     ys = []
     for t in range(L):
-        decay = torch.exp(delta[:, t, :, None] * A)  # (b, E, N)
-        h = decay * h + (delta[:, t] * u[:, t])[:, :, None] * B[:, t, None, :]
+        z = delta[:, t, :, None] * A  # (b, E, N) or (b, E, N/2)
+        x = (delta[:, t] * u[:, t])[:, :, None] * B[:, t, None, :]  # (b, E, N)
+        if transition == "decay":
+            h = torch.exp(z) * h + x
+        elif transition == "signed":
+            h = (2 * torch.exp(z) - 1) * h + x
+        elif transition == "rotation":
+            r, c, s = torch.exp(z), torch.cos(theta[:, t, None, :]), torch.sin(theta[:, t, None, :])
+            h1, h2 = h.chunk(2, dim=-1)  # (b, E, N/2) each
+            h = torch.cat([r * (c * h1 - s * h2), r * (s * h1 + c * h2)], dim=-1) + x
+        else:
+            raise ValueError(f"transition must be one of {TRANSITIONS}, got {transition!r}")
         ys.append((h * C[:, t, None, :]).sum(-1))  # (b, E)
     return torch.stack(ys, dim=1) + u * D
 
@@ -75,30 +111,36 @@ def _affine_scan(a: Tensor, b: Tensor, reverse: bool = False) -> Tensor:
     return b
 
 
-def _chunk_states(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, h0: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """One chunk of the scan from state h0 (b, E, N). u, delta: (b, T, E); B: (b, T, N).
-    Returns the decays a, the drives x (the first one with the carried state a_0 h0 added)
-    and the states h, each (b, T, E, N)."""
+def _transition(delta: Tensor, A: Tensor, signed: bool) -> Tensor:
+    """a_t for the real families: exp(Δ A), or 2 exp(Δ A) - 1 if signed. delta (b, T, E), A (E, N) -> (b, T, E, N)."""
     # exp(-80) < 2e-35: below that the state is forgotten either way, and clamping keeps exp and
     # the products after it clear of float32 denormals, which are 10-100x slower on a CPU
-    a = torch.exp((delta.unsqueeze(-1) * A).clamp_(min=-80.0))  # (b, T, E, N), in (0, 1]
+    a = torch.exp((delta.unsqueeze(-1) * A).clamp_(min=-80.0))
+    return a.mul_(2).sub_(1) if signed else a
+
+
+def _chunk_states(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, h0: Tensor, signed: bool) -> tuple[Tensor, Tensor]:
+    """One chunk of the scan from state h0 (b, E, N). u, delta: (b, T, E); B: (b, T, N).
+    Returns the transitions a and the states h, each (b, T, E, N)."""
+    a = _transition(delta, A, signed)  # (b, T, E, N)
     x = (delta * u).unsqueeze(-1) * B.unsqueeze(2)  # (b, T, E, N)
     x[:, 0].addcmul_(a[:, 0], h0)  # the carried state enters at the first step
-    return a, x, _affine_scan(a[:, 1:], x)
+    return a, _affine_scan(a[:, 1:], x)
 
 
 class _ChunkedScan(torch.autograd.Function):
-    """The selective scan on the CPU: parallel within chunks of `chunk` steps, the state carried
-    from chunk to chunk. The backward pass runs the adjoint recurrence
-    g_t = a_{t+1} g_{t+1} + dL/dh_t as a reverse scan, chunk by chunk from the end.
+    """The real selective scan (decay or signed) on the CPU: parallel within chunks of `chunk`
+    steps, the state carried from chunk to chunk. The backward pass runs the adjoint recurrence
+    g_t = a_{t+1} g_{t+1} + dL/dh_t as a reverse scan, chunk by chunk from the end; the
+    transition's derivative is da/d(Δ A) = a (decay) or a + 1 (signed).
 
     Memory: evaluation (no gradients) holds one chunk, O(b * chunk * E * N), at any length.
-    Training keeps each chunk's decays and states for the backward pass while they total at
+    Training keeps each chunk's transitions and states for the backward pass while they total at
     most KEEP_MAX elements (recomputing them costs ~25% of the step); beyond that it keeps only
     the states at chunk starts and recomputes each chunk in the backward pass."""
 
     @staticmethod
-    def forward(ctx, u, delta, A, B, C, D, chunk, grad):
+    def forward(ctx, u, delta, A, B, C, D, chunk, grad, signed):
         # u, delta: (b, L, E); A: (E, N); B, C: (b, L, N); D: (E,) -> y (b, L, E)
         b, L, E = u.shape
         N = A.shape[1]
@@ -108,13 +150,13 @@ class _ChunkedScan(torch.autograd.Function):
         for s in range(0, L, chunk):
             if grad:  # a copy: a view would hold on to the whole chunk
                 starts.append(h if keep else h.clone())
-            a, _, hs = _chunk_states(u[:, s : s + chunk], delta[:, s : s + chunk], A, B[:, s : s + chunk], h)
+            a, hs = _chunk_states(u[:, s : s + chunk], delta[:, s : s + chunk], A, B[:, s : s + chunk], h, signed)
             y[:, s : s + chunk] = (hs * C[:, s : s + chunk].unsqueeze(2)).sum(-1)  # (b, T, E)
             h = hs[:, -1]
             if keep:
                 kept.append((a, hs))
         if grad:
-            ctx.chunk, ctx.kept = chunk, kept
+            ctx.chunk, ctx.kept, ctx.signed = chunk, kept, signed
             ctx.save_for_backward(u, delta, A, B, C, D, torch.stack(starts, dim=1))  # starts: (b, L/chunk, E, N)
         return torch.addcmul(y, u, D)
 
@@ -122,7 +164,7 @@ class _ChunkedScan(torch.autograd.Function):
     def backward(ctx, gy):
         # gy: (b, L, E) -> gradients of u, delta, A, B, C, D
         u, delta, A, B, C, D, starts = ctx.saved_tensors
-        chunk, L = ctx.chunk, u.shape[1]
+        chunk, L, signed = ctx.chunk, u.shape[1], ctx.signed
         gu, gD = gy * D, (gy * u).sum((0, 1))
         gdelta, gB, gC, gA = torch.empty_like(delta), torch.empty_like(B), torch.empty_like(C), torch.zeros_like(A)
         carry = None  # a_{t+1} g_{t+1} from the chunk after this one, (b, E, N)
@@ -130,14 +172,15 @@ class _ChunkedScan(torch.autograd.Function):
             sl = slice(s, s + chunk)
             uc, dc, Bc, Cc, gyc = u[:, sl], delta[:, sl], B[:, sl], C[:, sl], gy[:, sl]
             h0 = starts[:, i].unsqueeze(1)  # (b, 1, E, N)
-            a, h = ctx.kept[i] if ctx.kept else _chunk_states(uc, dc, A, Bc, starts[:, i])[::2]  # (b, T, E, N)
+            a, h = ctx.kept[i] if ctx.kept else _chunk_states(uc, dc, A, Bc, starts[:, i], signed)  # (b, T, E, N)
             gh = gyc.unsqueeze(-1) * Cc.unsqueeze(2)  # dL/dh_t through y_t only
             if carry is not None:
                 gh[:, -1] += carry
             g = _affine_scan(a[:, 1:], gh, reverse=True)  # total dL/dh_t = gh_t + a_{t+1} g_{t+1}
             ag = a * g
             carry = ag[:, 0]
-            gz = ag * (torch.cat([h0, h[:, :-1]], dim=1) if h.shape[1] > 1 else h0)  # dL/d(delta A) = g_t a_t h_{t-1}
+            h_prev = torch.cat([h0, h[:, :-1]], dim=1) if h.shape[1] > 1 else h0
+            gz = (ag + g if signed else ag) * h_prev  # dL/d(Δ A) = g_t (da/dz) h_{t-1}
             gC[:, sl] = (h * gyc.unsqueeze(-1)).sum(2)
             gB[:, sl] = (g * (dc * uc).unsqueeze(-1)).sum(2)
             gdu = (g * Bc.unsqueeze(2)).sum(-1)  # dL/d(delta u), (b, T, E)
@@ -145,20 +188,32 @@ class _ChunkedScan(torch.autograd.Function):
             gA += (gz * dc.unsqueeze(-1)).sum((0, 1))
             gu[:, sl] += gdu * dc
         ctx.kept = None
-        return gu, gdelta, gA, gB, gC, gD, None, None
+        return gu, gdelta, gA, gB, gC, gD, None, None, None
 
 
-def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor,
-                   chunk: int | None = None) -> Tensor:
-    """The scan, parallel within chunks (fused CUDA kernel when available). Shapes as the reference."""
-    if u.is_cuda:
+def turn(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Each pair (x_n, x_{n+N/2}) of x (..., N) turned by the angle whose cos and sin (..., N/2) are given."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([cos * x1 - sin * x2, sin * x1 + cos * x2], dim=-1)
+
+
+def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor, chunk: int | None = None,
+                   transition: str = "decay", theta: Tensor | None = None) -> Tensor:
+    """The scan, parallel within chunks (fused CUDA kernel where it applies). Shapes as the reference."""
+    if transition not in TRANSITIONS:
+        raise ValueError(f"transition must be one of {TRANSITIONS}, got {transition!r}")
+    if transition == "rotation":  # the RoPE identity: turn B and C by -Φ_t, then the decay scan
+        phi = theta.cumsum(1)  # (b, L, N/2), the total angle up to t
+        cos, sin = torch.cos(phi), -torch.sin(phi)
+        B, C, A = turn(B, cos, sin), turn(C, cos, sin), torch.cat([A, A], dim=-1)  # A: (E, N), a pair shares one
+    if u.is_cuda and transition in FUSED_TRANSITIONS:
         fused = _fused_kernel()
         if fused is not None:  # untested here: this project has no GPU
             t = lambda x: x.transpose(1, 2).contiguous()  # noqa: E731  (b, L, .) -> (b, ., L)
             return fused(t(u), t(delta), A.contiguous(), t(B), t(C), D.float()).transpose(1, 2)
     u, delta, B, C = (t.contiguous() for t in (u, delta, B, C))  # slices of strided inputs cost memory
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (u, delta, A, B, C, D))  # False under no_grad
-    return _ChunkedScan.apply(u, delta, A, B, C, D, chunk or SCAN_CHUNK, grad)
+    return _ChunkedScan.apply(u, delta, A, B, C, D, chunk or SCAN_CHUNK, grad, transition == "signed")
 
 
 def _fused_kernel():
@@ -170,19 +225,25 @@ def _fused_kernel():
 
 
 class SSMMixer(nn.Module):
-    """Selective SSM mixer: (B, L, D) -> (B, L, D), causal."""
+    """Selective SSM mixer: (B, L, D) -> (B, L, D), causal. `transition`: decay | signed | rotation."""
 
     def __init__(self, d_model: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
-                 dt_min: float = 1e-3, dt_max: float = 1e-1):
+                 dt_min: float = 1e-3, dt_max: float = 1e-1, transition: str = "decay"):
         super().__init__()
+        if transition not in TRANSITIONS:
+            raise ValueError(f"transition must be one of {TRANSITIONS}, got {transition!r}")
+        if transition == "rotation" and d_state % 2:
+            raise ValueError(f"transition rotation turns pairs of state dims: d_state must be even, got {d_state}")
         E, N = expand * d_model, d_state
         R = math.ceil(d_model / 16)  # rank of the step-size projection, as in Mamba
-        self.d_inner, self.d_state, self.dt_rank = E, N, R
+        P = N // 2 if transition == "rotation" else 0  # angles: one per pair of state dims
+        self.d_inner, self.d_state, self.dt_rank, self.n_angles, self.transition = E, N, R, P, transition
         self.in_proj = nn.Linear(d_model, 2 * E, bias=False)
         self.conv = nn.Conv1d(E, E, d_conv, groups=E, padding=d_conv - 1)  # trimmed to stay causal
-        self.x_proj = nn.Linear(E, R + 2 * N, bias=False)
+        self.x_proj = nn.Linear(E, R + 2 * N + P, bias=False)
         self.dt_proj = nn.Linear(R, E)
-        self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)).repeat(E, 1))  # (E, N)
+        n_rates = P or N  # rotation: one decay rate per pair
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, n_rates + 1, dtype=torch.float32)).repeat(E, 1))  # (E, N|N/2)
         self.D = nn.Parameter(torch.ones(E))
         self.A_log._no_weight_decay = self.D._no_weight_decay = True  # Mamba's marker for optimizers
         self.out_proj = nn.Linear(E, d_model, bias=False)
@@ -197,7 +258,8 @@ class SSMMixer(nn.Module):
         L = x.shape[1]
         u, z = self.in_proj(x).chunk(2, dim=-1)  # (B, L, E) each
         u = F.silu(self.conv(u.transpose(1, 2))[..., :L].transpose(1, 2))  # (B, L, E), causal
-        dt, B, C = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        dt, B, C, theta = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state, self.n_angles], dim=-1)
         delta = F.softplus(self.dt_proj(dt))  # (B, L, E)
-        y = selective_scan(u, delta, -torch.exp(self.A_log), B, C, self.D)  # (B, L, E)
+        y = selective_scan(u, delta, -torch.exp(self.A_log), B, C, self.D, transition=self.transition,
+                           theta=theta if self.n_angles else None)  # (B, L, E)
         return self.out_proj(y * F.silu(z))
