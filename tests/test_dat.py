@@ -1,10 +1,11 @@
 """Delayed Attention Training: attention held back, then switched on with clean optimizer state."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
-from trainables.config import DATConfig, TrialConfig
-from trainables.dat import DATSchedule, hold_attention
+from trainables.config import ConfigError, CurriculumConfig, DATConfig, TrialConfig, trial_config_from_dict
+from trainables.dat import DATSchedule, curriculum_state_only, hold_attention
 from trainables.model import HybridLM
 from trainables.tasks import IGNORE, SequenceTask
 from trainables.train import build_optimizer, train
@@ -112,24 +113,58 @@ def test_schedule_state_round_trips():
     assert t.active and t.state.switch_step == 3 and not t.advance(6)
 
 
-def test_state_only_phase1_applies_only_while_attention_is_held():
-    # a model without attention is never "before the switch": it trains on every target
+@pytest.mark.parametrize("cur, step, holding, expected", [
+    ({}, 0, True, False),  # no curriculum: DAT trains every target while it holds attention back
+    ({"state_only_steps": 5}, 4, False, True), ({"state_only_steps": 5}, 5, False, False),
+    ({"state_only_until_switch": True}, 100, True, True), ({"state_only_until_switch": True}, 0, False, False),
+])
+def test_curriculum_state_only_phase(cur, step, holding, expected):
+    assert curriculum_state_only(CurriculumConfig(**cur), step, holding) is expected
+
+
+def test_the_curriculum_applies_to_joint_training_too():
     losses = {}
-    for targets in ("state", "all"):
+    for name, cur in (("none", {}), ("curriculum", {"state_only_steps": 10})):
         cfg = TrialConfig.model_validate({
-            "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "attention": False},
-            "dat": {"mode": "none", "phase1_targets": targets},
+            "model": {"d_model": 16, "n_layers": 1, "n_heads": 2}, "dat": {"mode": "none"}, "curriculum": cur,
             "eval": {"every": 10, "n_sequences": 8}, "steps": 20,
         })
-        losses[targets] = []
-        train(cfg, report=lambda m, c, t=targets: losses[t].append(m["loss"]))
-    assert losses["state"] == losses["all"]
-    assert not DATSchedule(DATConfig(), has_attention=False).holding
+        losses[name] = []
+        train(cfg, report=lambda m, c, n=name: losses[n].append(m["loss"]))
+    assert losses["curriculum"][0] != losses["none"][0]  # recall masked out for steps [0, 10)
 
 
-def test_state_only_phase1_masks_recall_before_the_switch():
+def test_until_switch_is_state_only_steps_at_a_fixed_switch():
+    """The two spellings of DAT + curriculum train bit-identically; plain DAT does not."""
     losses = {}
-    for targets in ("state", "all"):
-        losses[targets] = []
-        train(_cfg(switch_step=30, phase1_targets=targets), report=lambda m, c, t=targets: losses[t].append(m["loss"]))
-    assert losses["state"][0] != losses["all"][0]
+    for name, cur in (("until", {"state_only_until_switch": True}), ("steps", {"state_only_steps": 20}), ("plain", {})):
+        cfg = _cfg(switch_step=20).model_copy(update={"curriculum": CurriculumConfig(**cur)})
+        losses[name] = []
+        train(cfg, report=lambda m, c, n=name: losses[n].append(m["loss"]))
+    assert losses["until"] == losses["steps"]
+    assert losses["plain"][0] != losses["until"][0]
+
+
+@pytest.mark.parametrize("extra, curriculum", [
+    ({"dat": {"mode": "fixed", "phase1_targets": "state"}}, {"state_only_until_switch": True}),
+    ({"dat": {"mode": "fixed", "phase1_targets": "all"}}, {}),
+    ({"dat": {"mode": "none", "phase1_targets": "state"}}, {}),  # it never applied to joint runs
+    ({"dat": {"mode": "fixed", "switch_step": 10, "phase1_targets": "state"}, "task": {"name": "modsum"}, "steps": 20}, {}),
+])
+def test_old_phase1_targets_loads_as_the_curriculum_it_was(extra, curriculum):
+    cfg = TrialConfig.model_validate(extra)
+    assert cfg.curriculum == CurriculumConfig(**curriculum)
+
+
+@pytest.mark.parametrize("data, words", [
+    ({"dat": {"phase1_targets": "some"}}, "must be all or state"),
+    ({"dat": {"mode": "none"}, "curriculum": {"state_only_until_switch": True}}, "needs dat.mode fixed or adaptive"),
+    ({"task": {"name": "recall"}, "dat": {"mode": "none"}, "curriculum": {"state_only_steps": 10}}, "needs task modsum_recall"),
+    ({"curriculum": {"state_only_steps": 7000}}, "`curriculum.state_only_steps <= steps`"),
+    ({"curriculum": {"state_only_steps": 5, "state_only_until_switch": True}}, "not both"),
+    ({"dat": {"phase1_targets": "state"}, "curriculum": {"state_only_steps": 5}}, "cannot both be given"),
+])
+def test_bad_curriculum_is_one_line_naming_the_rule(data, words):
+    with pytest.raises(ConfigError) as err:
+        trial_config_from_dict(data, "x.yaml")
+    assert words in str(err.value) and "\n" not in str(err.value) and str(err.value).startswith("x.yaml: ")

@@ -6,6 +6,7 @@ A trial config has six sections plus run-level fields::
     ├── task   which synthetic task, its sizes and training lengths
     ├── model  the HybridLM: width, depth, mixer, attention on/off
     ├── dat    Delayed Attention Training: when and how attention is held back
+    ├── curriculum  which targets train first (state only for N steps), with or without DAT
     ├── optim  AdamW, learning-rate schedule, clipping, batch size
     ├── ema    exponential moving average of the weights, evaluated instead of the raw weights
     ├── eval   evaluation interval and the fixed evaluation sets
@@ -111,7 +112,6 @@ class DATConfig(_Frozen):
     hold: Literal["gate", "freeze"] = "gate"  # how attention is held back before the switch
     rewarmup_steps: int = Field(0, ge=0, le=MAX_STEPS)  # linear LR re-warmup of the attention params after the switch
     ramp_steps: int = Field(0, ge=0, le=MAX_STEPS)  # attention's output rises linearly from 0 to 1 over this many steps after the switch
-    phase1_targets: Literal["all", "state"] = "state"  # trained before the switch: state only, or every target
     # adaptive mode (trainables/switch.py): a criterion on smoothed training signals decides the switch
     criterion: Literal["state_acc", "loss_plateau", "grad_norm"] = "state_acc"
     min_step: int = Field(250, ge=0, le=MAX_STEPS)  # never switch before this step
@@ -127,6 +127,25 @@ class DATConfig(_Frozen):
         if self.mode == "adaptive" and self.min_step > self.max_step:
             raise ValueError(f"`min_step <= max_step` must hold, got ({self.min_step}, {self.max_step})")
         return self
+
+
+class CurriculumConfig(_Frozen):
+    """A curriculum over targets, independent of DAT: only the state-tracking targets are trained
+    first, then every target. DAT itself trains every target (the paper's method); the two combine
+    into four hybrid arms (joint, joint + curriculum, DAT, DAT + curriculum; docs/trainer.md)."""
+
+    state_only_steps: int = Field(0, ge=0, le=MAX_STEPS)  # steps [0, N) train the state targets only (0: off)
+    state_only_until_switch: bool = False  # instead: the state targets only while DAT holds attention back
+
+    @model_validator(mode="after")
+    def _check(self) -> "CurriculumConfig":
+        if self.state_only_steps and self.state_only_until_switch:
+            raise ValueError("set one of `state_only_steps` and `state_only_until_switch`, not both")
+        return self
+
+    @property
+    def active(self) -> bool:
+        return bool(self.state_only_steps) or self.state_only_until_switch
 
 
 class EMAConfig(_Frozen):
@@ -171,6 +190,7 @@ class TrialConfig(_Frozen):
     task: TaskConfig = TaskConfig()
     model: ModelConfig = ModelConfig()
     dat: DATConfig = DATConfig()
+    curriculum: CurriculumConfig = CurriculumConfig()
     optim: OptimConfig = OptimConfig()
     ema: EMAConfig = EMAConfig()
     eval: EvalConfig = EvalConfig()
@@ -178,8 +198,36 @@ class TrialConfig(_Frozen):
     seed: int = Field(0, ge=0, le=MAX_SEED)  # model init, training data and dropout
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when present
 
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_phase1_targets(cls, data: Any) -> Any:
+        """`dat.phase1_targets` (before issue 15) is read as the curriculum it was: `state` on a
+        modsum_recall DAT run is `curriculum.state_only_until_switch: true`; elsewhere it changed
+        nothing (joint runs, tasks whose targets are all of one kind) and `all` is today's DAT."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("dat"), Mapping) or "phase1_targets" not in data["dat"]:
+            return data
+        dat = dict(data["dat"])
+        targets = dat.pop("phase1_targets")
+        if targets not in ("all", "state"):
+            raise ValueError(f"dat.phase1_targets (replaced by `curriculum`) must be all or state, got {brief(targets)}")
+        data = {**data, "dat": dat}
+        task = data.get("task") if isinstance(data.get("task"), Mapping) else {}
+        if targets == "state" and dat.get("mode", "fixed") != "none" and task.get("name", "modsum_recall") == "modsum_recall":
+            if isinstance(data.get("curriculum"), Mapping) and any(data["curriculum"].values()):
+                raise ValueError("dat.phase1_targets: state and `curriculum` cannot both be given; use `curriculum` alone")
+            data["curriculum"] = {"state_only_until_switch": True}
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> "TrialConfig":
+        cur = self.curriculum
+        if cur.active and self.task.name != "modsum_recall":
+            raise ValueError(f"curriculum needs task modsum_recall (state and recall targets to order), got task {self.task.name}")
+        if cur.state_only_steps > self.steps:
+            raise ValueError(f"`curriculum.state_only_steps <= steps` must hold, got ({cur.state_only_steps}, {self.steps})")
+        if cur.state_only_until_switch and self.dat.mode == "none":
+            raise ValueError("curriculum.state_only_until_switch needs dat.mode fixed or adaptive (there is no switch); "
+                             "use curriculum.state_only_steps")
         if self.dat.mode != "none":
             if not self.model.attention:
                 raise ValueError("dat.mode must be `none` when model.attention is false (nothing to delay)")

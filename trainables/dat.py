@@ -27,9 +27,11 @@ optimizer neither moves them nor builds state for them (no weight decay either).
 switch their optimizer state is cleared, so they start like freshly added parameters;
 `rewarmup_steps` ramps their learning rate up linearly from there (see `attention_lr_factor`).
 
-`phase1_targets: state` trains the recurrent path on the state-tracking targets only before
-the switch, so that it does not spend itself on a partial recall solution that later keeps
-attention from being recruited (an option to search; the paper trains on all targets).
+DAT trains every target from step 0, as the paper does. Training only the state-tracking
+targets first is a separate setting, the target curriculum (`curriculum`, see
+`curriculum_state_only`), which applies to joint training as well: `state_only_steps: N` for
+the first N steps, or `state_only_until_switch` while DAT holds attention back (what
+`dat.phase1_targets: state` did before issue 15, and what older configs still load as).
 
 The schedule's state (switched yet, and at which step) is part of the checkpoint.
 """
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainables.config import DATConfig
+from trainables.config import CurriculumConfig, DATConfig
 from trainables.model import HybridLM
 from trainables.switch import Criterion, Signals, make_criterion
 
@@ -116,6 +118,11 @@ class DATSchedule:
         self.state = DATState(switch_step=state["switch_step"])
         if self.criterion is not None:
             self.criterion.load_state_dict(state["criterion"])
+
+
+def curriculum_state_only(cfg: CurriculumConfig, step: int, holding: bool) -> bool:
+    """Whether training step `step` trains the state-tracking targets only (recall masked out)."""
+    return step < cfg.state_only_steps or (cfg.state_only_until_switch and holding)
 
 
 def hold_attention(model: HybridLM, how: str) -> None:

@@ -31,7 +31,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from trainables.config import ConfigError, EMAConfig, OptimConfig, TrialConfig
 from trainables.errors import cut
-from trainables.dat import DATSchedule, enable_attention, hold_attention, release_attention
+from trainables.dat import DATSchedule, curriculum_state_only, enable_attention, hold_attention, release_attention
 from trainables.model import HybridLM
 from trainables.objectives import make_objective
 from trainables.switch import Signals
@@ -212,7 +212,7 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
         # -- one optimisation step
         batch = batches.next().to(device)
         logits = model(batch.tokens)  # (B, L, V)
-        out = objective.step(logits, batch, state_only=cfg.dat.phase1_targets == "state" and dat.holding)
+        out = objective.step(logits, batch, state_only=curriculum_state_only(cfg.curriculum, step, dat.holding))
         if not torch.isfinite(out.loss):
             return _diverged(cfg, step, report, objective.worst_metrics())
         optimizer.zero_grad(set_to_none=True)
