@@ -34,10 +34,23 @@ def _scan_inputs(L: int, b=2, E=3, N=4, seed=0, transition="decay"):
     return [t.requires_grad_() for t in inputs]
 
 
-def _scan(inputs, transition, fast, chunk=None):
+def _scan(inputs, transition, fast, chunk=None, method="chunked"):
     u, delta, A, B, C, D, *theta = inputs
     kw = dict(transition=transition, theta=theta[0] if theta else None)
-    return selective_scan(u, delta, A, B, C, D, chunk=chunk, **kw) if fast else selective_scan_reference(u, delta, A, B, C, D, **kw)
+    if fast:
+        return selective_scan(u, delta, A, B, C, D, chunk=chunk, method=method, **kw)
+    return selective_scan_reference(u, delta, A, B, C, D, **kw)
+
+
+def _assert_same_outputs_and_gradients(inputs, fast, slow):
+    assert torch.allclose(fast, slow, rtol=1e-10, atol=1e-10)
+    weights = torch.randn_like(fast)  # a generic scalar function of the outputs
+    g_fast = torch.autograd.grad((fast * weights).sum(), inputs, allow_unused=True)  # L=1 never uses A
+    g_slow = torch.autograd.grad((slow * weights).sum(), inputs, allow_unused=True)
+    for name, a, b, x in zip("u delta A B C D theta".split(), g_fast, g_slow, inputs):
+        a = torch.zeros_like(x) if a is None else a
+        b = torch.zeros_like(x) if b is None else b
+        assert torch.allclose(a, b, rtol=1e-9, atol=1e-9), name
 
 
 @pytest.mark.parametrize("transition", TRANSITIONS)
@@ -48,15 +61,38 @@ def test_parallel_scan_equals_the_sequential_reference_in_outputs_and_gradients(
     if recompute:  # keep only the chunk-start states; the backward pass recomputes each chunk
         monkeypatch.setattr(ssm, "KEEP_MAX", 0)
     inputs = _scan_inputs(L, transition=transition)
-    fast, slow = _scan(inputs, transition, True, chunk), _scan(inputs, transition, False)
-    assert torch.allclose(fast, slow, rtol=1e-10, atol=1e-10)
-    weights = torch.randn_like(fast)  # a generic scalar function of the outputs
-    g_fast = torch.autograd.grad((fast * weights).sum(), inputs, allow_unused=True)  # L=1 never uses A
-    g_slow = torch.autograd.grad((slow * weights).sum(), inputs, allow_unused=True)
-    for name, a, b, x in zip("u delta A B C D theta".split(), g_fast, g_slow, inputs):
-        a = torch.zeros_like(x) if a is None else a
-        b = torch.zeros_like(x) if b is None else b
-        assert torch.allclose(a, b, rtol=1e-9, atol=1e-9), name
+    _assert_same_outputs_and_gradients(inputs, _scan(inputs, transition, True, chunk), _scan(inputs, transition, False))
+
+
+@pytest.mark.parametrize("transition", TRANSITIONS)
+@pytest.mark.parametrize("L", [1, 2, 7, 13, 64, 100])
+def test_step_scan_equals_the_sequential_reference_in_outputs_and_gradients(L, transition):
+    inputs = _scan_inputs(L, transition=transition)
+    _assert_same_outputs_and_gradients(inputs, _scan(inputs, transition, True, method="step"), _scan(inputs, transition, False))
+
+
+def test_step_scan_is_the_cpu_default_and_gives_way_to_the_chunked_scan_beyond_keep_max(monkeypatch):
+    calls = []
+    for name in ("_StepScan", "_ChunkedScan"):
+        cls = getattr(ssm, name)
+        monkeypatch.setattr(cls, "apply", lambda *a, _n=name, _f=cls.apply: calls.append(_n) or _f(*a))
+    inputs = _scan_inputs(9)
+    _scan(inputs, "decay", True, method="auto")
+    monkeypatch.setattr(ssm, "KEEP_MAX", 0)
+    _scan(inputs, "decay", True, method="auto")
+    with torch.no_grad():  # evaluation keeps nothing: the step scan at any size
+        _scan(inputs, "decay", True, method="auto")
+    assert calls == ["_StepScan", "_ChunkedScan", "_StepScan"]
+
+
+def test_step_scans_alive_at_once_never_share_saved_buffers():
+    """Two layers' scans run forward before either runs backward; each keeps its own pooled buffers,
+    and buffers handed back by one backward pass serve a later forward pass correctly."""
+    for _ in range(2):  # the second round takes its buffers from the pool
+        ins = [_scan_inputs(L, seed=s) for L, s in ((11, 1), (11, 2), (5, 3))]
+        outs = [_scan(i, "decay", True, method="step") for i in ins]
+        for i, out in zip(ins, outs):
+            _assert_same_outputs_and_gradients(i, out, _scan(i, "decay", False))
 
 
 def test_the_families_differ():
@@ -131,10 +167,11 @@ def test_rotation_needs_an_even_state_size():
         with_overrides(load_trial_config("tiny"), {"model.ssm_transition": "complex"})
 
 
+@pytest.mark.parametrize("method", ["step", "chunked"])
 @pytest.mark.parametrize("transition", TRANSITIONS)
-def test_parallel_scan_is_stable_in_float32_over_long_sequences(transition):
+def test_fast_scans_are_stable_in_float32_over_long_sequences(transition, method):
     inputs = [t.detach().float() for t in _scan_inputs(400, seed=1, transition=transition)]
-    fast, slow = _scan(inputs, transition, True), _scan(inputs, transition, False)
+    fast, slow = _scan(inputs, transition, True, method=method), _scan(inputs, transition, False)
     assert torch.isfinite(fast).all()
     assert torch.allclose(fast, slow, rtol=1e-4, atol=1e-4)
 

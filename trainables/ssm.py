@@ -191,6 +191,112 @@ class _ChunkedScan(torch.autograd.Function):
         return gu, gdelta, gA, gB, gC, gD, None, None, None
 
 
+LOG2E = 1.4426950408889634  # exp(z) = exp2(z log2 e): torch's exp2 is ~3.5x faster than exp on one CPU thread
+Z2_MIN = -115.0  # 2**-115 < 3e-35, the clamp of _transition in base 2 (clear of float32 denormals)
+
+
+def _step_coef(delta_t: Tensor, A2: Tensor, signed: bool, out: Tensor) -> Tensor:
+    """a_t into `out` (b, N, E): exp2(Δ_t A log2 e), or 2 exp(...) - 1 = exp2(... + 1) - 1 if signed.
+    delta_t (b, E); A2 = A log2 e transposed, (N, E)."""
+    torch.mul(delta_t.unsqueeze(1), A2, out=out).clamp_(min=Z2_MIN)
+    if signed:
+        return out.add_(1.0).exp2_().sub_(1.0)
+    return out.exp2_()
+
+
+_POOL: list[Tensor] = []  # flat buffers that finished backward passes handed back, for the next forward pass
+POOL_SIZE = 8  # buffers kept at most (2 per SSM layer in training)
+
+
+def _take(numel: int, like: Tensor) -> Tensor:
+    """A flat buffer of at least `numel` elements of like's dtype and device: the smallest fitting one from
+    the pool, else a new one. Reuse matters: writing into freshly allocated memory costs a page fault per
+    4 KiB, which made storing the states several times slower than computing them (measured)."""
+    fits = [i for i, t in enumerate(_POOL) if t.numel() >= numel and t.dtype == like.dtype and t.device == like.device]
+    if fits:
+        return _POOL.pop(min(fits, key=lambda i: _POOL[i].numel()))
+    return like.new_empty(numel)
+
+
+def _give_back(*bufs: Tensor) -> None:
+    _POOL.extend(bufs)
+    _POOL.sort(key=Tensor.numel, reverse=True)
+    del _POOL[POOL_SIZE:]  # keep the largest
+
+
+class _StepScan(torch.autograd.Function):
+    """The real selective scan (decay or signed) on the CPU, one step at a time: the state (b, N, E) of one
+    step stays in the L2 cache, and every operation works in place on it or on preallocated buffers.
+    bench/ssm_speed.py measured this ~3x faster than _ChunkedScan at the default sizes on one thread:
+    the chunked scan's whole-chunk tensors and temporaries go through main memory. The backward
+    pass runs the adjoint recurrence g_t = a_{t+1} g_{t+1} + C_t gy_t step by step from the end.
+
+    Internally time-major with the state as (N, E), so that y_t = C_t h_t and dL/du_t = B_t g_t are
+    (1, N) @ (N, E) products. Training keeps every step's a_t and h_t, (L, b, N, E) each (the caller
+    falls back to _ChunkedScan's recomputation beyond KEEP_MAX); evaluation keeps one state."""
+
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, D, grad, signed):
+        # u, delta: (b, L, E); A: (E, N); B, C: (b, L, N); D: (E,) -> y (b, L, E)
+        b, L, E = u.shape
+        N = A.shape[1]
+        A2 = (A * LOG2E).t().contiguous()  # (N, E)
+        tm = lambda x: x.transpose(0, 1).contiguous()  # noqa: E731  (b, L, .) -> (L, b, .)
+        dt, du, Bt, Ct = tm(delta), tm(delta * u), tm(B), tm(C)  # (L, b, E) and (L, b, N)
+        Y = u.new_empty(L, b, E)
+        if grad:
+            n = L * b * N * E
+            bufs = _take(n, u), _take(n, u)
+            H, As = (t[:n].view(L, b, N, E) for t in bufs)  # states and transitions, kept
+        else:
+            h, a = u.new_zeros(b, N, E), u.new_empty(b, N, E)
+        for t in range(L):
+            if grad:
+                a, h = _step_coef(dt[t], A2, signed, As[t]), H[t]
+                if t:
+                    torch.mul(a, H[t - 1], out=h)
+                else:
+                    h.zero_()
+            else:
+                h.mul_(_step_coef(dt[t], A2, signed, a))
+            h.addcmul_(Bt[t].unsqueeze(2), du[t].unsqueeze(1))  # + (Δ u)_t B_t
+            torch.bmm(Ct[t].unsqueeze(1), h, out=Y[t].unsqueeze(1))  # y_t = C_t h_t, (b, 1, E)
+        if grad:
+            ctx.signed, ctx.H, ctx.As, ctx.bufs = signed, H, As, bufs
+            ctx.save_for_backward(u, delta, A, D, dt, du, Bt, Ct)
+        return torch.addcmul(Y.transpose(0, 1), u, D)
+
+    @staticmethod
+    def backward(ctx, gy):
+        # gy: (b, L, E) -> gradients of u, delta, A, B, C, D
+        u, delta, A, D, dt, du, Bt, Ct = ctx.saved_tensors
+        H, As, signed = ctx.H, ctx.As, ctx.signed
+        L, b, N, E = H.shape
+        gyt = gy.transpose(0, 1).contiguous()  # (L, b, E)
+        At = A.t().contiguous()  # (N, E)
+        g, w, gA = u.new_zeros(b, N, E), u.new_empty(b, N, E), u.new_zeros(b, N, E)  # gA: summed over b at the end
+        gz_delta, gdu = u.new_zeros(L, b, E), u.new_empty(L, b, E)  # dL/dΔ through a_t; dL/d(Δ u)
+        gB, gC = u.new_empty(L, b, N), u.new_empty(L, b, N)
+        for t in reversed(range(L)):
+            if t + 1 < L:
+                g.mul_(As[t + 1])
+            g.addcmul_(Ct[t].unsqueeze(2), gyt[t].unsqueeze(1))  # g_t = a_{t+1} g_{t+1} + C_t gy_t
+            torch.sum(torch.mul(H[t], gyt[t].unsqueeze(1), out=w), -1, out=gC[t])  # Σ_e h_t gy_t
+            torch.sum(torch.mul(g, du[t].unsqueeze(1), out=w), -1, out=gB[t])  # Σ_e g_t (Δ u)_t
+            torch.bmm(Bt[t].unsqueeze(1), g, out=gdu[t].unsqueeze(1))  # B_t g_t, (b, 1, E)
+            if t:  # dL/d(Δ A) = g_t (da/dz) h_{t-1}, da/dz = a (decay) or a + 1 (signed)
+                torch.mul(g, H[t - 1], out=w)
+                w.addcmul_(w, As[t]) if signed else w.mul_(As[t])
+                gA.addcmul_(w, dt[t].unsqueeze(1))
+                torch.sum(w.mul_(At), 1, out=gz_delta[t])
+        _give_back(*ctx.bufs)
+        ctx.H = ctx.As = ctx.bufs = None
+        gdu = gdu.transpose(0, 1)  # (b, L, E)
+        gu = torch.addcmul(gy * D, gdu, delta)
+        gdelta = torch.addcmul(gz_delta.transpose(0, 1), gdu, u)
+        return (gu, gdelta, gA.sum(0).t(), gB.transpose(0, 1), gC.transpose(0, 1), (gy * u).sum((0, 1)), None, None)
+
+
 def turn(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Each pair (x_n, x_{n+N/2}) of x (..., N) turned by the angle whose cos and sin (..., N/2) are given."""
     x1, x2 = x.chunk(2, dim=-1)
@@ -198,22 +304,32 @@ def turn(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor, chunk: int | None = None,
-                   transition: str = "decay", theta: Tensor | None = None) -> Tensor:
-    """The scan, parallel within chunks (fused CUDA kernel where it applies). Shapes as the reference."""
+                   transition: str = "decay", theta: Tensor | None = None, method: str = "auto") -> Tensor:
+    """The scan (fused CUDA kernel where it applies). Shapes as the reference. `method`: auto, step
+    (_StepScan, the CPU default), chunked (_ChunkedScan, parallel within chunks of `chunk` steps: the
+    path on CUDA without the fused kernel, and on the CPU when _StepScan's saved tensors would pass KEEP_MAX)."""
     if transition not in TRANSITIONS:
         raise ValueError(f"transition must be one of {TRANSITIONS}, got {transition!r}")
     if transition == "rotation":  # the RoPE identity: turn B and C by -Φ_t, then the decay scan
         phi = theta.cumsum(1)  # (b, L, N/2), the total angle up to t
         cos, sin = torch.cos(phi), -torch.sin(phi)
         B, C, A = turn(B, cos, sin), turn(C, cos, sin), torch.cat([A, A], dim=-1)  # A: (E, N), a pair shares one
-    if u.is_cuda and transition in FUSED_TRANSITIONS:
+    if u.is_cuda and transition in FUSED_TRANSITIONS and method == "auto":
         fused = _fused_kernel()
         if fused is not None:  # untested here: this project has no GPU
             t = lambda x: x.transpose(1, 2).contiguous()  # noqa: E731  (b, L, .) -> (b, ., L)
             return fused(t(u), t(delta), A.contiguous(), t(B), t(C), D.float()).transpose(1, 2)
     u, delta, B, C = (t.contiguous() for t in (u, delta, B, C))  # slices of strided inputs cost memory
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (u, delta, A, B, C, D))  # False under no_grad
-    return _ChunkedScan.apply(u, delta, A, B, C, D, chunk or SCAN_CHUNK, grad, transition == "signed")
+    signed = transition == "signed"
+    if method == "auto":
+        fits = not grad or 2 * u.shape[0] * u.shape[1] * u.shape[2] * A.shape[1] <= KEEP_MAX
+        method = "step" if not u.is_cuda and fits else "chunked"
+    if method == "step":
+        return _StepScan.apply(u, delta, A, B, C, D, grad, signed)
+    if method != "chunked":
+        raise ValueError(f"method must be auto, step or chunked, got {method!r}")
+    return _ChunkedScan.apply(u, delta, A, B, C, D, chunk or SCAN_CHUNK, grad, signed)
 
 
 def _fused_kernel():
@@ -238,6 +354,7 @@ class SSMMixer(nn.Module):
         R = math.ceil(d_model / 16)  # rank of the step-size projection, as in Mamba
         P = N // 2 if transition == "rotation" else 0  # angles: one per pair of state dims
         self.d_inner, self.d_state, self.dt_rank, self.n_angles, self.transition = E, N, R, P, transition
+        self.scan_method = "auto"  # selective_scan's method; bench/ssm_speed.py sets "chunked" to time the old path
         self.in_proj = nn.Linear(d_model, 2 * E, bias=False)
         self.conv = nn.Conv1d(E, E, d_conv, groups=E, padding=d_conv - 1)  # trimmed to stay causal
         self.x_proj = nn.Linear(E, R + 2 * N + P, bias=False)
@@ -261,5 +378,5 @@ class SSMMixer(nn.Module):
         dt, B, C, theta = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state, self.n_angles], dim=-1)
         delta = F.softplus(self.dt_proj(dt))  # (B, L, E)
         y = selective_scan(u, delta, -torch.exp(self.A_log), B, C, self.D, transition=self.transition,
-                           theta=theta if self.n_angles else None)  # (B, L, E)
+                           theta=theta if self.n_angles else None, method=self.scan_method)  # (B, L, E)
         return self.out_proj(y * F.silu(z))
