@@ -13,8 +13,8 @@ from typing import Callable, NoReturn
 
 from trainables.config import ConfigError, preset_names
 from trainables.errors import brief, one_line
+from sweeper.sweep_dir import DEFAULT_STORAGE
 
-DEFAULT_STORAGE = "sweeps"  # sweeper.launch.DEFAULT_STORAGE (not imported here: launch pulls in pydantic models)
 
 
 class Parser(argparse.ArgumentParser):
@@ -55,6 +55,7 @@ def _lazy(module: str, function: str = "run") -> Callable[[argparse.Namespace], 
 
         return getattr(importlib.import_module(module), function)(args)
 
+    call.module = module  # type: ignore[attr-defined]  (the layout test reads it)
     return call
 
 
@@ -68,14 +69,14 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="directory for metrics.jsonl, result.json and the latest checkpoint")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.set_defaults(func=_lazy("sweeper.trial"))
+    p.set_defaults(func=_lazy("sweeper.commands.trial"))
 
 
 def _add_validate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check a search-space file and show what it searches; runs nothing")
     p.add_argument("file", help="search-space YAML (search_spaces/*.yaml)")
     p.add_argument("--samples", type=count, default=3, help="sampled configs to print (default 3; 0 for none)")
-    p.set_defaults(func=_lazy("sweeper.validate"))
+    p.set_defaults(func=_lazy("sweeper.commands.validate"))
 
 
 def _add_launch(sub: argparse._SubParsersAction) -> None:
@@ -94,7 +95,7 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
                                           "or the embedded ./mlflow.db")
     p.add_argument("--experiment", help="MLflow experiment name (default: the sweep's name)")
     _add_progress(p)
-    p.set_defaults(func=_lazy("sweeper.launch"))
+    p.set_defaults(func=_lazy("sweeper.commands.launch"))
 
 
 def _add_progress(p: argparse.ArgumentParser) -> None:
@@ -120,7 +121,7 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--follow", action="store_true", help="print the job's logs until it ends; exit with its outcome")
     for old in ("status", "logs", "stop"):  # moved to `sweeper job`; kept to say so in one line
         p.add_argument(f"--{old}", dest=f"old_{old}", metavar="JOB", help=argparse.SUPPRESS)
-    p.set_defaults(func=_lazy("sweeper.submit"))
+    p.set_defaults(func=_lazy("sweeper.commands.submit"))
 
 
 def _add_job(sub: argparse._SubParsersAction) -> None:
@@ -135,7 +136,7 @@ def _add_job(sub: argparse._SubParsersAction) -> None:
         q.add_argument("--address", help="the cluster's Ray dashboard, http://HEAD:8265 (default $RAY_ADDRESS)")
         if name == "logs":
             q.add_argument("--follow", action="store_true", help="keep printing until the job ends; exit with its outcome")
-        q.set_defaults(func=_lazy("sweeper.job", name))
+        q.set_defaults(func=_lazy("sweeper.commands.job", name))
 
 
 def _add_status(sub: argparse._SubParsersAction) -> None:
@@ -148,27 +149,7 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--watch", action="store_true", help="keep redrawing the live view until the sweep ends (Ctrl-C to stop)")
     p.add_argument("--every", type=positive_int, default=30, metavar="SECONDS",
                    help="with --watch away from a terminal: seconds between progress lines (default 30)")
-    p.set_defaults(func=status_cmd)
-
-
-def status_cmd(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from sweeper.launch import sweep_dir_for
-    from sweeper.status import STATUS_FILE, print_status
-
-    direct = Path(args.name)
-    sweep_dir = direct if (direct / STATUS_FILE).exists() else sweep_dir_for(args.name, args.storage)[1]
-    if not (sweep_dir / STATUS_FILE).exists():
-        raise ConfigError(f"{sweep_dir}: no sweep here (no {STATUS_FILE}); `sweeper launch FILE` starts one")
-    if not args.watch:
-        print_status(sweep_dir)
-        return 0
-    from sweeper.live import LiveView
-    from sweeper.status import load_records
-
-    load_records(sweep_dir)  # a damaged status.json is one line here, not a view that never draws
-    return LiveView.of_sweep(sweep_dir, args.every).watch()
+    p.set_defaults(func=_lazy("sweeper.commands.status"))
 
 
 def _add_dashboard(sub: argparse._SubParsersAction) -> None:
@@ -180,11 +161,11 @@ def _add_dashboard(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
     p.add_argument("--host", default="127.0.0.1", help="interface to serve on (default loopback only)")
     p.add_argument("--port", type=port, default=8080, help="port to serve on (default 8080)")
-    p.set_defaults(func=_lazy("sweeper.dashboard"))
+    p.set_defaults(func=_lazy("sweeper.commands.dashboard"))
 
 
 def _add_reproduce(sub: argparse._SubParsersAction) -> None:
-    from sweeper.reproduce import SYSTEMS  # stdlib + config only at import
+    from experiments.reproduce import SYSTEMS  # stdlib + config only at import
 
     p = sub.add_parser("reproduce", help="train the DAT paper's four systems over seeds and write the results table",
                        description="Train the DAT paper's four systems (DAT hybrid, joint hybrid, pure LSTM, pure "
@@ -200,7 +181,7 @@ def _add_reproduce(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gap-every", type=positive_int, default=1000, metavar="STEPS",
                    help="the hybrids' acc at 3x is tabled every STEPS training steps (default 1000)")
     p.add_argument("--reuse", metavar="JSON", help="take the systems not run now from an earlier run's JSON")
-    p.set_defaults(func=_lazy("sweeper.reproduce"))
+    p.set_defaults(func=_lazy("experiments.reproduce"))
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
@@ -211,7 +192,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--experiment", help="MLflow experiment (default: the sweep's name)")
     p.add_argument("--top", type=positive_int, default=10, help="trials in the table (default 10)")
     p.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown")
-    p.set_defaults(func=_lazy("sweeper.report"))
+    p.set_defaults(func=_lazy("sweeper.commands.report"))
 
 
 def _add_ui(sub: argparse._SubParsersAction) -> None:
@@ -220,24 +201,7 @@ def _add_ui(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tracking-uri", help="default $MLFLOW_TRACKING_URI or ./mlflow.db")
     p.add_argument("--host", default="127.0.0.1", help="interface to serve on (default loopback only)")
     p.add_argument("--port", type=port, default=5000, help="port to serve on (default 5000)")
-    p.set_defaults(func=ui_cmd)
-
-
-def ui_cmd(args: argparse.Namespace) -> int:
-    from sweeper import tracking
-    from sweeper.serve import serve_until_stopped
-
-    uri = tracking.resolve_uri(args.tracking_uri)
-    tracking.preflight(uri, source=tracking.uri_source(args.tracking_uri))
-    if uri.startswith("http"):
-        url = tracking.experiment_url(uri, args.name) if args.name else uri
-        print(f"MLflow UI: {url or uri}")
-        return 0
-    address = f"http://{args.host}:{args.port}"
-    proc = tracking.serve_ui(uri, args.host, args.port)
-    return serve_until_stopped(proc, f"{address}/health", "mlflow ui", args.port, lambda: (
-        f"MLflow UI on {uri}: {(tracking.experiment_url(uri, args.name, address) if args.name else None) or address}"
-        "  (Ctrl-C to stop)"))
+    p.set_defaults(func=_lazy("sweeper.commands.ui"))
 
 
 PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [

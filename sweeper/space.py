@@ -19,7 +19,6 @@ choice) against the trial config's own rules. Every mistake is one `SpaceError` 
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal, Union
 
@@ -257,7 +256,7 @@ def trial_config_for(spec: SearchSpace, params: dict[str, Any], source: str = "<
 
 def check_space(spec: SearchSpace, source: str, n_samples: int) -> None:
     """Cross-checks the schema cannot express: paths, fixed, budget, scheduler, baselines, samples."""
-    from sweeper.optuna_space import sample_configs  # optuna is imported only when validating samples
+    from sweeper.adapters.optuna_search import sample_configs  # optuna is imported only when validating samples
 
     known = trial_config_paths()
     fixed_flat = flatten(spec.fixed)

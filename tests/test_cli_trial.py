@@ -73,7 +73,7 @@ def test_resume_without_a_checkpoint_is_an_error_and_a_finished_run_appends_noth
 
 
 def test_a_kill_between_copy_and_swap_leaves_a_complete_checkpoint(tmp_path):
-    from sweeper.trial import keep_checkpoint
+    from sweeper.commands.trial import keep_checkpoint
 
     out = tmp_path / "run"
     out.mkdir()

@@ -8,7 +8,7 @@ pytestmark = pytest.mark.integration
 def test_the_note_names_what_is_asked_and_the_largest_node():
     import ray
 
-    from sweeper import ray_tune
+    from sweeper.adapters import ray_tune
 
     ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     try:

@@ -22,7 +22,7 @@ def test_a_sweep_without_a_study_is_one_line_and_exit_2(tmp_path):
     r = subprocess.run(sweeper_cmd("dashboard", "nosuch"), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "sweeps/nosuch/optuna.db: no Optuna study here" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "sweeps/nosuch: no Optuna study here" in lines[0]
     (tmp_path / "sweeps" / "broken").mkdir(parents=True)
     (tmp_path / "sweeps" / "broken" / "optuna.db").write_text("not a database")
     r = subprocess.run(sweeper_cmd("dashboard", "broken"), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=60)

@@ -16,9 +16,9 @@ pytestmark = pytest.mark.integration
 
 LISTEN_PROBE = """
 import json, os
-from sweeper.launch import loopback_only
+from sweeper.commands.launch import loopback_only
 loopback_only()
-from sweeper import ray_tune
+from sweeper.adapters import ray_tune
 import ray
 ray_tune.init_ray(None)
 

@@ -81,7 +81,7 @@ def test_ui_shows_the_sweep_nested_trials_and_compares_two(smoke_sweep, mlflow_s
 
 
 def test_sweeper_ui_lands_on_the_training_runs(smoke_sweep, mlflow_server, browser):
-    from sweeper.tracking import experiment_url
+    from sweeper.adapters.mlflow_tracking import experiment_url
 
     url = experiment_url(mlflow_server, "smoke")  # what `sweeper ui smoke` prints
     browser.get(url)

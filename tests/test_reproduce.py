@@ -29,7 +29,7 @@ def test_reproduce_rejects_a_bad_override(run_sweeper):
 
 
 def test_gap_table_reads_both_hybrids_at_every_interval_and_the_end():
-    from sweeper.reproduce import curves, gap_table
+    from experiments.reproduce import curves, gap_table
 
     def run(system, seed, accs):
         return {"system": system, "seed": seed, "history": [{"step": 500 * (i + 1), "acc_3x": a} for i, a in enumerate(accs)]}

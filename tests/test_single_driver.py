@@ -47,7 +47,7 @@ def test_a_second_launch_of_a_running_sweep_refuses_in_one_line(tmp_path):
 START_STORE = """
 import sys
 from pathlib import Path
-from sweeper import tracking
+from sweeper.adapters import mlflow_tracking as tracking
 from sweeper.space import load_space
 spec = load_space(sys.argv[1])
 uri = sys.argv[2]

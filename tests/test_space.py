@@ -7,7 +7,7 @@ import textwrap
 import optuna
 import pytest
 
-from sweeper.optuna_space import baseline_points, define_by_run, sample_configs
+from sweeper.adapters.optuna_search import baseline_points, define_by_run, sample_configs
 from sweeper.space import SpaceError, load_space, trial_config_for
 
 GOOD = """

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from sweeper import cli
-from sweeper.optuna_space import sample_configs
+from sweeper.adapters.optuna_search import sample_configs
 from sweeper.space import load_space, trial_config_for
 from trainables import footprint
 from trainables.config import ConfigError

@@ -212,7 +212,7 @@ def test_a_point_that_already_trained_is_never_trained_again(tmp_path):
 
 
 def test_a_checkpoint_the_snapshot_names_but_ray_replaced_is_restored_from_the_newest(tmp_path):
-    from sweeper.ray_tune import restore_missing_checkpoints
+    from sweeper.adapters.ray_tune import restore_missing_checkpoints
 
     trial = tmp_path / "trainable_x"
     (trial / "checkpoint_000005").mkdir(parents=True)

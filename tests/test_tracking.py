@@ -5,7 +5,7 @@ import pickle
 
 from sweeper.records import TrialRecord
 from sweeper.space import load_space
-from sweeper.tracking import RUNS_FILE, SweepTracker, client, summary_csv
+from sweeper.adapters.mlflow_tracking import RUNS_FILE, SweepTracker, client, summary_csv
 
 from conftest import ROOT
 

@@ -1,5 +1,5 @@
 """The hybrid DAT trainer: tasks, model, schedule, loop. No Ray, Optuna or MLflow in here
-except `trainables.tune`, the thin Ray Tune adapter.
+except `sweeper.adapters.ray_trainable`, the thin Ray Tune adapter.
 
 `trainables.config` (and the modules it needs) imports without torch, so the CLI can
 validate a config in well under a second; the loop is `trainables.train.train`."""

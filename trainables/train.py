@@ -184,9 +184,8 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
     step, metrics = 0, {}
     if resume_from is not None:
         step, metrics = load_checkpoint(resume_from, model, optimizer, dat, batches, ema)
-        if step >= cfg.steps and metrics:  # resumed from the final checkpoint: the run is done,
-            report(metrics, str(resume_from))  # say so again (a restarted trial must end with a report)
-            return TrainResult("completed", step, metrics)
+        if step >= cfg.steps and metrics:  # resumed from the final checkpoint: the run is done, nothing new
+            return TrainResult("completed", step, metrics)  # to report (Ray's adapter repeats the last report itself)
     if dat.active:  # resumed after the switch: the checkpoint holds attention's optimizer state
         enable_attention(model)
     else:

@@ -1,7 +1,7 @@
 """`sweeper job status|logs|stop JOB`: a sweep submitted with `sweeper submit`, as a Ray job.
 
 (`sweeper status NAME` is the state of a sweep from its directory; this is the state of the
-Ray job that runs one on a remote cluster.) The Ray job client is sweeper/submit.py's.
+Ray job that runs one on a remote cluster.) The Ray job client is sweeper/adapters/ray_jobs.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 
 from trainables.errors import ConfigError
 
-from sweeper.submit import TERMINAL, client_for, follow, known_job, wait
+from sweeper.adapters.ray_jobs import TERMINAL, client_for, follow, known_job, wait
 
 
 def address(args: argparse.Namespace) -> str:

@@ -41,10 +41,15 @@ def make_trainable(to_config: Callable[[dict[str, Any]], TrialConfig], threads: 
                 checkpoint.to_directory(restore_dir)
                 resume_from = restore_dir
 
+            reported = []
+
             def report(metrics: dict, checkpoint_dir: str | None) -> None:
                 ckpt = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
                 tune.report(metrics, checkpoint=ckpt)
+                reported.append(metrics["step"])
 
-            train(cfg, report=report, resume_from=resume_from)
+            result = train(cfg, report=report, resume_from=resume_from)
+            if not reported and result.metrics:  # restored from its final checkpoint: the trainer had nothing
+                tune.report(result.metrics, checkpoint=checkpoint)  # new to say; a Ray trial must end with a report
 
     return trainable

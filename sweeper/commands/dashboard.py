@@ -16,22 +16,13 @@ import sys
 from pathlib import Path
 
 from sweeper.serve import serve_until_stopped
+from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
 from trainables.errors import ConfigError
-
-OPTUNA_DB = "optuna.db"  # = sweeper.launch.OPTUNA_DB (launch pulls in pydantic models)
-
 
 def study_file(name: str, storage: str | None) -> Path:
     """The sweep's study: NAME under --storage, or a sweep directory given as a path."""
-    from sweeper.launch import sweep_dir_for
-
-    direct = Path(name)
-    sweep_dir = direct if (direct / OPTUNA_DB).is_file() else sweep_dir_for(name, storage)[1]
-    db = sweep_dir / OPTUNA_DB
-    if not db.is_file():
-        raise ConfigError(f"{db}: no Optuna study here (sweep `{name}` has not started?); "
-                          "`sweeper launch FILE` creates it")
-    return db
+    return find_sweep_dir(name, storage, OPTUNA_DB,
+                          missing=f"no Optuna study here (no {OPTUNA_DB}: sweep `{name}` has not started?); `sweeper launch FILE` creates it") / OPTUNA_DB
 
 
 def study_id(db: Path, study_name: str) -> int | None:

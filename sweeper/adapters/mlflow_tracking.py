@@ -173,7 +173,7 @@ class SweepTracker:
         })
         from mlflow.entities import Param
 
-        from sweeper.validate import describe_space
+        from sweeper.adapters.optuna_search import describe_space
 
         params = {
             "budget.num_samples": spec.budget.num_samples, "budget.max_concurrent": spec.budget.max_concurrent,

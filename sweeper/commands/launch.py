@@ -23,25 +23,8 @@ from sweeper.fs import check_writable
 from sweeper.records import FINAL
 from sweeper.lock import hold_sweep_lock
 from sweeper.space import SearchSpace, SpaceError, load_space
+from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, is_uri, sweep_dir_for
 from sweeper.status import SPACE_FILE, STATUS_FILE, SweepListener, format_table, load_records, mark_state, write_summary
-
-DEFAULT_STORAGE = "sweeps"
-OPTUNA_DB = "optuna.db"
-
-
-def is_uri(path: str) -> bool:
-    return "://" in path
-
-
-def sweep_dir_for(name: str, storage: str | None) -> tuple[str, Path]:
-    """(Ray's experiment directory, our local sweep directory). They are the same folder for
-    a local storage path; for a URI (s3://...) our files stay in ./sweeps/<name>."""
-    storage = storage or DEFAULT_STORAGE
-    if is_uri(storage):
-        return f"{storage.rstrip('/')}/{name}", Path(DEFAULT_STORAGE).resolve() / name
-    local = Path(storage).expanduser().resolve() / name
-    return str(local), local
-
 
 def space_digest(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
@@ -106,8 +89,8 @@ def _graceful_sigterm() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweeper import tracking
-    from sweeper.optuna_space import baseline_points
+    from sweeper.adapters import mlflow_tracking as tracking
+    from sweeper.adapters.optuna_search import baseline_points
 
     spec = load_space(args.file)  # every user mistake surfaces here, before Ray starts
     experiment_dir, sweep_dir = sweep_dir_for(spec.name, args.storage)
@@ -124,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.address is None:
         loopback_only()
-    from sweeper import ray_tune  # heavy: imported only once the input is known to be good
+    from sweeper.adapters import ray_tune  # heavy: imported only once the input is known to be good
 
     hold_sweep_lock(sweep_dir, spec.name)  # one driver per sweep, until this process ends
     restorable = ray_tune.can_restore(experiment_dir)

@@ -15,6 +15,7 @@ from pathlib import Path
 from statistics import mean
 
 from sweeper.records import length_family
+from sweeper.sweep_dir import OPTUNA_DB
 from trainables.config import ConfigError
 
 
@@ -87,29 +88,9 @@ def parameter_effects(runs: list[dict], metric: str, mode: str, ranges: dict[str
     return rows
 
 
-def importances(storage: Path, study_name: str) -> tuple[list[str], int]:
-    """fANOVA importances over COMPLETE trials (ASHA-stopped ones trained less: left out; draws
-    of an already-trained point, tagged `duplicate_of`, counted once)."""
-    import optuna
-
-    from sweeper.optuna_space import optuna as _configured  # noqa: F401  (quiet logging)
-
-    study = optuna.load_study(study_name=study_name, storage=f"sqlite:///{storage}")
-    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
-    if len(complete) < 2:
-        return [], len(complete)
-    trained = optuna.create_study(directions=study.directions)  # in memory: the trials that trained
-    trained.add_trials(complete)
-    try:
-        imp = optuna.importance.get_param_importances(trained)
-    except (RuntimeError, ValueError):
-        return [], len(complete)
-    return [f"| `{k}` | {v:.3f} |" for k, v in imp.items()], len(complete)
-
-
 def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | None, top: int) -> str:
-    from sweeper import tracking
-    from sweeper.optuna_space import walk
+    from sweeper.adapters import mlflow_tracking as tracking
+    from sweeper.adapters.optuna_search import param_importances, walk
     from sweeper.space import IntParam, FloatParam, load_space, param_names
 
     runs = tracking.fetch_trial_runs(uri, name, experiment)
@@ -137,20 +118,20 @@ def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | 
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Parameter effect", "", "| parameter | kind | effect | best value |", "|---|---|---|---|",
               *parameter_effects(runs, metric, mode, ranges)]
-    if sweep_dir is not None and (sweep_dir / "optuna.db").exists():
-        rows, n = importances(sweep_dir / "optuna.db", name)
+    if sweep_dir is not None and (sweep_dir / OPTUNA_DB).exists():
+        rows, n = param_importances(sweep_dir / OPTUNA_DB, name)
         lines += ["", f"## Parameter importance (fANOVA, {n} completed trials)", ""]
         lines += ["| parameter | importance |", "|---|---|", *rows] if rows else ["Too few completed trials for importances."]
     return "\n".join(lines) + "\n"
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweeper import tracking
-    from sweeper.launch import sweep_dir_for
+    from sweeper.adapters import mlflow_tracking as tracking
+    from sweeper.status import SPACE_FILE
+    from sweeper.sweep_dir import find_sweep_dir
 
-    direct = Path(args.name)
-    sweep_dir = direct if (direct / "space.yaml").exists() else sweep_dir_for(args.name, args.storage)[1]
-    name = direct.name if sweep_dir == direct else args.name
+    sweep_dir = find_sweep_dir(args.name, args.storage, SPACE_FILE)
+    name = sweep_dir.name if sweep_dir == Path(args.name) else args.name
     runs_state = tracking.load_runs(sweep_dir)
     uri = args.tracking_uri or runs_state.get("tracking_uri") or tracking.resolve_uri(None)
     if not sweep_dir.exists() and not args.tracking_uri:

@@ -8,6 +8,7 @@ is drawn, so Optuna's trials hold exactly the parameters that exist for them.
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 from typing import Any, Iterator
 
 import optuna
@@ -162,3 +163,28 @@ def _top(p: IntParam | FloatParam) -> float:
         return p.high
     n = int((p.high - p.low) // p.step)
     return type(p.low)(p.low + n * p.step)
+
+
+def describe_space(spec) -> list[str]:
+    """One line per parameter: optuna name, distribution, condition."""
+    lines = []
+    for _, p, name, cond in walk(spec.space, param_names(spec.space)):
+        when = "  when " + ", ".join(f"{k}={v}" for k, v in cond) if cond else ""
+        lines.append(f"  {name:<40} {distribution(p)!r}{when}")
+    return lines
+
+
+def param_importances(storage: Path, study_name: str) -> tuple[list[str], int]:
+    """fANOVA importances over COMPLETE trials (ASHA-stopped ones trained less: left out; draws
+    of an already-trained point, tagged `duplicate_of`, counted once)."""
+    study = optuna.load_study(study_name=study_name, storage=f"sqlite:///{storage}")
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
+    if len(complete) < 2:
+        return [], len(complete)
+    trained = optuna.create_study(directions=study.directions)  # in memory: the trials that trained
+    trained.add_trials(complete)
+    try:
+        imp = optuna.importance.get_param_importances(trained)
+    except (RuntimeError, ValueError):
+        return [], len(complete)
+    return [f"| `{k}` | {v:.3f} |" for k, v in imp.items()], len(complete)

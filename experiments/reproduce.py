@@ -231,7 +231,7 @@ before the switch) and position-free hybrids gave: [dat_exploration.md](dat_expl
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweeper.trial import parse_overrides
+    from sweeper.commands.trial import parse_overrides
 
     overrides = {**(QUICK if args.quick else {}), **parse_overrides(args.overrides)}
     systems = args.systems or list(SYSTEMS)

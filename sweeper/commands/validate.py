@@ -4,22 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from sweeper.space import N_VALIDATION_SAMPLES, load_space, param_names
-
-
-def describe_space(spec) -> list[str]:
-    """One line per parameter: optuna name, distribution, condition."""
-    from sweeper.optuna_space import distribution, walk
-
-    lines = []
-    for _, p, name, cond in walk(spec.space, param_names(spec.space)):
-        when = "  when " + ", ".join(f"{k}={v}" for k, v in cond) if cond else ""
-        lines.append(f"  {name:<40} {distribution(p)!r}{when}")
-    return lines
+from sweeper.space import N_VALIDATION_SAMPLES, load_space
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweeper.optuna_space import baseline_points, sample_configs
+    from sweeper.adapters.optuna_search import baseline_points, describe_space, sample_configs
 
     spec = load_space(args.file)
     b, s = spec.budget, spec.scheduler

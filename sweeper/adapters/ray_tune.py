@@ -1,6 +1,6 @@
 """Ray Tune adapter on the driver: ray.init, the Tuner (OptunaSearch + ASHA), restore, events.
 
-The driver-side twin of `trainables/tune.py`; together they are the only modules that
+The driver-side twin of `sweeper/adapters/ray_trainable.py`; together they are the only modules that
 import ray. `SweepMonitor` turns Ray's trial events into plain `TrialRecord`s and hands
 them to a listener (the progress line, the status file, the tracker), so nothing
 downstream needs to know Ray's trial objects.
@@ -27,10 +27,10 @@ from ray import tune  # noqa: E402
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler  # noqa: E402
 from ray.tune.search.optuna import OptunaSearch  # noqa: E402
 
-from sweeper.optuna_space import baseline_points, define_by_run, make_sampler  # noqa: E402
+from sweeper.adapters.optuna_search import baseline_points, define_by_run, make_sampler  # noqa: E402
 from sweeper.records import TrialRecord, classify, trainer_metrics  # noqa: E402
 from sweeper.space import SearchSpace, trial_config_for  # noqa: E402
-from trainables.tune import make_trainable  # noqa: E402
+from sweeper.adapters.ray_trainable import make_trainable  # noqa: E402
 
 STEP = "step"  # ASHA's time attribute: the training step the trainer reports
 
@@ -286,7 +286,7 @@ def mark_ended_trials(records: list[TrialRecord]) -> list[Path]:
     """Trials our status file saw end (completed, stopped by ASHA, diverged) may still be running
     in Ray's last snapshot; on resume Ray would train them on. Each gets its last report in its
     directory, and the trainable re-reports it and ends at once. Returns the files written."""
-    from trainables.tune import ENDED_FILE
+    from sweeper.adapters.ray_trainable import ENDED_FILE
 
     written = []
     for r in records:

@@ -1,0 +1,38 @@
+"""Where a sweep lives: `<storage>/<name>/`, or a sweep directory given as a path.
+
+Stdlib only: the CLI's parser and every verb that finds a sweep by name import it cheaply.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainables.errors import ConfigError
+
+DEFAULT_STORAGE = "sweeps"
+OPTUNA_DB = "optuna.db"  # the sweep's Optuna study (SQLite), in its directory
+
+
+def is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def sweep_dir_for(name: str, storage: str | None) -> tuple[str, Path]:
+    """(Ray's experiment directory, our local sweep directory). They are the same folder for
+    a local storage path; for a URI (s3://...) our files stay in ./sweeps/<name>."""
+    storage = storage or DEFAULT_STORAGE
+    if is_uri(storage):
+        return f"{storage.rstrip('/')}/{name}", Path(DEFAULT_STORAGE).resolve() / name
+    local = Path(storage).expanduser().resolve() / name
+    return str(local), local
+
+
+def find_sweep_dir(name: str, storage: str | None, marker: str, missing: str | None = None) -> Path:
+    """The directory of sweep `name`: `name` itself when it is a path holding `marker`, else
+    `<storage>/<name>`. With `missing`, a directory without `marker` is a ConfigError that
+    says `missing`; without it, the directory is returned as it is."""
+    direct = Path(name)
+    sweep_dir = direct if (direct / marker).exists() else sweep_dir_for(name, storage)[1]
+    if missing is not None and not (sweep_dir / marker).exists():
+        raise ConfigError(f"{sweep_dir}: {missing}")
+    return sweep_dir
