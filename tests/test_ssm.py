@@ -176,6 +176,18 @@ def test_fast_scans_are_stable_in_float32_over_long_sequences(transition, method
     assert torch.allclose(fast, slow, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("L", [1, 3, 13])
+def test_causal_conv_equals_the_trimmed_depthwise_conv1d_in_outputs_and_gradients(L):
+    conv = torch.nn.Conv1d(6, 6, 4, groups=6, padding=3).double()
+    x = torch.randn(3, L, 6, dtype=torch.float64, requires_grad=True)
+    fast, slow = ssm.causal_conv(x, conv), conv(x.transpose(1, 2))[..., :L].transpose(1, 2)
+    assert torch.allclose(fast, slow, rtol=1e-12, atol=1e-12)
+    gy = torch.randn_like(fast)
+    for a, b in zip(torch.autograd.grad(fast, [x, conv.weight, conv.bias], gy),
+                    torch.autograd.grad(slow, [x, conv.weight, conv.bias], gy)):
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("transition", TRANSITIONS)
 @pytest.mark.parametrize("t", [0, 5, 12])
 def test_changing_input_t_never_changes_mixer_outputs_before_t(t, transition):

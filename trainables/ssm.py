@@ -332,6 +332,40 @@ def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D:
     return _ChunkedScan.apply(u, delta, A, B, C, D, chunk or SCAN_CHUNK, grad, signed)
 
 
+class _CausalConv(torch.autograd.Function):
+    """Depthwise causal convolution in (B, L, E) layout: y_t = bias + sum_k w_k * x_{t-K+1+k}, the trimmed
+    `nn.Conv1d(E, E, K, groups=E, padding=K-1)` of SSMMixer.conv without its (B, E, L) transposes; K
+    shifted multiply-adds forward and backward (torch's depthwise conv backward measured ~2x slower)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        # x: (B, L, E); weight: (E, 1, K); bias: (E,) -> (B, L, E)
+        L, K = x.shape[1], weight.shape[-1]
+        w = weight[:, 0, :].t()  # (K, E)
+        xp = F.pad(x, (0, 0, K - 1, 0))  # (B, L+K-1, E), zeros before the start
+        y = torch.addcmul(bias, xp[:, :L], w[0])
+        for k in range(1, K):
+            y.addcmul_(xp[:, k : k + L], w[k])
+        ctx.save_for_backward(xp, w)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        xp, w = ctx.saved_tensors
+        K, L = w.shape[0], gy.shape[1]
+        gxp = gy.new_zeros(xp.shape)
+        gw = gy.new_empty(K, gy.shape[-1])
+        for k in range(K):
+            gxp[:, k : k + L].addcmul_(gy, w[k])
+            gw[k] = (xp[:, k : k + L] * gy).sum((0, 1))
+        return gxp[:, K - 1 :], gw.t().unsqueeze(1), gy.sum((0, 1))
+
+
+def causal_conv(x: Tensor, conv: nn.Conv1d) -> Tensor:
+    """SSMMixer's depthwise causal convolution of x (B, L, E) -> (B, L, E) with conv's weight and bias."""
+    return _CausalConv.apply(x, conv.weight, conv.bias)
+
+
 def _fused_kernel():
     try:
         from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
@@ -372,9 +406,8 @@ class SSMMixer(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         # x: (B, L, D) -> (B, L, D)
-        L = x.shape[1]
         u, z = self.in_proj(x).chunk(2, dim=-1)  # (B, L, E) each
-        u = F.silu(self.conv(u.transpose(1, 2))[..., :L].transpose(1, 2))  # (B, L, E), causal
+        u = F.silu(causal_conv(u, self.conv))  # (B, L, E), causal
         dt, B, C, theta = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state, self.n_angles], dim=-1)
         delta = F.softplus(self.dt_proj(dt))  # (B, L, E)
         y = selective_scan(u, delta, -torch.exp(self.A_log), B, C, self.D, transition=self.transition,
