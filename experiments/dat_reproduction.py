@@ -29,7 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SPACES = Path(__file__).resolve().parent / "dat_reproduction_spaces"
 RESULTS = ROOT / "docs" / "results" / "dat_reproduction.md"
 BEGIN, END = "<!-- results:begin (experiments/dat_reproduction.py report) -->", "<!-- results:end -->"
-GROUPS = ("hybrids", "lstm", "transformer", "nope", "depth4")  # the order they run in: the central claim first
+# the order they run in: the central claim first; the pure Transformer last, after its selection
+# (experiments/transformer_selection.py), which `run` does first when its space file does not exist yet
+GROUPS = ("hybrids", "lstm", "nope", "depth4", "transformer")
 SEEDS = (2027, 2028, 2029, 2030, 2031)
 EVAL_SEED, N_EVAL, STEPS = 20271122, 256, 6000
 MULTIPLIERS = (1, 2, 3, 4)
@@ -366,6 +368,13 @@ def run(groups: list[str]) -> int:
     """Launch (or resume) each group's sweep in turn; a group already finished returns at once."""
     for group in groups:
         space = SPACES / f"{group}.yaml"
+        if group == "transformer" and not space.exists():
+            print("== the pure Transformer's configuration is not chosen yet: running its selection "
+                  "(experiments/transformer_selection.py; resumable)", flush=True)
+            subprocess.run([sys.executable, "-m", "experiments.transformer_selection"], cwd=ROOT, check=False)
+            print("write the chosen candidate into trainables/presets/transformer.yaml and "
+                  f"{space.relative_to(ROOT)} (docs/results/transformer_baseline.md), then run again", flush=True)
+            return 0
         print(f"== {group}: sweeper launch {space.relative_to(ROOT)}", flush=True)
         rc = subprocess.run([str(Path(sys.executable).with_name("sweeper")), "launch", str(space)], cwd=ROOT).returncode
         if rc != 0:

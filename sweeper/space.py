@@ -8,7 +8,7 @@
     │               when that choice is drawn (nesting allowed)
     ├── budget      num_samples, max_concurrent, max_steps, eval_every
     ├── scheduler   asha (grace_period, max_t, reduction_factor) | fifo
-    ├── searcher    sampler (tpe | random | cmaes | qmc), seed, baseline points
+    ├── searcher    sampler (tpe | random | cmaes | qmc | grid), seed, baseline points
     └── resources   cpu, gpu per trial (fractions allowed)
 
 `load_space` validates everything before anything runs: the schema, the dotted paths
@@ -19,6 +19,8 @@ choice) against the trial config's own rules. Every mistake is one `SpaceError` 
 
 from __future__ import annotations
 
+import itertools
+import math
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal, Union
 
@@ -129,7 +131,8 @@ class Scheduler(_Frozen):
 
 
 class Searcher(_Frozen):
-    sampler: Literal["tpe", "random", "cmaes", "qmc"] = "tpe"
+    # grid: every combination of the (categorical, unconditional) choices exactly once, num_samples = their product
+    sampler: Literal["tpe", "random", "cmaes", "qmc", "grid"] = "tpe"
     seed: int = Field(0, ge=0, le=MAX_SEED)
     baseline: list[dict[str, Any]] = Field([], max_length=10_000)  # points evaluated first: {param name: value}
 
@@ -293,6 +296,8 @@ def check_space(spec: SearchSpace, source: str, n_samples: int) -> None:
                          f"(trials report every eval_every steps), got ({sch.grace_period}, {budget.eval_every})")
     if spec.searcher.sampler == "cmaes" and any(isinstance(p, CategoricalParam) for _, p, _ in iter_params(spec.space)):
         raise SpaceError(f"{source}: searcher.sampler: cmaes cannot search categorical parameters; use tpe or random")
+    if spec.searcher.sampler == "grid":
+        check_grid(spec, source)
     if len(spec.searcher.baseline) > budget.num_samples:
         raise SpaceError(f"{source}: searcher.baseline: more baseline points ({len(spec.searcher.baseline)}) than budget.num_samples ({budget.num_samples})")
 
@@ -310,6 +315,27 @@ def check_space(spec: SearchSpace, source: str, n_samples: int) -> None:
 
     for params in sample_configs(spec, source, n_samples):
         check_trial(spec, trial_config_for(spec, params, source), source, params)
+
+
+def check_grid(spec: SearchSpace, source: str) -> None:
+    """A grid sweep runs every point of the product of categorical choices, each once: so only
+    unconditional categorical parameters, no baseline points, and num_samples = the grid's size."""
+    for path, p, cond in iter_params(spec.space):
+        if not isinstance(p, CategoricalParam):
+            raise SpaceError(f"{source}: searcher.sampler: grid searches categorical parameters only, got space.{cut(path, 60)} ({p.type})")
+        if p.when:
+            raise SpaceError(f"{source}: searcher.sampler: grid cannot search conditional parameters (space.{cut(path, 60)} has `when`)")
+    if spec.searcher.baseline:
+        raise SpaceError(f"{source}: searcher.baseline: a grid runs every point once; baseline points would run twice")
+    size = math.prod(len(p.choices) for p in spec.space.values())  # type: ignore[union-attr]
+    if spec.budget.num_samples != size:
+        raise SpaceError(f"{source}: budget.num_samples: a grid of {size} points needs num_samples {size}, got {spec.budget.num_samples}")
+
+
+def grid_points(spec: SearchSpace) -> list[dict[str, Any]]:
+    """Every point of a grid space ({path: choice}), in the order of the choices."""
+    paths = list(spec.space)
+    return [dict(zip(paths, combo)) for combo in itertools.product(*(spec.space[k].choices for k in paths))]  # type: ignore[union-attr]
 
 
 def check_trial(spec: SearchSpace, cfg: TrialConfig, source: str, params: dict[str, Any]) -> None:

@@ -76,6 +76,15 @@ def _branch(p: CategoricalParam, value: Any) -> dict[str, Param] | None:
     return None
 
 
+class AskTellGridSampler(optuna.samplers.GridSampler):
+    """Optuna's GridSampler without its end-of-grid `study.stop()`, which only works inside
+    `study.optimize` (Ray drives the study by ask and tell, where it raises); the sweep ends
+    after num_samples trials, which validation makes equal to the grid's size."""
+
+    def after_trial(self, study, trial, state, values) -> None:  # noqa: ANN001
+        pass
+
+
 def make_sampler(spec: SearchSpace) -> optuna.samplers.BaseSampler:
     seed = spec.searcher.seed
     return {
@@ -83,6 +92,9 @@ def make_sampler(spec: SearchSpace) -> optuna.samplers.BaseSampler:
         "random": lambda: optuna.samplers.RandomSampler(seed=seed),
         "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
         "qmc": lambda: optuna.samplers.QMCSampler(seed=seed, scramble=True, warn_independent_sampling=False),
+        # every grid point once, in a seeded random order; the study (sweeps/<name>/optuna.db) records which
+        # points ran, so a resumed sweep draws only the rest
+        "grid": lambda: AskTellGridSampler({k: p.choices for k, p in spec.space.items()}, seed=seed),
     }[spec.searcher.sampler]()
 
 
@@ -137,6 +149,10 @@ def sample_configs(spec: SearchSpace, source: str, n_random: int) -> list[dict[s
         values = p.choices if isinstance(p, CategoricalParam) else [p.low, _top(p)]
         forced += [{**dict(cond), name: v} for v in values]
 
+    if spec.searcher.sampler == "grid":  # small by construction: check every point
+        from sweeper.space import grid_points
+
+        forced, n_random = grid_points(spec), 0
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=spec.searcher.seed))
     for point in forced:
         study.enqueue_trial(point, skip_if_exists=False)
