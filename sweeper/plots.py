@@ -80,9 +80,10 @@ def top_lengths(records: list[TrialRecord], metric: str, mode: str, max_len: int
     fig, ax = plt.subplots(figsize=(6, 3.8))
     ax.axvspan(0, max_len, color="0.92", label="training lengths")
     for r in best:
-        ys = [r.metrics.get(f"{family}_{k}x") for k in MULTIPLIERS]
-        if None not in ys:
-            ax.plot(_lengths(max_len), ys, marker="o", label=f"{r.trial_id} ({score(r, metric):.3f})")
+        # the lengths the family exists at (ood_acc: beyond the range, so from 2x on)
+        points = [(x, y) for x, k in zip(_lengths(max_len), MULTIPLIERS) if (y := r.metrics.get(f"{family}_{k}x")) is not None]
+        if points:
+            ax.plot(*zip(*points), marker="o", label=f"{r.trial_id} ({score(r, metric):.3f})")
     ylabel = "per-token accuracy" if family == "acc" else family
     ax.set(xlabel="evaluation length", ylabel=ylabel, ylim=(0, 1.02), title=f"top {len(best)} trials by {metric}")
     ax.grid(alpha=0.3)

@@ -113,7 +113,8 @@ def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | 
     for r in ordered[:top]:
         cells = [r["trial_id"] + (" (best)" if r["best"] else "")]
         cells += [_short(r["params"].get(s.split("|")[0], "")) if s in r["searched"] else "" for s in searched]
-        cells += [f"{r['metrics'].get(f'{family}_{k}x', float('nan')):.3f}" for k in (1, 2, 3, 4)]
+        # a length the metric does not exist at (ood_acc_1x: nothing lies beyond the range at 1x) is "-"
+        cells += [f"{v:.3f}" if (v := r["metrics"].get(f"{family}_{k}x")) is not None else "-" for k in (1, 2, 3, 4)]
         cells += [str(int(r["metrics"].get("step", 0))), r["status"]]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Parameter effect", "", "| parameter | kind | effect | best value |", "|---|---|---|---|",

@@ -12,7 +12,10 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_space(args.file)
     b, s = spec.budget, spec.scheduler
-    print(f"{args.file}: valid ({N_VALIDATION_SAMPLES} sampled configs, every range end and every choice checked)")
+    if spec.searcher.sampler == "grid":
+        print(f"{args.file}: valid (a grid of {b.num_samples} points, every point checked)")
+    else:
+        print(f"{args.file}: valid ({N_VALIDATION_SAMPLES} sampled configs, every range end and every choice checked)")
     print(f"name: {spec.name}   metric: {spec.metric} ({spec.mode})")
     print(f"budget: {b.num_samples} trials, {b.max_concurrent} at once, {b.max_steps} steps each, report every {b.eval_every}")
     grace, max_t = spec.asha_limits()
