@@ -169,7 +169,9 @@ def _add_reproduce(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("reproduce", help="train the DAT paper's four systems over seeds and write the results table",
                        description="Train the DAT paper's four systems (DAT hybrid, joint hybrid, pure LSTM, pure "
-                                   "Transformer) over seeds, check the bar, write the table, plot and JSON.")
+                                   "Transformer) over seeds, check the old bar, write the table, plot and JSON "
+                                   "(dat_reproduction_4systems.md). Issue 15's pre-registered factorial reproduction "
+                                   "is `python -m experiments.dat_reproduction run|report`.")
     p.add_argument("--seeds", type=positive_int, default=3, help="training seeds per system (default 3)")
     p.add_argument("--workers", type=positive_int, default=None, help="processes at once (default: all cores)")
     p.add_argument("--systems", nargs="+", choices=list(SYSTEMS), help="a subset of the systems")
