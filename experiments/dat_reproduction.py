@@ -239,11 +239,22 @@ def _mean_or_dash(v: dict) -> str:
 def per_seed_table(runs: list[Run]) -> str:
     cols = [*(f"acc_{k}x" for k in MULTIPLIERS), *(f"ood_acc_{k}x" for k in MULTIPLIERS[1:]),
             "ood_state_acc_3x", "ood_recall_acc_3x", "state_acc_1x", "recall_acc_1x", "seq_acc_1x", "seq_acc_3x"]
-    lines = ["| arm | seed | " + " | ".join(f"`{c}`" for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
+    lines = ["| arm | seed | " + " | ".join(f"`{c}`" for c in cols) + " | wall (s) |", "|---|---|" + "---|" * (len(cols) + 1)]
     for arm in ARMS:
         for r in sorted((r for r in runs if r.arm == arm), key=lambda r: r.seed):
-            lines.append(f"| {arm} | {r.seed} | " + " | ".join(f"{r.metrics[c]:.3f}" if c in r.metrics else "-" for c in cols) + " |")
+            wall = f"{r.metrics['time_total_s']:.0f}" if "time_total_s" in r.metrics else "-"
+            lines.append(f"| {arm} | {r.seed} | " + " | ".join(f"{r.metrics[c]:.3f}" if c in r.metrics else "-" for c in cols) + f" | {wall} |")
     return "\n".join(lines)
+
+
+def time_line(runs: list[Run]) -> str:
+    """The training time of the finished runs, as Ray measured it (time_total_s of each run)."""
+    walls = [r.metrics["time_total_s"] for r in runs if "time_total_s" in r.metrics]
+    if not walls:
+        return "No run has finished yet."
+    return (f"{len(walls)} finished runs took {sum(walls) / 3600:.2f} h of training in all, one at a time on one core of "
+            f"this project's shared 2-core CPU machine (per run {mean(walls):.0f} s, {min(walls):.0f}-{max(walls):.0f} s; "
+            f"the other core busy with other work most of the time, so these are not clean timings).")
 
 
 def gap_table(runs: list[Run]) -> str:
@@ -334,6 +345,10 @@ perfect in range and plays the recency baseline beyond are on the same evaluatio
 ### Every run
 
 {per_seed_table(runs)}
+
+### Time
+
+{time_line(runs)}
 {END}"""
 
 
@@ -344,10 +359,23 @@ def _commit() -> str:
         return "unknown"
 
 
+def started_at(sweeps_dir: Path) -> str:
+    """When each launched group's sweep first started (UTC), from its status.json."""
+    import datetime as dt
+
+    out = []
+    for g in GROUPS:
+        path = sweeps_dir / SWEEP_NAME[g] / "status.json"
+        if path.exists() and (t := json.loads(path.read_text()).get("started")):
+            out.append(f"{g} {dt.datetime.fromtimestamp(t, dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    return ", ".join(out) or "none yet"
+
+
 def report(sweeps_dir: Path, out: Path) -> None:
     runs, progress = finished_runs(sweeps_dir)
     base = baselines()
-    section = results_section(runs, progress, base, _commit())
+    section = results_section(runs, progress, base, _commit()).replace(
+        "\n![accuracy", f"\nSweeps (re)started: {started_at(sweeps_dir)}.\n\n![accuracy", 1)
     text = out.read_text()
     if BEGIN in text:
         text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END):]
