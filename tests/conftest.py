@@ -33,12 +33,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_mlflow_server(root: Path, backend_store_uri: str):
-    """A real `mlflow server` on 127.0.0.1 with a free port and served artifacts; (url, process)."""
+def start_mlflow_server(root: Path, backend_store_uri: str, port: int | None = None):
+    """A real `mlflow server` on 127.0.0.1 with a free port (or `port`) and served artifacts; (url, process)."""
     import time
     import urllib.request
 
-    port = free_port()
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(root / "server.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),

@@ -1,13 +1,17 @@
-"""SweepTracker against a real MLflow store (SQLite): a resumed tracker never logs a step twice."""
+"""SweepTracker against real MLflow stores: a resumed tracker never logs a step twice; logging is off the
+driver's path, survives a server outage, and never drops a report silently."""
 
 import json
 import pickle
 
 from sweeper.records import TrialRecord
 from sweeper.space import load_space
-from sweeper.adapters.mlflow_tracking import RUNS_FILE, SweepTracker, client, summary_csv
+from sweeper.adapters.mlflow_tracking import (RUNS_FILE, UNLOGGED_FILE, BackgroundLog, SweepTracker, client, summary_csv,
+                                              unreachable)
+from sweeper.commands.launch import check_same_store
+from trainables.errors import ConfigError
 
-from conftest import ROOT
+from conftest import ROOT, start_mlflow_server, stop
 
 
 def _record(step: int) -> TrialRecord:
@@ -24,6 +28,7 @@ def test_a_restored_tracker_takes_the_last_logged_step_from_mlflow(tmp_path):
     live.start(sweep_dir / "space.yaml")
     live.on_result(_record(20))
     live.on_result(_record(40))
+    assert live.drain() == []
     run_id = live.state["trials"]["t0"]["run_id"]
 
     # a kill between logging step 40 and saving the mapping: the file still says 20
@@ -39,6 +44,7 @@ def test_a_restored_tracker_takes_the_last_logged_step_from_mlflow(tmp_path):
     assert restored.state["trials"]["t0"]["last_step"] == 40
     restored.on_result(_record(40))  # Ray re-reports the step the kill interrupted
     restored.on_result(_record(60))
+    assert restored.drain() == []
     history = client(uri).get_metric_history(run_id, "acc_3x")
     assert [m.step for m in history] == [20, 40, 60]
 
@@ -48,3 +54,107 @@ def test_summary_csv_keeps_only_per_length_metrics():
                       {"acc_3x": 0.5, "raw_acc_3x": 0.4, "state_acc_1x": 0.9, "loss": 1.2, "switch_step": 10})
     header = summary_csv([rec]).splitlines()[0].split(",")
     assert header == ["trial_id", "status", "step", "optim.lr", "acc_3x", "raw_acc_3x", "state_acc_1x"]
+
+
+def _sweep(tmp_path, uri):
+    spec = load_space(ROOT / "search_spaces" / "smoke.yaml")
+    sweep_dir = tmp_path / "sweep"
+    sweep_dir.mkdir(exist_ok=True)
+    (sweep_dir / "space.yaml").write_text("name: smoke\n")
+    return spec, sweep_dir
+
+
+def test_the_background_log_retries_an_unreachable_store_and_sets_aside_a_refused_call():
+    calls = []
+
+    def apply(method, record):
+        calls.append((method, record.step))
+        if record.step == 10 and len(calls) < 3:
+            raise ConnectionError("Connection refused")  # down twice, then back
+        if record.step == 20:
+            raise ValueError("INVALID_PARAMETER_VALUE: refused")  # not a reachability problem
+
+    log = BackgroundLog(apply)
+    for step in (10, 20, 30):
+        log.put("on_result", _record(step))
+    left = log.drain(timeout_s=30)
+    assert [c[1] for c in calls] == [10, 10, 10, 20, 20, 20, 30]  # in order, 10 retried until it went through
+    assert [(m, r.step) for m, r, _ in left] == [("on_result", 20)] and "INVALID_PARAMETER_VALUE" in left[0][2]
+    assert unreachable(RuntimeError("HTTPConnectionPool(host='127.0.0.1'): Max retries exceeded"))
+    assert not unreachable(RuntimeError("RESOURCE_ALREADY_EXISTS"))
+
+
+def test_a_server_outage_neither_blocks_the_driver_nor_loses_a_report(tmp_path):
+    """The real `mlflow server` stopped mid-sweep: reports queue without waiting; those logged after
+    it came back are all there once; those it never took are kept and logged by the next launch."""
+    import time
+
+    root = tmp_path / "server"
+    root.mkdir()
+    url, proc = start_mlflow_server(root, f"sqlite:///{root / 'mlflow.db'}")
+    port = int(url.rsplit(":", 1)[1])
+    spec, sweep_dir = _sweep(tmp_path, url)
+    tracker = SweepTracker(url, spec, sweep_dir)
+    tracker.start(sweep_dir / "space.yaml")
+    tracker.on_result(_record(10))
+    time.sleep(1)
+    stop(proc)
+    t0 = time.monotonic()
+    for step in (20, 30):
+        tracker.on_result(_record(step))
+    assert time.monotonic() - t0 < 0.5  # the driver does not wait for the server
+    time.sleep(3)  # retried meanwhile
+    url2, proc = start_mlflow_server(root, f"sqlite:///{root / 'mlflow.db'}", port=port)
+    try:
+        assert tracker.drain(timeout_s=60) == []
+        run_id = tracker.state["trials"]["t0"]["run_id"]
+        assert [m.step for m in client(url).get_metric_history(run_id, "acc_3x")] == [10, 20, 30]
+
+        # down at the end of a sweep: what is left is kept, listed, and logged by the next start
+        tracker.on_result(_record(40))
+        time.sleep(1)
+        stop(proc)
+        tracker.on_result(_record(50))
+        left = tracker.drain(timeout_s=2)
+        assert [r.step for _, r, _ in left] == [50]
+        assert [json.loads(line)["record"]["step"] for line in (sweep_dir / UNLOGGED_FILE).read_text().splitlines()] == [50]
+        url2, proc = start_mlflow_server(root, f"sqlite:///{root / 'mlflow.db'}", port=port)
+        SweepTracker(url, spec, sweep_dir).start(sweep_dir / "space.yaml")
+        assert not (sweep_dir / UNLOGGED_FILE).exists()
+        assert [m.step for m in client(url).get_metric_history(run_id, "acc_3x")] == [10, 20, 30, 40, 50]
+    finally:
+        stop(proc)
+
+
+def test_reconcile_logs_what_a_killed_driver_never_logged(tmp_path):
+    """The ledger (status.json records, each trial's result.json) ahead of MLflow after a SIGKILL:
+    the missing reports and the missing end are logged, nothing twice."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    spec, sweep_dir = _sweep(tmp_path, uri)
+    tracker = SweepTracker(uri, spec, sweep_dir)
+    tracker.start(sweep_dir / "space.yaml")
+    tracker.on_result(_record(10))
+    assert tracker.drain() == []
+    trial_dir = tmp_path / "trial_t0"
+    trial_dir.mkdir()
+    (trial_dir / "result.json").write_text("".join(json.dumps({"step": s, "acc_3x": s / 1000, "loss": 1.0}) + "\n" for s in (10, 20, 30))
+                                           + '{"step": 40, "acc')  # a line cut by the kill
+    ended = TrialRecord("t0", _record(0).params, "completed", 30, {"step": 30, "acc_3x": 0.03}, str(trial_dir))
+    fresh = SweepTracker(uri, spec, sweep_dir)
+    assert fresh.reconcile([ended]) == 3  # steps 20 and 30, and the end
+    run = client(uri).get_run(fresh.state["trials"]["t0"]["run_id"])
+    assert run.info.status == "FINISHED" and run.data.tags["status"] == "completed"
+    assert [m.step for m in client(uri).get_metric_history(run.info.run_id, "acc_3x")] == [10, 20, 30]
+    assert SweepTracker(uri, spec, sweep_dir).reconcile([ended]) == 0  # nothing left to do
+
+
+def test_resuming_with_another_tracking_store_is_refused(tmp_path):
+    runs = {"tracking_uri": "http://127.0.0.1:5000"}
+    check_same_store(tmp_path, "http://127.0.0.1:5000", "--tracking-uri", runs)
+    check_same_store(tmp_path, "sqlite:///x.db", "--tracking-uri", {})  # a sweep that never logged
+    try:
+        check_same_store(tmp_path, "sqlite:///x.db", "--tracking-uri", runs)
+    except ConfigError as err:
+        assert "logs to http://127.0.0.1:5000" in str(err) and "--restart" in str(err) and "\n" not in str(err)
+    else:
+        raise AssertionError("a changed tracking URI was accepted")

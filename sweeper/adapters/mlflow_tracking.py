@@ -11,6 +11,11 @@ of the project that imports mlflow.
 The trial-to-run mapping lives in `<sweep dir>/mlflow_runs.json`, so a resumed sweep logs into
 the same parent and the same children, and a report already logged is not logged twice.
 
+Logging is off the sweep's critical path: the driver's callbacks put each report on a queue that
+one background thread logs in order, retrying a tracking server that is down with backoff (the
+trials train on meanwhile). What is still unlogged when the sweep stops is written to
+`<sweep dir>/unlogged.jsonl`, listed, and logged first by the next launch of the sweep.
+
 Tracking location: `--tracking-uri`, else $MLFLOW_TRACKING_URI, else an embedded SQLite store
 `./mlflow.db` that needs no server.
 """
@@ -21,7 +26,10 @@ import csv
 import io
 import json
 import os
+import queue
+import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -39,7 +47,11 @@ from trainables.config import ConfigError
 from trainables.errors import cut
 
 RUNS_FILE = "mlflow_runs.json"
+UNLOGGED_FILE = "unlogged.jsonl"  # reports (and trial ends) MLflow did not take before the sweep stopped
 DEFAULT_DB = "mlflow.db"
+BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # between tries of a call the tracking server failed; then 15 s each
+PERMANENT_TRIES = 3  # a call that fails for another reason than an unreachable store: given up after this many
+DRAIN_S = 60.0  # at the end of a sweep: how long the queue may take to empty before what is left is set aside
 RUN_STATUS = {"completed": "FINISHED", "stopped": "FINISHED", "diverged": "FINISHED", "failed": "FAILED"}
 
 
@@ -100,6 +112,97 @@ def client(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
+def unreachable(err: BaseException) -> bool:
+    """Whether a tracking call failed because the store could not be reached (worth retrying),
+    not because MLflow refused the call."""
+    if isinstance(err, (ConnectionError, TimeoutError)):
+        return True
+    text = f"{type(err).__name__}: {err}"
+    return any(sign in text for sign in (
+        "Connection refused", "Max retries exceeded", "Failed to establish", "timed out", "Read timed out",
+        "RemoteDisconnected", "Connection aborted", "database is locked", "status code 502", "status code 503",
+        "status code 504", "ConnectionError", "Temporary failure in name resolution"))
+
+
+def retrying(call, deadline: float, what: str):
+    """`call()`, retried with backoff while the store is unreachable, until `deadline` (monotonic)."""
+    for attempt in range(10**9):
+        try:
+            return call()
+        except Exception as err:  # noqa: BLE001 - classified below
+            wait = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
+            if not unreachable(err) or time.monotonic() + wait > deadline:
+                raise
+            if attempt == 0:
+                print(f"note: MLflow unreachable while {what} ({cut(str(err), 120)}); retrying", file=sys.stderr, flush=True)
+            time.sleep(wait)
+
+
+class BackgroundLog:
+    """One thread that makes a tracker's calls in order, so a slow or failing tracking server
+    never holds up the driver (and with it every trial). A call that fails because the store is
+    unreachable is retried with backoff, however long, while the sweep runs; one MLflow refuses
+    is tried PERMANENT_TRIES times, then set aside. `drain` waits for the queue to empty, for at
+    most a deadline, and returns what is left and what was set aside: nothing is dropped."""
+
+    def __init__(self, apply):
+        self.apply = apply  # apply(method, record): the real call
+        self.queue: queue.Queue = queue.Queue()
+        self.failed: list[tuple[str, TrialRecord, str]] = []  # (method, record, why)
+        self.deadline: float | None = None  # set by drain
+        self.down_since: float | None = None
+        self.thread = threading.Thread(target=self._run, name="mlflow-log", daemon=True)
+        self.thread.start()
+
+    def put(self, method: str, record: TrialRecord) -> None:
+        self.queue.put((method, record))
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            self._log(*item)
+            self.queue.task_done()
+
+    def _log(self, method: str, record: TrialRecord) -> None:
+        attempt = 0
+        while True:
+            try:
+                self.apply(method, record)
+                if self.down_since is not None:
+                    print(f"note: MLflow reachable again after {time.monotonic() - self.down_since:.0f} s; "
+                          f"{self.queue.qsize()} queued calls to go", file=sys.stderr, flush=True)
+                    self.down_since = None
+                return
+            except Exception as err:  # noqa: BLE001 - every failure is either retried or kept
+                down = unreachable(err)
+                if down and self.down_since is None:
+                    self.down_since = time.monotonic()
+                    print(f"warning: MLflow unreachable ({cut(str(err), 160)}); the sweep goes on, its reports "
+                          "are queued and logged when the server answers", file=sys.stderr, flush=True)
+                attempt += 1
+                wait = BACKOFF_S[min(attempt - 1, len(BACKOFF_S) - 1)]
+                out_of_time = self.deadline is not None and time.monotonic() + wait > self.deadline
+                if out_of_time or (not down and attempt >= PERMANENT_TRIES):
+                    self.failed.append((method, record, f"{type(err).__name__}: {cut(str(err), 160)}"))
+                    return
+                time.sleep(wait)
+
+    def drain(self, timeout_s: float) -> list[tuple[str, TrialRecord, str]]:
+        """Wait until every queued call is made or set aside (at most `timeout_s` more for retries);
+        stop the thread; return the calls not made, in order."""
+        self.deadline = time.monotonic() + timeout_s
+        self.queue.put(None)
+        self.thread.join()
+        left = []
+        while not self.queue.empty():
+            item = self.queue.get_nowait()
+            if item is not None:
+                left.append((*item, "not tried: the sweep stopped first"))
+        return self.failed + left
+
+
 class SweepTracker:
     """Mirrors a sweep into MLflow. Picklable (Ray stores it with the experiment): the client
     and the mapping are rebuilt from `uri` and the runs file after unpickling."""
@@ -110,9 +213,10 @@ class SweepTracker:
         self._client = None
         self._state: dict | None = None
         self._restored = False  # an unpickled copy (a resumed sweep's callback) catches up with MLflow
+        self._log: BackgroundLog | None = None  # the driver's background thread, started by the first report
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_client": None, "_state": None}
+        return {**self.__dict__, "_client": None, "_state": None, "_log": None}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _restored=True)
@@ -120,6 +224,10 @@ class SweepTracker:
     @property
     def client(self):
         if self._client is None:
+            # our own retries (BackgroundLog, retrying) decide how long to wait for a server: MLflow's
+            # HTTP client would otherwise retry each call for minutes on its own
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
             self._client = client(self.uri)
         return self._client
 
@@ -152,8 +260,14 @@ class SweepTracker:
 
     # -- parent run --------------------------------------------------------------------
 
-    def start(self, space_file: str | Path) -> str:
-        """Create (or find again, on resume) the experiment and the sweep's parent run."""
+    def start(self, space_file: str | Path, timeout_s: float = DRAIN_S) -> str:
+        """Create (or find again, on resume) the experiment and the sweep's parent run, then log
+        what an earlier run of the sweep could not (UNLOGGED_FILE)."""
+        run_id = retrying(lambda: self._start(space_file), time.monotonic() + timeout_s, "starting the sweep's run")
+        self.replay_unlogged(timeout_s)
+        return run_id
+
+    def _start(self, space_file: str | Path) -> str:
         st = self.state
         if st.get("parent_run_id"):
             self.client.update_run(st["parent_run_id"], status="RUNNING")
@@ -225,7 +339,99 @@ class SweepTracker:
         steps = [m.step for m in self.client.get_metric_history(run.info.run_id, "step")]
         return {"run_id": run.info.run_id, "last_step": max(steps, default=0)}
 
+    # -- the driver's callbacks: queued, logged by the background thread ---------------------
+
     def on_result(self, record: TrialRecord) -> None:
+        self._queue("on_result", record)
+
+    def on_end(self, record: TrialRecord) -> None:
+        self._queue("on_end", record)
+
+    def _queue(self, method: str, record: TrialRecord) -> None:
+        if self._log is None:
+            self._log = BackgroundLog(self._apply)
+            _LIVE.append(self)
+        self._log.put(method, record)
+
+    def _apply(self, method: str, record: TrialRecord) -> None:
+        {"on_result": self._on_result, "on_end": self._on_end}[method](record)
+
+    def drain(self, timeout_s: float = DRAIN_S) -> list[tuple[str, TrialRecord, str]]:
+        """Wait for the background log (see BackgroundLog.drain), save the mapping, and keep what
+        was not logged in UNLOGGED_FILE for the next launch. Returns it."""
+        if self._log is None:
+            return []
+        left, self._log = self._log.drain(timeout_s), None
+        if self in _LIVE:
+            _LIVE.remove(self)
+        if self._state is not None:
+            self._save()
+        if left:
+            with open(self.sweep_dir / UNLOGGED_FILE, "a") as f:
+                for method, record, why in left:
+                    f.write(json.dumps({"method": method, "record": record.to_dict(), "why": why}) + "\n")
+        return left
+
+    def replay_unlogged(self, timeout_s: float = DRAIN_S) -> int:
+        """Log what an earlier run of the sweep could not; what fails again stays in the file."""
+        path = self.sweep_dir / UNLOGGED_FILE
+        if not path.exists():
+            return 0
+        entries = []
+        for line in path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+                entries.append((entry["method"], TrialRecord.from_dict(entry["record"])))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut by a kill mid-write: the rest still counts
+        path.unlink()
+        log = BackgroundLog(self._apply)
+        for method, record in entries:
+            log.put(method, record)
+        left = log.drain(timeout_s)
+        if left:
+            with open(path, "a") as f:
+                for method, record, why in left:
+                    f.write(json.dumps({"method": method, "record": record.to_dict(), "why": why}) + "\n")
+        print(f"MLflow: logged {len(entries) - len(left)} of {len(entries)} calls an earlier run of this sweep could not"
+              + (f"; {len(left)} still in {path}" if left else ""), flush=True)
+        return len(entries) - len(left)
+
+    def reconcile(self, records: list[TrialRecord], timeout_s: float = DRAIN_S) -> int:
+        """On resume, before Ray starts: bring MLflow up to the ledger where a kill of the driver cut
+        its background log short: reports a trial made (its result file in the sweep's storage) that
+        MLflow lacks, and ends it never heard of. One search for the sweep's runs; then only what
+        is missing. Returns the number of calls made."""
+        from sweeper.records import FINAL
+
+        def children() -> dict[str, Any]:
+            runs = self.client.search_runs([self.state["experiment_id"]], max_results=50_000,
+                                           filter_string=f"tags.mlflow.parentRunId = '{self.state['parent_run_id']}'")
+            return {r.data.tags.get("trial_id"): r for r in runs}
+
+        deadline = time.monotonic() + timeout_s
+        runs = retrying(children, deadline, "reading the sweep's runs")
+        made = 0
+        for record in records:
+            run = runs.get(record.trial_id)
+            logged = int(run.data.metrics.get("step", 0)) if run is not None else 0
+            entry = self.state.setdefault("trials", {}).get(record.trial_id)
+            if entry is not None:
+                entry["last_step"] = max(entry["last_step"], logged)
+            if record.step > logged:
+                for step, metrics in trial_reports(record.path):
+                    if step > logged:
+                        retrying(lambda m=metrics, st=step: self._on_result(
+                            TrialRecord(record.trial_id, record.params, record.status, st, m, record.path)), deadline,
+                            "logging a trial's reports")
+                        made += 1
+            if record.status in FINAL and (run is None or run.info.status == "RUNNING" or run.data.tags.get("status") != record.status):
+                retrying(lambda: self._on_end(record), deadline, "logging a trial's end")
+                made += 1
+        self._save()
+        return made
+
+    def _on_result(self, record: TrialRecord) -> None:
         """Log one report of a trial at its training step (skipped if already logged)."""
         from mlflow.entities import Metric
 
@@ -242,12 +448,12 @@ class SweepTracker:
         metrics = [Metric(k, float(v), now, record.step) for k, v in trainer_metrics(record.metrics).items()
                    if isinstance(v, (int, float)) and v == v]
         self.client.log_batch(entry["run_id"], metrics=metrics)
-        entry["last_step"] = record.step
-        self._save()
+        entry["last_step"] = record.step  # saved with the mapping at the next new run or at the end; a resume
+        # takes the last logged step from MLflow itself (_catch_up), so the file need not follow every report
 
-    def on_end(self, record: TrialRecord) -> None:
+    def _on_end(self, record: TrialRecord) -> None:
         """A trial ended: its status, its config and its accuracy-vs-length plot."""
-        self.on_result(record)  # Ray skips on_trial_result for the report that ends a trial
+        self._on_result(record)  # Ray skips on_trial_result for the report that ends a trial
         entry = self._child(record)
         run_id = entry["run_id"]
         self.client.set_tag(run_id, "status", record.status)
@@ -262,8 +468,13 @@ class SweepTracker:
 
     # -- the end of the sweep -------------------------------------------------------------
 
-    def finish(self, records: list[TrialRecord], baselines: list[dict], interrupted: bool) -> list[Path]:
-        """Best-trial tags, summary tables and sweep plots on the parent run; returns the plot files."""
+    def finish(self, records: list[TrialRecord], baselines: list[dict], interrupted: bool, timeout_s: float = DRAIN_S) -> list[Path]:
+        """Best-trial tags, summary tables and sweep plots on the parent run; returns the plot files.
+        Retried while the store is unreachable, for at most `timeout_s`."""
+        return retrying(lambda: self._finish(records, baselines, interrupted), time.monotonic() + timeout_s,
+                        "finishing the sweep's run")
+
+    def _finish(self, records: list[TrialRecord], baselines: list[dict], interrupted: bool) -> list[Path]:
         from mlflow.entities import Metric, RunTag
 
         spec, parent = self.spec, self.state["parent_run_id"]
@@ -323,6 +534,41 @@ class SweepTracker:
         ]
         return [p for p in out if p is not None]
 
+
+
+def trial_reports(trial_dir: str) -> list[tuple[int, dict]]:
+    """(step, metrics) of every report in a trial's result file (Ray Tune's result.json, one JSON
+    object per line); [] where there is none. A line cut by a kill is skipped."""
+    path = Path(trial_dir) / "result.json" if trial_dir else None
+    if path is None or not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and isinstance(data.get("step"), (int, float)):
+            out.append((int(data["step"]), {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}))
+    return out
+
+
+_LIVE: list[SweepTracker] = []  # trackers of this process whose background log runs (a resumed sweep's is Ray's copy)
+
+
+def drain_all(timeout_s: float = DRAIN_S) -> list[tuple[str, TrialRecord, str]]:
+    """Drain every live tracker of this driver (see SweepTracker.drain)."""
+    left = []
+    for tracker in list(_LIVE):
+        left += tracker.drain(timeout_s)
+    return left
+
+
+def describe_unlogged(left: list[tuple[str, TrialRecord, str]], sweep_dir: Path) -> str:
+    """One line for the end of a sweep: what MLflow did not take, and where it waits."""
+    trials = sorted({record.trial_id for _, record, _ in left})
+    return (f"warning: MLflow did not take {len(left)} calls of {len(trials)} trials ({cut(', '.join(trials), 80)}; "
+            f"last error: {left[-1][2]}); kept in {sweep_dir / UNLOGGED_FILE}: the next launch of this sweep logs them")
 
 
 def summary_csv(records: list[TrialRecord]) -> str:

@@ -69,6 +69,14 @@ def check_local_resources(spec: SearchSpace, source: str) -> None:
                              "(no trial could ever start); set it to 0, or run on a cluster with --address")
 
 
+def check_same_store(sweep_dir: Path, uri: str, source: str, runs: dict) -> None:
+    """A resumed sweep logs to the store it started with: its parent and child runs are there."""
+    started_with = runs.get("tracking_uri")
+    if started_with and started_with != uri:
+        raise SpaceError(f"{source} {uri}: sweep `{sweep_dir.name}` logs to {started_with} (its runs are there); "
+                         f"resume with --tracking-uri {started_with}, or pass --restart to start over")
+
+
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
@@ -113,11 +121,16 @@ def run(args: argparse.Namespace) -> int:
     restorable = ray_tune.can_restore(experiment_dir)
     resuming = prepare_sweep_dir(spec, args.file, sweep_dir, restorable, args.restart)
     ended = load_records(sweep_dir)[1] if resuming and (sweep_dir / STATUS_FILE).exists() else []  # before Ray: a bad file is one line
+    if resuming:
+        check_same_store(sweep_dir, uri, tracking.uri_source(args.tracking_uri), tracking.load_runs(sweep_dir))
     plan = live.Plan.from_space(spec)
     print(live.plan_line(plan, ended), flush=True)  # trials, steps, concurrency, the estimate (sweeper/live.py)
     tracker = tracking.SweepTracker(uri, spec, sweep_dir, args.experiment)
     with tracking.store_lock(uri):  # an embedded store is created (schema migrations) by one process at a time
         tracker.start(sweep_dir / SPACE_FILE)
+    if resuming and ended:  # what a kill of the last driver kept from MLflow, from the ledger and the result files
+        if made := tracker.reconcile(ended):
+            print(f"MLflow: {made} reports and trial ends the last run of this sweep did not log, logged now")
     print(f"tracking: {uri} (experiment {tracker.experiment}); `sweeper ui` opens it")
     ray_tune.init_ray(args.address)
     if args.address is not None and (note := ray_tune.cluster_fit_note(spec.resources.cpu, spec.resources.gpu)):
@@ -140,8 +153,14 @@ def run(args: argparse.Namespace) -> int:
     unfinished = [r for r in records if r.status not in FINAL]  # pending, running, interrupted
     interrupted = bool(unfinished) or len(records) < spec.budget.num_samples
     write_summary(sweep_dir, spec.name, spec.metric, spec.mode, records, _best_config(spec, records))
-    # a fresh tracker: the callback's copy wrote the run mapping to disk while the sweep ran
-    tracking.SweepTracker(uri, spec, sweep_dir, args.experiment).finish(records, baseline_points(spec), interrupted)
+    unlogged = tracking.drain_all()  # the reports still queued for MLflow (the callback's tracker saves the mapping)
+    if unlogged:
+        print(tracking.describe_unlogged(unlogged, sweep_dir), file=sys.stderr)
+    try:  # a fresh tracker: it reads the run mapping the callback's copy saved
+        tracking.SweepTracker(uri, spec, sweep_dir, args.experiment).finish(records, baseline_points(spec), interrupted)
+    except Exception as err:  # noqa: BLE001 - the sweep's results are safe on disk; only MLflow's view is behind
+        print(f"warning: could not finish the sweep's MLflow run ({type(err).__name__}: {str(err)[:160]}); "
+              "run the same command again to finish it", file=sys.stderr)
     print(format_table(records, spec.metric, spec.mode))
     if interrupted:
         mark_state(sweep_dir, "interrupted")
