@@ -18,7 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
-from sweeper import live
+from sweeper import live, orphans
 from sweeper.fs import check_writable
 from sweeper.records import FINAL
 from sweeper.lock import hold_sweep_lock
@@ -118,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
     from sweeper.adapters import ray_tune  # heavy: imported only once the input is known to be good
 
     hold_sweep_lock(sweep_dir, spec.name)  # one driver per sweep, until this process ends
+    if ended_procs := orphans.end_orphans(sweep_dir):  # a SIGKILLed driver's local Ray: ours to end
+        print(f"ended {len(ended_procs)} processes of this sweep's earlier local Ray ({', '.join(sorted(set(ended_procs)))})",
+              file=sys.stderr)
     restorable = ray_tune.can_restore(experiment_dir)
     resuming = prepare_sweep_dir(spec, args.file, sweep_dir, restorable, args.restart)
     ended = load_records(sweep_dir)[1] if resuming and (sweep_dir / STATUS_FILE).exists() else []  # before Ray: a bad file is one line
@@ -133,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"MLflow: {made} reports and trial ends the last run of this sweep did not log, logged now")
     print(f"tracking: {uri} (experiment {tracker.experiment}); `sweeper ui` opens it")
     ray_tune.init_ray(args.address)
+    if args.address is None:
+        orphans.record(sweep_dir)  # so that a next launch can end them if this driver is SIGKILLed
     if args.address is not None and (note := ray_tune.cluster_fit_note(spec.resources.cpu, spec.resources.gpu)):
         print(note, file=sys.stderr)
     if resuming:  # the monitor, its listener and tracker come back with the experiment

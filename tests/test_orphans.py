@@ -1,0 +1,83 @@
+"""A SIGKILLed driver's local Ray does not outlive it: the next launch of the sweep ends every
+process that driver's Ray started (recorded in ray_processes.json) before starting its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, sweeper_cmd
+
+pytestmark = pytest.mark.integration
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV.pop("MLFLOW_TRACKING_URI", None)
+
+SPACE = """
+name: orph
+fixed:
+  model: {d_model: 16, n_layers: 1, n_heads: 2}
+  eval: {n_sequences: 16, batch_size: 16}
+  optim: {batch_size: 16, warmup_steps: 5}
+space:
+  dat.switch_step: {type: int, low: 0, high: 100, step: 50}
+budget: {num_samples: 2, max_concurrent: 2, max_steps: 200, eval_every: 20}
+scheduler: {type: fifo}
+searcher: {sampler: random, seed: 1}
+resources: {cpu: 1, gpu: 0}
+"""
+
+
+def _alive(recorded: list[dict]) -> list[str]:
+    out = []
+    for p in recorded:
+        try:
+            proc = psutil.Process(p["pid"])
+            if abs(proc.create_time() - p["started"]) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(f"{p['name']}:{p['pid']}")
+        except psutil.Error:
+            continue
+    return out
+
+
+def test_the_next_launch_ends_a_sigkilled_drivers_ray(tmp_path):
+    space = tmp_path / "orph.yaml"
+    space.write_text(SPACE)
+    sweep_dir = tmp_path / "sweeps" / "orph"
+    cmd = sweeper_cmd("launch", space, "--progress", "lines")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        while True:  # until a trial trains: Ray and its agents are all up
+            time.sleep(0.3)
+            assert proc.poll() is None and time.time() < deadline, "the sweep never got going"
+            try:
+                status = json.loads((sweep_dir / "status.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if any(t["status"] == "running" and t["step"] >= 20 for t in status["trials"]):
+                break
+        recorded = json.loads((sweep_dir / "ray_processes.json").read_text())["processes"]
+        assert any("raylet" in p["name"] for p in recorded) and any("gcs_server" in p["name"] for p in recorded), recorded
+        proc.send_signal(signal.SIGKILL)  # the driver alone: its Ray is left to itself
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    time.sleep(2)
+    left_behind = _alive(recorded)
+    print("alive after the driver's SIGKILL:", left_behind)
+
+    r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert _alive(recorded) == [], "the first driver's Ray outlived the next launch"
+    if left_behind:
+        assert f"ended {len(left_behind)}" in r.stderr or "processes of this sweep's earlier local Ray" in r.stderr, r.stderr[-2000:]
+    final = json.loads((sweep_dir / "status.json").read_text())
+    assert len(final["trials"]) == 2 and all(t["status"] == "completed" for t in final["trials"]), final["trials"]
