@@ -69,7 +69,7 @@ BROKEN = {
     "baseline_out_of_range": (("switch_step: 0, model", "switch_step: 5, model"), "searcher.baseline[0].dat.switch_step: 5 is outside"),
     "baseline_unknown": (("{dat.switch_step: 0,", "{dat.nope: 0,"), "searcher.baseline[0].dat.nope: not a searched parameter"),
     "bad_type": (("num_samples: 4", "num_samples: four"), "budget.num_samples: must be a valid integer"),
-    "bad_sampler": (("searcher:\n", "searcher:\n  sampler: grid\n"), "searcher.sampler: must be 'tpe', 'random', 'cmaes' or 'qmc'"),
+    "bad_sampler": (("searcher:\n", "searcher:\n  sampler: hyperband\n"), "searcher.sampler: must be 'tpe', 'random', 'cmaes', 'qmc' or 'grid'"),
     "cmaes_categorical": (("searcher:\n", "searcher:\n  sampler: cmaes\n"), "cmaes cannot search categorical"),
     "empty_space": (("space:\n", "space: {}\nx_space:\n"), "space: Dictionary should have at least 1 item"),
 }
