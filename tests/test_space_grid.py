@@ -133,5 +133,6 @@ def test_ray_tunes_optuna_searcher_walks_the_whole_grid_without_raising(tmp_path
         seen.append((params["seed"], params["dat.mode"]))
         searcher.on_trial_complete(f"t{i}", {spec.metric: 0.5, "step": spec.budget.max_steps})
     assert sorted(seen, key=str) == sorted(itertools.product([1, 2, 3], ["none", "fixed"]), key=str)
-    states = {t.state for t in searcher._ot_study.get_trials(deepcopy=False)}
+    study = optuna.load_study(study_name=spec.name, storage=f"sqlite:///{tmp_path / 'o.db'}")
+    states = {t.state for t in study.get_trials(deepcopy=False)}
     assert states == {optuna.trial.TrialState.COMPLETE}
