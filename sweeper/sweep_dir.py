@@ -5,6 +5,7 @@ Stdlib only: the CLI's parser and every verb that finds a sweep by name import i
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 from trainables.errors import ConfigError
@@ -36,3 +37,26 @@ def find_sweep_dir(name: str, storage: str | None, marker: str, missing: str | N
     if missing is not None and not (sweep_dir / marker).exists():
         raise ConfigError(f"{sweep_dir}: {missing}")
     return sweep_dir
+
+
+def study_id(db: Path, study_name: str) -> int | None:
+    """The study's id in the SQLite file (its page is /dashboard/studies/ID); None if unknown."""
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+            rows = con.execute("SELECT study_id, study_name FROM studies ORDER BY study_id").fetchall()
+    except sqlite3.Error as err:
+        raise ConfigError(f"{db}: not an Optuna study ({err})") from None
+    if not rows:
+        raise ConfigError(f"{db}: holds no study yet")
+    return next((i for i, n in rows if n == study_name), rows[0][0] if len(rows) == 1 else None)
+
+
+def check_study(sweep_dir: Path, study_name: str) -> None:
+    """A sweep resumes with its Optuna study (every trial's point and state): a missing or damaged
+    study file is one line before Ray starts, not a restore traceback with no trial running."""
+    db = Path(sweep_dir) / OPTUNA_DB
+    if not db.is_file():
+        raise ConfigError(f"{db}: missing: the sweep's Optuna study (its trials' points and states) is gone; "
+                          "put it back, or pass --restart to start the sweep over")
+    if study_id(db, study_name) is None:
+        raise ConfigError(f"{db}: holds no study `{study_name}`; put the sweep's study back, or pass --restart")

@@ -260,12 +260,27 @@ class SweepTracker:
 
     # -- parent run --------------------------------------------------------------------
 
-    def start(self, space_file: str | Path, timeout_s: float = DRAIN_S) -> str:
+    def start(self, space_file: str | Path, resuming: bool = False, timeout_s: float = DRAIN_S) -> str:
         """Create (or find again, on resume) the experiment and the sweep's parent run, then log
-        what an earlier run of the sweep could not (UNLOGGED_FILE)."""
+        what an earlier run of the sweep could not (UNLOGGED_FILE). A resumed sweep whose run
+        mapping is lost finds its parent in MLflow (tagged with the sweep's directory)."""
+        if resuming and not self.state.get("parent_run_id"):
+            retrying(self._find_parent, time.monotonic() + timeout_s, "looking up the sweep's run")
         run_id = retrying(lambda: self._start(space_file), time.monotonic() + timeout_s, "starting the sweep's run")
         self.replay_unlogged(timeout_s)
         return run_id
+
+    def _find_parent(self) -> None:
+        exp = self.client.get_experiment_by_name(self.experiment)
+        if exp is None:
+            return
+        runs = self.client.search_runs([exp.experiment_id], max_results=1, order_by=["attributes.start_time DESC"],
+                                       filter_string=f"tags.role = 'sweep' and tags.sweep = '{self.spec.name}' "
+                                                     f"and tags.sweep_dir = '{self.sweep_dir.resolve()}'")
+        if runs:
+            self.state.update({"tracking_uri": self.uri, "experiment_id": exp.experiment_id,
+                               "parent_run_id": runs[0].info.run_id, "trials": {}})  # children: found by trial id
+            self._save()
 
     def _start(self, space_file: str | Path) -> str:
         st = self.state
@@ -282,7 +297,7 @@ class SweepTracker:
             exp_id = exp.experiment_id
         spec = self.spec
         run = self.client.create_run(exp_id, run_name=spec.name, tags={
-            "sweep": spec.name, "role": "sweep", "metric": spec.metric, "mode": spec.mode,
+            "sweep": spec.name, "role": "sweep", "metric": spec.metric, "mode": spec.mode, "sweep_dir": str(self.sweep_dir.resolve()),
             "mlflow.note.content": spec.description or spec.name,
         })
         from mlflow.entities import Param

@@ -155,6 +155,23 @@ class SweepMonitor(tune.Callback):
             reset()
         known = getattr(self.listener, "final_statuses", None)  # trials that ended in an earlier run
         self.final = dict(known()) if known else {}
+        self._restored_seen = False
+
+    def on_step_begin(self, iteration, trials, **info):
+        self._adopt(trials)
+
+    def _adopt(self, trials) -> None:
+        """Before the first step of a (resumed) run, or at its end if it had none (every trial had
+        ended): a trial Ray's snapshot holds as ended that status.json does not know (the file was
+        lost) ended in an earlier run; its status comes from its last report, as it did then. (Ray
+        resets the trials an interrupt cut off to PENDING, so none of them is taken for ended.)"""
+        if getattr(self, "_restored_seen", True):
+            return
+        self._restored_seen = True
+        for t in trials:
+            if t.status in ("TERMINATED", "ERROR") and t.trial_id not in self.final:
+                metrics = {k: v for k, v in (t.last_result or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                self.final[t.trial_id] = classify(t.status, metrics, self.max_steps)
 
     def _emit(self, trials, final: bool = False, ending=None, ray_status: str = "") -> None:
         # inside on_trial_complete/on_trial_error Ray has not yet updated the ending trial's status
@@ -199,6 +216,7 @@ class SweepMonitor(tune.Callback):
         self.listener.on_end(self.record(trial, ray_status))
 
     def on_experiment_end(self, trials, **info):
+        self._adopt(trials)
         self._emit(trials, final=True)
 
 

@@ -10,31 +10,18 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 from sweeper.serve import serve_until_stopped
-from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
+from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir, study_id
 from trainables.errors import ConfigError
 
 def study_file(name: str, storage: str | None) -> Path:
     """The sweep's study: NAME under --storage, or a sweep directory given as a path."""
     return find_sweep_dir(name, storage, OPTUNA_DB,
                           missing=f"no Optuna study here (no {OPTUNA_DB}: sweep `{name}` has not started?); `sweeper launch FILE` creates it") / OPTUNA_DB
-
-
-def study_id(db: Path, study_name: str) -> int | None:
-    """The study's id in the SQLite file (its page is /dashboard/studies/ID); None if unknown."""
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-            rows = con.execute("SELECT study_id, study_name FROM studies ORDER BY study_id").fetchall()
-    except sqlite3.Error as err:
-        raise ConfigError(f"{db}: not an Optuna study ({err})") from None
-    if not rows:
-        raise ConfigError(f"{db}: holds no study yet")
-    return next((i for i, n in rows if n == study_name), rows[0][0] if len(rows) == 1 else None)
 
 
 def serve(db: Path, host: str, port: int) -> subprocess.Popen:

@@ -23,7 +23,7 @@ from sweeper.fs import check_writable
 from sweeper.records import FINAL
 from sweeper.lock import hold_sweep_lock
 from sweeper.space import SearchSpace, SpaceError, load_space
-from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, is_uri, sweep_dir_for
+from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, check_study, is_uri, sweep_dir_for
 from sweeper.status import SPACE_FILE, STATUS_FILE, SweepListener, format_table, load_records, mark_state, write_summary
 
 def space_digest(path: str | Path) -> str:
@@ -126,11 +126,12 @@ def run(args: argparse.Namespace) -> int:
     ended = load_records(sweep_dir)[1] if resuming and (sweep_dir / STATUS_FILE).exists() else []  # before Ray: a bad file is one line
     if resuming:
         check_same_store(sweep_dir, uri, tracking.uri_source(args.tracking_uri), tracking.load_runs(sweep_dir))
+        check_study(sweep_dir, spec.name)
     plan = live.Plan.from_space(spec)
     print(live.plan_line(plan, ended), flush=True)  # trials, steps, concurrency, the estimate (sweeper/live.py)
     tracker = tracking.SweepTracker(uri, spec, sweep_dir, args.experiment)
     with tracking.store_lock(uri):  # an embedded store is created (schema migrations) by one process at a time
-        tracker.start(sweep_dir / SPACE_FILE)
+        tracker.start(sweep_dir / SPACE_FILE, resuming=resuming)
     if resuming and ended:  # what a kill of the last driver kept from MLflow, from the ledger and the result files
         if made := tracker.reconcile(ended):
             print(f"MLflow: {made} reports and trial ends the last run of this sweep did not log, logged now")

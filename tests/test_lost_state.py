@@ -1,0 +1,76 @@
+"""Lost state files of a finished sweep: status.json and the run mapping are rebuilt (from Ray's
+snapshot and from MLflow), without a wrong label or a second run; a lost Optuna study is refused
+in one line before Ray starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.conftest import ROOT, sweeper_cmd
+
+pytestmark = pytest.mark.integration
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV.pop("MLFLOW_TRACKING_URI", None)
+
+SPACE = """
+name: lost
+fixed:
+  model: {d_model: 16, n_layers: 1, n_heads: 2}
+  eval: {n_sequences: 16, batch_size: 16}
+  optim: {batch_size: 16, warmup_steps: 5}
+space:
+  dat.switch_step: {type: int, low: 0, high: 40, step: 20}
+budget: {num_samples: 3, max_concurrent: 2, max_steps: 80, eval_every: 20}
+scheduler: {type: asha, grace_period: 20, reduction_factor: 2}
+searcher: {sampler: random, seed: 5}
+resources: {cpu: 1, gpu: 0}
+"""
+
+
+def _statuses(sweep_dir) -> dict[str, tuple[str, int]]:
+    return {t["trial_id"]: (t["status"], t["step"]) for t in json.loads((sweep_dir / "status.json").read_text())["trials"]}
+
+
+def _runs(tmp_path) -> tuple[list, list]:
+    from mlflow import MlflowClient
+
+    c = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = c.search_runs([c.get_experiment_by_name("lost").experiment_id])
+    return [r for r in runs if r.data.tags.get("role") == "sweep"], [r for r in runs if r.data.tags.get("role") == "trial"]
+
+
+def test_lost_state_files_are_rebuilt_or_refused(tmp_path):
+    space = tmp_path / "lost.yaml"
+    space.write_text(SPACE)
+    sweep_dir = tmp_path / "sweeps" / "lost"
+    cmd = sweeper_cmd("launch", space, "--progress", "lines")
+
+    def launch():
+        return subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+
+    r = launch()
+    assert r.returncode == 0, r.stderr[-3000:]
+    before = _statuses(sweep_dir)
+    assert len(before) == 3 and {s for s, _ in before.values()} <= {"completed", "stopped"}
+
+    (sweep_dir / "status.json").unlink()  # rebuilt from Ray's snapshot: same statuses, nothing trained again
+    r = launch()
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _statuses(sweep_dir) == before
+
+    (sweep_dir / "mlflow_runs.json").unlink()  # the parent is found again in MLflow, the children by trial id
+    r = launch()
+    assert r.returncode == 0, r.stderr[-3000:]
+    parents, children = _runs(tmp_path)
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert sorted(c.data.tags["trial_id"] for c in children) == sorted(before)
+
+    (sweep_dir / "optuna.db").unlink()  # the study: refused, in one line, before Ray starts
+    r = launch()
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "optuna.db: missing" in lines[0] and "--restart" in lines[0], r.stderr
+    assert _statuses(sweep_dir) == before  # nothing touched
