@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 # `make TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" ...` avoids CUDA.
 TORCH_PIP_ARGS ?=
 
-.PHONY: install test-deps sweep trial test bench reproduce docker-smoke k8s-render k8s-spaces k8s-apply clean
+.PHONY: install test-deps sweep trial test faults bench reproduce docker-smoke k8s-render k8s-spaces k8s-apply clean
 
 $(BIN)/sweeper: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ test-deps:
 
 test: install test-deps
 	$(BIN)/python -m pytest
+
+# The whole fault-injection matrix (tests/faults/, docs/reliability.md): every cue of sweeper/faults.py with
+# SIGKILL, SIGINT and SIGTERM, an MLflow outage, a lost worker node, a read-only storage path, two drivers
+# at once. `make test` runs one case of it (pyproject's addopts deselect the `faults` marker).
+faults: install
+	$(BIN)/python -m pytest tests/faults tests/test_single_driver.py -m "" -v
 
 # Every benchmark (about 25 minutes on 2 cores; docs/benchmarks.md). BASELINE: the commit the
 # trainer's speed is compared with (the trainer before the speed work). gpu_share needs CUDA.

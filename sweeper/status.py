@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TextIO
 
+from sweeper.faults import fault_point
 from sweeper.records import TrialRecord, length_family, ranked, score
 from trainables.errors import ConfigError, cut
 
@@ -27,6 +28,7 @@ ORDER = ("running", "pending", "interrupted", "completed", "stopped", "diverged"
 def write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str))
+    fault_point("state_write")
     os.replace(tmp, path)
 
 

@@ -31,6 +31,7 @@ from sweeper.adapters.optuna_search import baseline_points, define_by_run, make_
 from sweeper.records import TrialRecord, classify, trainer_metrics  # noqa: E402
 from sweeper.space import SearchSpace, trial_config_for  # noqa: E402
 from sweeper.adapters.ray_trainable import make_trainable  # noqa: E402
+from sweeper.faults import fault_point  # noqa: E402
 
 STEP = "step"  # ASHA's time attribute: the training step the trainer reports
 
@@ -198,8 +199,13 @@ class SweepMonitor(tune.Callback):
         self._emit(trials)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        fault_point("report")
         self.listener.on_result(self.record(trial, "RUNNING"))
+        fault_point("logged")
         self._emit(trials)
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        fault_point("checkpoint")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._end(trial, "TERMINATED")
@@ -213,6 +219,7 @@ class SweepMonitor(tune.Callback):
         self.final.pop(trial.trial_id, None)
         metrics = {k: v for k, v in (trial.last_result or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         self.final[trial.trial_id] = classify(ray_status, metrics, self.max_steps)
+        fault_point("stop" if self.final[trial.trial_id] == "stopped" else "end")
         self.listener.on_end(self.record(trial, ray_status))
 
     def on_experiment_end(self, trials, **info):

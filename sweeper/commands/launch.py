@@ -18,7 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
-from sweeper import live, orphans
+from sweeper import faults, live, orphans
 from sweeper.fs import check_writable
 from sweeper.records import FINAL
 from sweeper.lock import hold_sweep_lock
@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     from sweeper.adapters.optuna_search import baseline_points
 
     spec = load_space(args.file)  # every user mistake surfaces here, before Ray starts
+    faults.arm()  # $SWEEPER_FAULT: the driver kills itself on cue (tests/faults/)
     experiment_dir, sweep_dir = sweep_dir_for(spec.name, args.storage)
     if not is_uri(args.storage or DEFAULT_STORAGE):
         check_writable(sweep_dir, "--storage" if args.storage else "the sweep directory")
@@ -159,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
     unfinished = [r for r in records if r.status not in FINAL]  # pending, running, interrupted
     interrupted = bool(unfinished) or len(records) < spec.budget.num_samples
     write_summary(sweep_dir, spec.name, spec.metric, spec.mode, records, _best_config(spec, records))
+    faults.fault_point("finish")
     unlogged = tracking.drain_all()  # the reports still queued for MLflow (the callback's tracker saves the mapping)
     if unlogged:
         print(tracking.describe_unlogged(unlogged, sweep_dir), file=sys.stderr)
