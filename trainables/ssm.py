@@ -241,8 +241,8 @@ class _StepScan(torch.autograd.Function):
         b, L, E = u.shape
         N = A.shape[1]
         A2 = (A * LOG2E).t().contiguous()  # (N, E)
-        tm = lambda x: x.transpose(0, 1).contiguous()  # noqa: E731  (b, L, .) -> (L, b, .)
-        dt, du, Bt, Ct = tm(delta), tm(delta * u), tm(B), tm(C)  # (L, b, E) and (L, b, N)
+        tm = lambda x: x.transpose(0, 1)  # noqa: E731  (b, L, .) -> (L, b, .), a view: step t's rows are contiguous
+        dt, du, Bt, Ct = tm(delta), tm(delta * u), tm(B).contiguous(), tm(C).contiguous()  # (L, b, E) and (L, b, N)
         Y = u.new_empty(L, b, E)
         if grad:
             n = L * b * N * E
@@ -272,10 +272,11 @@ class _StepScan(torch.autograd.Function):
         u, delta, A, D, dt, du, Bt, Ct = ctx.saved_tensors
         H, As, signed = ctx.H, ctx.As, ctx.signed
         L, b, N, E = H.shape
-        gyt = gy.transpose(0, 1).contiguous()  # (L, b, E)
+        gyt = gy.transpose(0, 1)  # (L, b, E), a view
         At = A.t().contiguous()  # (N, E)
         g, w, gA = u.new_zeros(b, N, E), u.new_empty(b, N, E), u.new_zeros(b, N, E)  # gA: summed over b at the end
-        gz_delta, gdu = u.new_zeros(L, b, E), u.new_empty(L, b, E)  # dL/dΔ through a_t; dL/d(Δ u)
+        gz_delta, gdu = u.new_empty(L, b, E), u.new_empty(L, b, E)  # dL/dΔ through a_t; dL/d(Δ u)
+        gz_delta[0] = 0.0  # a_0 multiplies the zero state
         gB, gC = u.new_empty(L, b, N), u.new_empty(L, b, N)
         for t in reversed(range(L)):
             if t + 1 < L:
