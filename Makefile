@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 # `make TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" ...` avoids CUDA.
 TORCH_PIP_ARGS ?=
 
-.PHONY: install test-deps sweep trial test faults bench reproduce docker-smoke k8s-render k8s-spaces k8s-apply clean
+.PHONY: install test-deps sweep trial test faults bench reproduce docker-smoke docker-cluster test-docker k8s-render k8s-spaces k8s-apply clean
 
 $(BIN)/sweeper: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,16 @@ reproduce: install
 # `sweeper validate` and a short `sweeper trial` in it. Slow (minutes); not part of `make test`.
 docker-smoke:
 	bash docker/smoke.sh
+
+# The image as a real Ray cluster: a head and a worker container, an MLflow server container, and
+# `sweeper submit search_spaces/smoke.yaml --follow` from this machine; trials on both nodes; all
+# torn down after. Minutes; not part of `make test` (docs/deploy.md).
+docker-cluster: install
+	bash docker/cluster.sh
+
+# The tests marked `docker` (left out of `make test`): tests/test_docker_cluster.py runs docker/cluster.sh.
+test-docker: install
+	$(BIN)/python -m pytest -m docker tests/test_docker_cluster.py
 
 # The manifests of one overlay (k8s/overlays/$(OVERLAY)): what `kubectl apply -k` applies.
 OVERLAY ?= gpu
