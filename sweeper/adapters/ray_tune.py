@@ -141,6 +141,21 @@ class StepAwareOptunaSearch(OptunaSearch):
         return self._ot_study._storage.get_trial(ot_trial._trial_id).state.is_finished()
 
 
+SWEEP_STATE_FILES = ("status.json", "summary.json", "mlflow_runs.json", "ray_processes.json")  # ours, in Ray's experiment folder
+
+
+def drop_restored_copies(staging_dir: Path) -> list[Path]:
+    """A restored Ray experiment copies every .json and .pkl of its folder (the sweep folder) into
+    its driver staging folder and uploads that folder back over the sweep folder at every snapshot
+    (about once a second): our state files would be put back, again and again, as they were when
+    the sweep resumed (status.json naming the dead driver, a run mapping without the trials since).
+    Remove those copies before the first snapshot of a run; Ray's own files stay."""
+    gone = [staging_dir / name for name in SWEEP_STATE_FILES if (staging_dir / name).is_file()]
+    for path in gone:
+        path.unlink()
+    return gone
+
+
 class SweepMonitor(tune.Callback):
     """Turns Ray's trial events into records for a listener: `on_result(record)` for each report,
     `on_end(record)` when a trial ends, and `listener(records, final)` with all trials after each event."""
@@ -159,6 +174,8 @@ class SweepMonitor(tune.Callback):
         self._restored_seen = False
 
     def on_step_begin(self, iteration, trials, **info):
+        if not getattr(self, "_restored_seen", True) and trials:  # the first step of this run
+            drop_restored_copies(Path(trials[0].local_experiment_path))
         self._adopt(trials)
 
     def _adopt(self, trials) -> None:

@@ -173,8 +173,10 @@ def check_ledger(sweep: Sweep, finished_before: dict[str, dict]) -> list[str]:
             wrong.append(f"{t['trial_id']} is {t['status']} after the sweep finished")
         elif t["status"] == "completed" and t["step"] != sweep.max_steps:
             wrong.append(f"{t['trial_id']} completed at step {t['step']}")
-        elif t["status"] == "stopped" and t["step"] not in sweep.rungs:  # ASHA stops at its rungs only
-            wrong.append(f"{t['trial_id']} stopped at step {t['step']}, not one of ASHA's rungs {sweep.rungs}: an interrupt labelled a stop")
+        elif t["status"] == "stopped" and not sweep.rungs[0] <= t["step"] < sweep.max_steps:
+            # ASHA judges at the first report at or past a rung (past it only after a resume: Ray does not
+            # keep the scheduler's rungs in its snapshot); below the grace period it cannot stop a trial
+            wrong.append(f"{t['trial_id']} stopped at step {t['step']}, below ASHA's grace period {sweep.rungs[0]}")
     for trial_id, before in finished_before.items():  # never trained again
         after = trials.get(trial_id)
         if after is None:
@@ -231,3 +233,17 @@ def check_ledger(sweep: Sweep, finished_before: dict[str, dict]) -> list[str]:
 def finished_trials(sweep: Sweep) -> dict[str, dict]:
     st = sweep.status() or {"trials": []}
     return {t["trial_id"]: t for t in st["trials"] if t["status"] in FINAL}
+
+
+def check_after_fault(sweep: Sweep) -> list[str]:
+    """Right after the fault: every trial status.json calls stopped was stopped by the scheduler (the
+    study holds it PRUNED at that step); a trial an interrupt cut off is never labelled a stop."""
+    wrong = []
+    study = [x for x in sweep.study().trials if "duplicate_of" not in x.user_attrs]
+    for t in (sweep.status() or {"trials": []})["trials"]:
+        if t["status"] == "stopped":
+            match = [x for x in study if x.params == t["params"]]
+            if not match or match[0].state.name != "PRUNED" or max(match[0].intermediate_values, default=None) != t["step"]:
+                wrong.append(f"after the fault, {t['trial_id']} is stopped at {t['step']} while the study has "
+                             f"{[(x.state.name, max(x.intermediate_values, default=None)) for x in match]}")
+    return wrong

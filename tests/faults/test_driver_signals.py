@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from tests.conftest import sweeper_cmd
-from tests.faults.harness import ENV, Sweep, check_ledger, finished_trials, resume_and_watch
+from tests.faults.harness import ENV, Sweep, check_after_fault, check_ledger, finished_trials, resume_and_watch
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ FAST = {("report", "KILL")}  # the default subset (make test); the rest: make fa
 
 def _cases():
     for event in CUES:
-        for sig in SIGNALS:
+        for sig in SIGNALS if event != "end" else ("KILL",):  # SIGINT/SIGTERM at an end: as at a stop
             marks = [] if (event, sig) in FAST else [pytest.mark.faults]
             yield pytest.param(event, sig, marks=marks, id=f"{event}-{sig}")
 
@@ -50,10 +50,11 @@ def test_fault_then_relaunch_loses_and_repeats_nothing(event, sig, tmp_path, mlf
             assert "Traceback" not in err, err[-3000:]
             assert "run the same command to resume" in err or "interrupted" in err, err[-2000:]
         before = finished_trials(sweep)
+        after_fault = check_after_fault(sweep)
         rc, out, err, status_problems = resume_and_watch(sweep)
         assert rc == 0, f"the relaunch failed (rc {rc}): {out[-2000:]}{err[-3000:]}"
         assert "resuming sweep" in out, out[-2000:]
-        wrong = status_problems + check_ledger(sweep, before)
+        wrong = after_fault + status_problems + check_ledger(sweep, before)
         assert not wrong, "\n".join(wrong)
     finally:
         sweep.cleanup()
