@@ -267,7 +267,7 @@ def gap_table(runs: list[Run]) -> str:
             lines.append(f"| {a} - {b} | - | - | - |")
             continue
         m, lo, hi = mean_interval(list(g.values()))
-        lines.append(f"| {a} - {b} | " + ", ".join(f"{v:+.3f}" for v in g.values()) + f" | {m:+.3f} | [{lo:+.3f}, {hi:+.3f}] (n={len(g)}) |")
+        lines.append(f"| {a} - {b} | " + ", ".join(f"{s}: {v:+.3f}" for s, v in g.items()) + f" | {m:+.3f} | [{lo:+.3f}, {hi:+.3f}] (n={len(g)}) |")
     return "\n".join(lines)
 
 
