@@ -24,11 +24,14 @@ from trainables.train import train
 ENDED_FILE = "ended.json"  # in a trial's dir: its last report (trainer's keys only), written on resume for a trial that had ended
 
 
-def make_trainable(to_config: Callable[[dict[str, Any]], TrialConfig], threads: int) -> Callable[[dict], None]:
-    """`to_config` maps Ray's trial config (the sampled parameters) to a TrialConfig; it must pickle."""
+def make_trainable(to_config: Callable[[dict[str, Any]], TrialConfig], threads: int, experiment_dir: str | None = None) -> Callable[[dict], None]:
+    """`to_config` maps Ray's trial config (the sampled parameters) to a TrialConfig; it must pickle.
+    `experiment_dir`: the sweep's experiment folder on local or shared storage, where `ENDED_FILE`s are
+    written (a trial's own folder, `get_trial_dir()`, is Ray's staging copy on the driver's machine)."""
 
     def trainable(params: dict) -> None:
-        ended = Path(tune.get_context().get_trial_dir()) / ENDED_FILE
+        trial_dir = Path(tune.get_context().get_trial_dir())
+        ended = (Path(experiment_dir) / trial_dir.name if experiment_dir else trial_dir) / ENDED_FILE
         if ended.exists():  # it ended before a kill that Ray's last snapshot predates: say so again, train no more
             tune.report(json.loads(ended.read_text()))
             return

@@ -28,7 +28,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler  # noqa: E402
 from ray.tune.search.optuna import OptunaSearch  # noqa: E402
 
 from sweeper.adapters.optuna_search import baseline_points, define_by_run, make_sampler  # noqa: E402
-from sweeper.records import TrialRecord, classify, trainer_metrics  # noqa: E402
+from sweeper.records import FINAL, TrialRecord, classify, trainer_metrics  # noqa: E402
 from sweeper.space import SearchSpace, trial_config_for  # noqa: E402
 from sweeper.adapters.ray_trainable import make_trainable  # noqa: E402
 from sweeper.faults import fault_point  # noqa: E402
@@ -269,7 +269,7 @@ def build_tuner(spec: SearchSpace, experiment_dir: Path | str, monitor: SweepMon
     experiment_dir = str(experiment_dir)
     storage_path, name = experiment_dir.rstrip("/").rsplit("/", 1)
     return tune.Tuner(
-        _resourced_trainable(spec),
+        _resourced_trainable(spec, experiment_dir),
         tune_config=tune.TuneConfig(
             metric=spec.metric,
             mode=spec.mode,
@@ -290,9 +290,10 @@ def build_tuner(spec: SearchSpace, experiment_dir: Path | str, monitor: SweepMon
     )
 
 
-def _resourced_trainable(spec: SearchSpace):
+def _resourced_trainable(spec: SearchSpace, experiment_dir: Path | str):
     threads = max(1, int(spec.resources.cpu))
-    trainable = make_trainable(functools.partial(_trial_config, spec), threads)
+    local = None if "://" in str(experiment_dir) else str(Path(experiment_dir).resolve())  # where mark_ended_trials writes
+    trainable = make_trainable(functools.partial(_trial_config, spec), threads, local)
     return tune.with_resources(trainable, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu})
 
 
@@ -339,10 +340,41 @@ def mark_ended_trials(records: list[TrialRecord]) -> list[Path]:
     return written
 
 
+def ended_in_study(records: list[TrialRecord], optuna_storage: str, study_name: str, max_steps: int) -> list[TrialRecord]:
+    """Trials status.json holds unfinished whose end the study already has: a kill between the
+    searcher telling Optuna (ASHA's stop: PRUNED; the last step: COMPLETE) and the monitor recording
+    it. Ray's snapshot has them running too, and resumed they would train past the scheduler's
+    verdict. The study is the record of that end: each comes back ended at the study's last step,
+    with that step's report (status.json's, or its newest checkpoint's), for `mark_ended_trials`."""
+    from dataclasses import replace
+
+    from trainables.errors import ConfigError
+    from trainables.train import read_checkpoint
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    study = optuna.load_study(study_name=study_name, storage=optuna_storage)
+    done = [t for t in study.get_trials(deepcopy=False, states=states) if "duplicate_of" not in t.user_attrs and t.intermediate_values]
+    ended = []
+    for r in records:
+        twin = next((t for t in done if t.params == r.params), None)
+        if r.status in FINAL or not r.path or twin is None:
+            continue
+        step, metrics = max(twin.intermediate_values), r.metrics
+        if r.step != step:
+            newest = sorted(Path(r.path).glob("checkpoint_*"))[-1:]
+            try:
+                metrics = read_checkpoint(newest[0]).get("metrics", {}) if newest else {}
+            except ConfigError:
+                metrics = {}
+        if metrics.get(STEP) == step:
+            ended.append(replace(r, status=classify("TERMINATED", metrics, max_steps), step=step, metrics=metrics))
+    return ended
+
+
 def restore_tuner(spec: SearchSpace, experiment_dir: Path | str) -> tune.Tuner:
     """Continue a sweep: finished trials are kept, unfinished ones resume from their checkpoints,
     errored ones are retried, and the searcher (with its Optuna study) comes back."""
     if "://" not in str(experiment_dir):  # local or mounted storage; on s3:// Ray's race stays
         restore_missing_checkpoints(experiment_dir)
-    return tune.Tuner.restore(str(experiment_dir), trainable=_resourced_trainable(spec),
+    return tune.Tuner.restore(str(experiment_dir), trainable=_resourced_trainable(spec, experiment_dir),
                               resume_unfinished=True, resume_errored=True)
