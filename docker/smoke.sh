@@ -21,6 +21,7 @@ log "sweeper validate search_spaces/smoke.yaml"
 run sweeper validate search_spaces/smoke.yaml --samples 1
 log "sweeper trial tiny --steps 20"
 run sweeper trial tiny --steps 20 --threads 1 | tail -n 3
+log "data files installed with the packages: $(run python -c 'import pathlib, trainables; from experiments.dat_reproduction import SPACES; n = len(list(SPACES.glob("*.yaml"))); assert n, "no reproduction spaces"; print(n, "reproduction spaces,", len(list((pathlib.Path(trainables.__file__).parent / "presets").glob("*.yaml"))), "presets")')"
 log "torch in the image: $(run python -c 'import torch; print(torch.__version__, "cuda" if torch.version.cuda else "no cuda")')"
 if run sh -c 'pip list 2>/dev/null | grep -i "^nvidia-"'; then echo "CUDA wheels in the CPU image" >&2; exit 1; fi
 log "no nvidia-* (CUDA) wheels in the image; size $(docker image inspect -f '{{.Size}}' "$IMAGE" | awk '{printf "%.1f GB", $1/1e9}')"
