@@ -4,8 +4,16 @@
             points (seeds 0..N-1 of one config), FIFO scheduler, `--concurrent` at a time.
     direct  the trainer on the same N configs in N plain processes, `--concurrent` at a time.
 
-Prints both wall times and the ratio (target: sweep <= 1.15 x direct), and the time from
-starting `sweeper launch` to the first trial's first report (target: <= 15 s).
+Prints both wall times and the ratio (target: sweep <= 1.10 x direct), the time from starting
+`sweeper launch` to the first trial's first report (target: <= 10 s), and where the driver's
+seconds go, from the launch's own output lines stamped as they arrive and status.json:
+
+    start-up    process start, imports, validation, the sweep's lock       (until the plan line)
+    Ray+MLflow  ray.init, and beside it the tracking store and parent run   (until `tracking:`)
+    to report   Tuner, trial actors, torch in them, the first `eval_every`  (until the first report;
+                steps and an evaluation; the direct run's own time to its    the direct run's is printed
+                first report is the training part of it)                     beside it)
+    tail        after the last trial ended: summary, MLflow, Ray shutdown    (until exit)
 
     python bench/sweep_overhead.py [--trials 4] [--steps 500] [--concurrent 2]
 """
@@ -15,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import subprocess
 import sys
 import tempfile
@@ -24,6 +33,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+TRIALS = [4]  # trials in the sweep (set by main)
 
 
 def space_file(directory: Path, trials: int, steps: int, concurrent: int) -> Path:
@@ -43,45 +53,66 @@ def space_file(directory: Path, trials: int, steps: int, concurrent: int) -> Pat
 
 
 def _direct_job(args: tuple) -> float:
+    """Train one config; returns seconds from this process's start to its first report."""
     path, seed = args
+    import psutil
     import torch
 
     from sweeper.space import load_space, trial_config_for
     from trainables.train import train
 
+    born = psutil.Process().create_time()
+    first: list[float] = []
     torch.set_num_threads(1)
     spec = load_space(path, n_samples=0)
-    train(trial_config_for(spec, {"seed": seed}))
-    return time.perf_counter()
+    train(trial_config_for(spec, {"seed": seed}), report=lambda m, c: first.append(time.time() - born) if not first else None)
+    return first[0]
 
 
-def run_direct(path: Path, trials: int, concurrent: int) -> float:
+def run_direct(path: Path, trials: int, concurrent: int) -> tuple[float, float]:
+    """(wall time, the first trial process's seconds to its first report)."""
     start = time.perf_counter()
     with mp.get_context("spawn").Pool(concurrent) as pool:
-        pool.map(_direct_job, [(path, i) for i in range(trials)])
-    return time.perf_counter() - start
+        firsts = pool.map(_direct_job, [(path, i) for i in range(trials)])
+    return time.perf_counter() - start, min(firsts)
 
 
-def run_sweep(path: Path, workdir: Path) -> tuple[float, float | None]:
-    """(wall time, seconds from start to the first trial's first report)."""
+def run_sweep(path: Path, workdir: Path) -> tuple[float, float | None, dict[str, float]]:
+    """(wall time, seconds from start to the first trial's first report, phase marks in seconds)."""
+    import threading
+
     status = workdir / "sweeps" / "overhead" / "status.json"
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "sweeper.cli", "launch", str(path)], cwd=workdir,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "sweeper.cli", "launch", str(path), "--progress", "lines"], cwd=workdir,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)})
+    marks: dict[str, float] = {}
+
+    def stamp() -> None:  # the launch's lines, timed as they arrive
+        for line in proc.stdout:
+            for key, prefix in (("plan", "plan:"), ("tracking", "tracking:"), ("ray", "sweep overhead:")):
+                if line.startswith(prefix) and key not in marks:
+                    marks[key] = time.perf_counter() - start
+
+    reader = threading.Thread(target=stamp, daemon=True)
+    reader.start()
     first_report = None
     while proc.poll() is None:
-        time.sleep(0.2)
-        if first_report is None and status.exists():
+        time.sleep(0.1)
+        if status.exists() and ("ended" not in marks or first_report is None):
             try:
                 trials = json.loads(status.read_text())["trials"]
-            except (json.JSONDecodeError, KeyError):
+            except (json.JSONDecodeError, KeyError, OSError):
                 continue
-            if any(t["step"] > 0 for t in trials):
+            if first_report is None and any(t["step"] > 0 for t in trials):
                 first_report = time.perf_counter() - start
+            if len(trials) == TRIALS[0] and all(t["status"] in ("completed", "stopped", "diverged", "failed") for t in trials):
+                marks["ended"] = time.perf_counter() - start
     wall = time.perf_counter() - start
+    reader.join(timeout=5)
     if proc.returncode != 0:
         raise SystemExit(f"sweeper launch failed ({proc.returncode}): {proc.stderr.read()[-2000:]}")
-    return wall, first_report
+    return wall, first_report, marks
 
 
 def main() -> None:
@@ -90,16 +121,26 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--concurrent", type=int, default=2)
     args = parser.parse_args()
+    TRIALS[0] = args.trials
     with tempfile.TemporaryDirectory(prefix="sweep-overhead-") as tmp:
         tmp = Path(tmp)
         path = space_file(tmp, args.trials, args.steps, args.concurrent)
-        direct = run_direct(path, args.trials, args.concurrent)
-        sweep, first = run_sweep(path, tmp)
+        direct, direct_first = run_direct(path, args.trials, args.concurrent)
+        sweep, first, marks = run_sweep(path, tmp)
     print(f"{args.trials} trials of the default hybrid, {args.steps} steps each, {args.concurrent} at a time")
     print(f"direct  {direct:7.1f} s  (plain processes)")
     print(f"sweep   {sweep:7.1f} s  (sweeper launch: Ray, Optuna, checkpoints)")
-    print(f"ratio   {sweep / direct:7.3f}  (target <= 1.15)")
-    print(f"first report after {first:.1f} s (target <= 15 s)" if first is not None else "first report: not seen")
+    print(f"ratio   {sweep / direct:7.3f}  (target <= 1.10)")
+    print(f"first report after {first:.1f} s (target <= 10 s); a plain process reaches its first report "
+          f"{direct_first:.1f} s after it starts" if first is not None else "first report: not seen")
+    names = {"plan": "start-up", "tracking": "Ray and MLflow (side by side)", "ray": "restore", "first": "to the first report",
+             "ended": "trials", "exit": "tail"}  # each: the seconds since the previous mark
+    points = sorted((at, key) for key, at in {**marks, "first": first, "exit": sweep}.items() if at is not None)
+    last, parts = 0.0, []
+    for at, key in points:
+        parts.append(f"{names[key]} {at - last:.1f} s")
+        last = at
+    print("where the sweep's seconds go: " + ", ".join(parts))
 
 
 if __name__ == "__main__":

@@ -26,8 +26,12 @@ ORDER = ("running", "pending", "interrupted", "completed", "stopped", "diverged"
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, default=str))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.write_text(text)
     fault_point("state_write")
     os.replace(tmp, path)
 
@@ -71,6 +75,9 @@ class SweepListener:
         self.tracker = tracker  # SweepTracker or None
         self.reset()
 
+    def __getstate__(self) -> dict:  # Ray pickles the listener with the experiment: not the JSON cache
+        return {k: v for k, v in self.__dict__.items() if k != "_json"}
+
     def on_result(self, record: TrialRecord) -> None:
         self._track("on_result", record)
 
@@ -110,12 +117,22 @@ class SweepListener:
         self.write_status("finished" if final else "running")
 
     def write_status(self, state: str) -> None:
-        write_json_atomic(self.sweep_dir / STATUS_FILE, {
+        """status.json, atomically. Each trial's JSON is made once per change of its record (a
+        sweep of N trials rewrites N entries per event otherwise), then joined."""
+        head = json.dumps({
             "name": self.name, "metric": self.metric, "mode": self.mode, "num_samples": self.num_samples,
             "state": state, "started": self.started, "updated": time.time(),
             "driver": {"host": socket.gethostname(), "pid": os.getpid()},
-            "trials": [r.to_dict() for r in self.records],
-        })
+        }, indent=2, default=str)
+        cache = self.__dict__.setdefault("_json", {})
+        trials = []
+        for r in self.records:
+            key = (r.status, r.step, r.path, len(r.metrics))
+            hit = cache.get(r.trial_id)
+            if hit is None or hit[0] != key:
+                hit = cache[r.trial_id] = (key, json.dumps(r.to_dict(), default=str))
+            trials.append(hit[1])
+        write_text_atomic(self.sweep_dir / STATUS_FILE, head[:-2] + ',\n  "trials": [' + ", ".join(trials) + "]\n}")
 
 
 def mark_state(sweep_dir: Path, state: str) -> None:

@@ -12,12 +12,12 @@ import functools
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 # Defaults a user can still override from the environment:
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: our own progress line, not Ray's tables
-os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")  # fresh experiment snapshots: a killed sweep resumes
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")  # ...without nagging
 os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")  # trials keep the launch directory as their cwd
 
@@ -88,11 +88,23 @@ class StepAwareOptunaSearch(OptunaSearch):
         return super().suggest(trial_id)  # the space is exhausted: train the point again
 
     def _finished_twin(self, ot_trial) -> optuna.trial.FrozenTrial | None:
-        done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-        for t in self._ot_study.get_trials(deepcopy=False, states=done):
-            if t.params == ot_trial.params and "duplicate_of" not in t.user_attrs:
-                return t
-        return None
+        """The finished trial at `ot_trial`'s point, if any: one scan of the study the first time,
+        then a lookup (each suggestion would otherwise read every finished trial: O(N) per trial)."""
+        if getattr(self, "_done", None) is None:
+            self._done = {}
+            done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+            for t in self._ot_study.get_trials(deepcopy=False, states=done):
+                self._keep_done(t)
+        return self._done.get(_point_key(ot_trial.params))
+
+    def _keep_done(self, t: optuna.trial.FrozenTrial) -> None:
+        if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) and "duplicate_of" not in t.user_attrs:
+            self._done.setdefault(_point_key(t.params), t)
+
+    def _remember(self, trial_id: str) -> None:
+        """A trial of this run was just told its end: later draws of its point find it."""
+        if getattr(self, "_done", None) is not None and trial_id in self._ot_trials:
+            self._keep_done(self._ot_study._storage.get_trial(self._ot_trials[trial_id]._trial_id))
 
     def _tell_as(self, ot_trial, twin: optuna.trial.FrozenTrial) -> None:
         """Give `ot_trial` the outcome of `twin`, the finished trial at the same point."""
@@ -115,6 +127,7 @@ class StepAwareOptunaSearch(OptunaSearch):
     def restore(self, checkpoint_path: str) -> None:
         """After a kill, Optuna trials that Ray's snapshot never knew stay RUNNING: close them as FAIL."""
         super().restore(checkpoint_path)
+        self._done = None  # rebuilt from the study on disk, which may be newer than the snapshot
         known = {t._trial_id for t in self._ot_trials.values()}
         for orphan in self._ot_study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             if orphan._trial_id not in known:
@@ -133,12 +146,18 @@ class StepAwareOptunaSearch(OptunaSearch):
         if stopped_early:
             self._ot_study.tell(self._ot_trials[trial_id], state=optuna.trial.TrialState.PRUNED)
             self._completed_trials.add(trial_id)
+            self._remember(trial_id)
             return
         super().on_trial_complete(trial_id, result=result, error=error)
+        self._remember(trial_id)
 
     def _finished_in_study(self, trial_id: str) -> bool:
         ot_trial = self._ot_trials[trial_id]
         return self._ot_study._storage.get_trial(ot_trial._trial_id).state.is_finished()
+
+
+def _point_key(params: dict) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
 SWEEP_STATE_FILES = ("status.json", "summary.json", "mlflow_runs.json", "ray_processes.json")  # ours, in Ray's experiment folder
@@ -156,6 +175,9 @@ def drop_restored_copies(staging_dir: Path) -> list[Path]:
     return gone
 
 
+STATUS_EVERY_S = 1.0  # status.json after a report: at most this often (it holds every trial: O(N) to write)
+
+
 class SweepMonitor(tune.Callback):
     """Turns Ray's trial events into records for a listener: `on_result(record)` for each report,
     `on_end(record)` when a trial ends, and `listener(records, final)` with all trials after each event."""
@@ -166,6 +188,7 @@ class SweepMonitor(tune.Callback):
         self.final: dict[str, str] = {}  # trial id -> its final status, set only by an end event
 
     def setup(self, **info):  # also called when a sweep is resumed
+        self._ended = {}  # trial id -> the record of a trial that ended (built once)
         reset = getattr(self.listener, "reset", None)
         if reset:
             reset()
@@ -191,11 +214,32 @@ class SweepMonitor(tune.Callback):
                 metrics = {k: v for k, v in (t.last_result or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
                 self.final[t.trial_id] = classify(t.status, metrics, self.max_steps)
 
-    def _emit(self, trials, final: bool = False, ending=None, ray_status: str = "") -> None:
+    def _emit(self, trials, final: bool = False, ending=None, ray_status: str = "", report: bool = False) -> None:
+        """Hand every trial's record to the listener (status.json). A start, an end and the sweep's
+        end are written at once; a report at most every STATUS_EVERY_S (on_step_end writes the
+        last one), so the driver's cost per event does not grow with the number of trials."""
+        now = time.monotonic()
+        if report and now - getattr(self, "_written", 0.0) < STATUS_EVERY_S:
+            self._dirty = True
+            return
+        self._written, self._dirty = now, False
         # inside on_trial_complete/on_trial_error Ray has not yet updated the ending trial's status
         self.listener([self.record(t, ray_status if t is ending else t.status) for t in trials], final)
 
+    def on_step_end(self, iteration, trials, **info):
+        if getattr(self, "_dirty", False) and time.monotonic() - self._written >= STATUS_EVERY_S:
+            self._emit(trials)
+
     def record(self, trial, ray_status: str) -> TrialRecord:
+        done = getattr(self, "_ended", None)
+        if done is not None and trial.trial_id in done and ray_status in ("TERMINATED", "ERROR"):
+            return done[trial.trial_id]  # an ended trial's record does not change: built once
+        record = self._record(trial, ray_status)
+        if record.status in FINAL and ray_status in ("TERMINATED", "ERROR") and trial.trial_id in self.final:
+            self.__dict__.setdefault("_ended", {})[trial.trial_id] = record
+        return record
+
+    def _record(self, trial, ray_status: str) -> TrialRecord:
         last = dict(trial.last_result or {})
         metrics = {k: v for k, v in last.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         status = classify(ray_status, metrics, self.max_steps)
@@ -219,7 +263,7 @@ class SweepMonitor(tune.Callback):
         fault_point("report")
         self.listener.on_result(self.record(trial, "RUNNING"))
         fault_point("logged")
-        self._emit(trials)
+        self._emit(trials, report=True)
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
         fault_point("checkpoint")
@@ -234,6 +278,7 @@ class SweepMonitor(tune.Callback):
 
     def _end(self, trial, ray_status: str) -> None:
         self.final.pop(trial.trial_id, None)
+        getattr(self, "_ended", {}).pop(trial.trial_id, None)
         metrics = {k: v for k, v in (trial.last_result or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         self.final[trial.trial_id] = classify(ray_status, metrics, self.max_steps)
         fault_point("stop" if self.final[trial.trial_id] == "stopped" else "end")
@@ -248,8 +293,21 @@ def _trial_config(spec: SearchSpace, params: dict):
     return trial_config_for(spec, params, source=f"trial {params}")
 
 
+SNAPSHOT_EVERY_S_UP_TO = 64  # trials: up to this many, Ray snapshots the experiment every second
+
+
+def snapshot_policy(spec: SearchSpace) -> None:
+    """How often Ray snapshots the experiment (TUNE_GLOBAL_CHECKPOINT_S, read when the Tuner runs;
+    a user's setting wins). A snapshot holds every trial, so its cost grows with the sweep: every
+    second for small sweeps (a killed sweep resumes from a fresh one), Ray's adaptive period for
+    large ones (at most ~5% of the driver's time, at least every 10 s); the resume copes with an
+    older snapshot either way (docs/architecture.md, the ledger)."""
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1" if spec.budget.num_samples <= SNAPSHOT_EVERY_S_UP_TO else "auto")
+
+
 def build_tuner(spec: SearchSpace, experiment_dir: Path | str, monitor: SweepMonitor, optuna_storage: str) -> tune.Tuner:
     """A fresh Tuner for `spec` whose results go to `experiment_dir` (= storage/name)."""
+    snapshot_policy(spec)
     budget, sch = spec.budget, spec.scheduler
     searcher = StepAwareOptunaSearch(
         space=define_by_run(spec),
@@ -374,6 +432,7 @@ def ended_in_study(records: list[TrialRecord], optuna_storage: str, study_name: 
 def restore_tuner(spec: SearchSpace, experiment_dir: Path | str) -> tune.Tuner:
     """Continue a sweep: finished trials are kept, unfinished ones resume from their checkpoints,
     errored ones are retried, and the searcher (with its Optuna study) comes back."""
+    snapshot_policy(spec)
     if "://" not in str(experiment_dir):  # local or mounted storage; on s3:// Ray's race stays
         restore_missing_checkpoints(experiment_dir)
     return tune.Tuner.restore(str(experiment_dir), trainable=_resourced_trainable(spec, experiment_dir),

@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sweeper import faults, live, orphans
@@ -131,13 +132,19 @@ def run(args: argparse.Namespace) -> int:
     plan = live.Plan.from_space(spec)
     print(live.plan_line(plan, ended), flush=True)  # trials, steps, concurrency, the estimate (sweeper/live.py)
     tracker = tracking.SweepTracker(uri, spec, sweep_dir, args.experiment)
-    with tracking.store_lock(uri):  # an embedded store is created (schema migrations) by one process at a time
-        tracker.start(sweep_dir / SPACE_FILE, resuming=resuming)
-    if resuming and ended:  # what a kill of the last driver kept from MLflow, from the ledger and the result files
-        if made := tracker.reconcile(ended):
+
+    def start_tracking() -> int:
+        with tracking.store_lock(uri):  # an embedded store is created (schema migrations) by one process at a time
+            tracker.start(sweep_dir / SPACE_FILE, resuming=resuming)
+        # what a kill of the last driver kept from MLflow, from the ledger and the result files
+        return tracker.reconcile(ended) if resuming and ended else 0
+
+    with ThreadPoolExecutor(1) as pool:  # MLflow's start-up (imports, store, parent run) while Ray starts
+        tracking_started = pool.submit(start_tracking)
+        ray_tune.init_ray(args.address)
+        if made := tracking_started.result():
             print(f"MLflow: {made} reports and trial ends the last run of this sweep did not log, logged now")
     print(f"tracking: {uri} (experiment {tracker.experiment}); `sweeper ui` opens it")
-    ray_tune.init_ray(args.address)
     if args.address is None:
         orphans.record(sweep_dir)  # so that a next launch can end them if this driver is SIGKILLed
     if args.address is not None and (note := ray_tune.cluster_fit_note(spec.resources.cpu, spec.resources.gpu)):

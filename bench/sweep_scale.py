@@ -1,0 +1,125 @@
+"""Sweep scale: does the driver's cost per trial stay flat as a sweep grows?
+
+Runs `sweeper launch` on sweeps of N trials (default 10, 100, 500) of the smallest trial the
+trainer allows (d_model 8, one block, 4 steps, a report each step, 8 evaluation sequences),
+FIFO and ASHA, random sampler, 2 at a time, an embedded SQLite MLflow store, and prints for each:
+
+    wall        launch to exit
+    ideal       the trials' own run time (Ray's time_total_s, summed) / concurrency
+    overhead    wall / ideal
+    driver CPU  the `sweeper launch` process's user+system CPU seconds (sampled until it exits),
+                per trial and per report
+    state       bytes of status.json, optuna.db, mlflow_runs.json and Ray's experiment state
+
+and the ratio of driver CPU per trial at the largest N to that at the smallest (target <= 1.5),
+then the marginal driver CPU per trial between sizes (the fixed start-up, ~10 s of imports and
+ray.init, flatters the ratio; the marginal cost is what must not grow).
+Anchor: Ray Tune's own bookkeeping test runs 10,000 one-second trials on 16 CPUs in 715 s
+against a 625 s ideal (14% over).
+
+    python bench/sweep_scale.py [--sizes 10 100 500] [--schedulers fifo asha]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = 4
+
+
+def space(n: int, scheduler: str) -> dict:
+    return {
+        "name": f"scale{n}{scheduler}",
+        "description": "bench/sweep_scale.py: the smallest trials, many of them",
+        "fixed": {"model": {"d_model": 8, "n_layers": 1, "n_heads": 1, "mlp_ratio": 1},
+                  "eval": {"n_sequences": 8, "batch_size": 8},
+                  "optim": {"batch_size": 4, "warmup_steps": 0}, "dat": {"switch_step": 2}},
+        "space": {"optim.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
+        "budget": {"num_samples": n, "max_concurrent": 2, "max_steps": STEPS, "eval_every": 1},
+        "scheduler": {"type": "asha", "grace_period": 1, "reduction_factor": 2} if scheduler == "asha" else {"type": "fifo"},
+        "searcher": {"sampler": "random", "seed": 0},
+        "resources": {"cpu": 1},
+    }
+
+
+def run(n: int, scheduler: str, workdir: Path) -> dict:
+    spec = space(n, scheduler)
+    path = workdir / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "sweeper.cli", "launch", str(path), "--progress", "lines",
+                             "--progress-every", "60"], cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    driver, cpu = psutil.Process(proc.pid), 0.0
+    while proc.poll() is None:
+        try:
+            t = driver.cpu_times()
+            cpu = t.user + t.system
+        except psutil.Error:
+            pass
+        time.sleep(0.2)
+    wall = time.perf_counter() - start
+    err = proc.stderr.read()
+    if proc.returncode != 0:
+        raise SystemExit(f"{spec['name']}: sweeper launch exited {proc.returncode}: {err[-1000:]}")
+    sweep_dir = workdir / "sweeps" / spec["name"]
+    trial_time, reports = 0.0, 0
+    for result in sweep_dir.glob("*/result.json"):
+        lines = [json.loads(x) for x in result.read_text().splitlines() if x.strip()]
+        reports += len(lines)
+        trial_time += max((x.get("time_total_s", 0.0) for x in lines), default=0.0)
+    sizes = {f: (sweep_dir / f).stat().st_size for f in ("status.json", "optuna.db", "mlflow_runs.json") if (sweep_dir / f).exists()}
+    sizes["experiment_state"] = sum(p.stat().st_size for p in sweep_dir.glob("experiment_state*.json"))
+    ideal = trial_time / spec["budget"]["max_concurrent"]
+    return {"n": n, "scheduler": scheduler, "wall_s": wall, "ideal_s": ideal, "overhead": wall / ideal if ideal else float("nan"),
+            "driver_cpu_s": cpu, "cpu_per_trial_s": cpu / n, "cpu_per_report_ms": 1000 * cpu / max(reports, 1),
+            "reports": reports, "sizes": sizes}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 500])
+    parser.add_argument("--schedulers", nargs="+", default=["fifo", "asha"], choices=["fifo", "asha"])
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="sweep-scale-") as tmp:
+        for scheduler in args.schedulers:
+            for n in args.sizes:
+                row = run(n, scheduler, Path(tmp))
+                rows.append(row)
+                s = row["sizes"]
+                print(f"{scheduler:>4} N={n:<4} wall {row['wall_s']:7.1f} s  ideal {row['ideal_s']:7.1f} s  overhead "
+                      f"{row['overhead']:5.2f}x  driver CPU {row['driver_cpu_s']:7.1f} s = {row['cpu_per_trial_s']:.3f} s/trial, "
+                      f"{row['cpu_per_report_ms']:.1f} ms/report ({row['reports']} reports)  state: status.json "
+                      f"{s.get('status.json', 0) / 1024:.0f} KiB, optuna.db {s.get('optuna.db', 0) / 1024:.0f} KiB, "
+                      f"mlflow_runs.json {s.get('mlflow_runs.json', 0) / 1024:.0f} KiB, experiment state "
+                      f"{s['experiment_state'] / 1024:.0f} KiB", flush=True)
+    for scheduler in args.schedulers:
+        mine = [r for r in rows if r["scheduler"] == scheduler]
+        if len(mine) > 1:
+            small, large = mine[0], mine[-1]
+            print(f"{scheduler}: driver CPU per trial at N={large['n']} / at N={small['n']}: "
+                  f"{large['cpu_per_trial_s'] / small['cpu_per_trial_s']:.2f} (target <= 1.5; includes the fixed start-up)")
+            for a, b in zip(mine, mine[1:]):  # without the fixed cost: what each further trial adds
+                print(f"{scheduler}: marginal driver CPU per trial from N={a['n']} to N={b['n']}: "
+                      f"{(b['driver_cpu_s'] - a['driver_cpu_s']) / (b['n'] - a['n']):.3f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
