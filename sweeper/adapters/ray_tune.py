@@ -380,6 +380,11 @@ def restore_missing_checkpoints(experiment_dir: Path | str) -> list[Path]:
         for name in sorted(n for n in reported - set(existing) if n and n < existing[-1]):
             shutil.copytree(trial_dir / existing[-1], trial_dir / name, copy_function=os.link)
             made.append(trial_dir / name)
+        if existing[-1] in reported:  # an interrupt between a report and Ray recording its checkpoint: the
+            for name in existing[:-1]:  # snapshot names the older one, still there; it gets the newest state
+                shutil.rmtree(trial_dir / name)
+                shutil.copytree(trial_dir / existing[-1], trial_dir / name, copy_function=os.link)
+                made.append(trial_dir / name)
     return made
 
 

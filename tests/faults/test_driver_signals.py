@@ -5,6 +5,7 @@ running driver while it resumes. One case runs in `make test`; `make faults` run
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 
@@ -87,3 +88,23 @@ def test_a_cue_fires_once_on_its_count_and_an_unset_one_never(cue, rc, printed):
     env = {**ENV, "SWEEPER_FAULT": cue} if cue else ENV
     r = subprocess.run([sys.executable, "-c", COUNT_TO_FIVE], env=env, capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stdout.split()) == (rc, printed.split()), r.stderr
+
+
+def test_an_older_checkpoint_the_snapshot_still_names_gets_the_newest_reported_state(tmp_path):
+    # SIGINT between a trial's report at step 30 and Ray recording its checkpoint: the snapshot names
+    # checkpoint_000001 (step 20), still on disk; resumed from it, the trial trained steps 20-30 again
+    # (report-INT: result.json [10, 20, 30, 30, 40]). A newest checkpoint whose report is not in
+    # result.json is left alone: resuming from it would skip a report nobody logged.
+    from sweeper.adapters.ray_tune import restore_missing_checkpoints
+
+    trial = tmp_path / "trainable_x"
+    for i, state in ((1, b"step 20"), (2, b"step 30")):
+        (trial / f"checkpoint_00000{i}").mkdir(parents=True)
+        (trial / f"checkpoint_00000{i}" / "state.pt").write_bytes(state)
+    lines = [json.dumps({"step": 20, "checkpoint_dir_name": "checkpoint_000001"})]
+    (trial / "result.json").write_text("\n".join(lines) + "\n")
+    assert restore_missing_checkpoints(tmp_path) == []  # step 30's report never reached result.json: keep step 20
+    assert (trial / "checkpoint_000001" / "state.pt").read_bytes() == b"step 20"
+    (trial / "result.json").write_text("\n".join(lines + [json.dumps({"step": 30, "checkpoint_dir_name": "checkpoint_000002"})]) + "\n")
+    assert restore_missing_checkpoints(tmp_path) == [trial / "checkpoint_000001"]
+    assert (trial / "checkpoint_000001" / "state.pt").stat().st_ino == (trial / "checkpoint_000002" / "state.pt").stat().st_ino
