@@ -78,6 +78,9 @@ def test_mlflow_holds_one_parent_and_a_nested_child_per_trial(smoke_sweep, mlflo
         assert [m.step for m in history] == list(range(10, t["step"] + 1, 10))  # every report, at its step
         assert history[-1].value == pytest.approx(t["metrics"]["acc_3x"])
         assert {a.path for a in c.list_artifacts(ch.info.run_id)} >= {"config.yaml", "accuracy_vs_length.png"}
+        rss = c.get_metric_history(ch.info.run_id, "system/process_memory_rss_megabytes")  # the trial's own
+        assert [m.step for m in rss] == [m.step for m in history] and all(100 < m.value < 10_000 for m in rss)
+        assert all(0 <= m.value for m in c.get_metric_history(ch.info.run_id, "system/cpu_utilization_percentage"))
     best = [ch for ch in children if ch.data.tags.get("best") == "true"]
     assert len(best) == 1 and best[0].data.tags["trial_id"] == _summary(workdir)["best"]["trial_id"]
     assert parent.data.metrics["best_acc_3x"] == pytest.approx(_summary(workdir)["best"]["score"])

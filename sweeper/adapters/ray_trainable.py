@@ -24,6 +24,32 @@ from trainables.train import train
 ENDED_FILE = "ended.json"  # in a trial's dir: its last report (trainer's keys only), written on resume for a trial that had ended
 
 
+class SystemMetrics:
+    """The trial's own machine use, added to each report under MLflow's system-metric names (the
+    run's "System metrics" tab draws them): this process's CPU (percent of one core, since the last
+    report) and memory, the node's memory, and the GPU's memory where the trial trains on one."""
+
+    def __init__(self):
+        import psutil
+
+        self.process = psutil.Process()
+        self.process.cpu_percent(None)  # starts the interval
+        self.psutil = psutil
+
+    def sample(self) -> dict[str, float]:
+        node = self.psutil.virtual_memory()
+        out = {
+            "system/cpu_utilization_percentage": self.process.cpu_percent(None),
+            "system/process_memory_rss_megabytes": self.process.memory_info().rss / 2**20,
+            "system/system_memory_usage_megabytes": node.used / 2**20,
+            "system/system_memory_usage_percentage": node.percent,
+        }
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            out["system/gpu_0_memory_usage_megabytes"] = torch.cuda.memory_allocated() / 2**20
+            out["system/gpu_0_max_memory_usage_megabytes"] = torch.cuda.max_memory_allocated() / 2**20
+        return out
+
+
 def make_trainable(to_config: Callable[[dict[str, Any]], TrialConfig], threads: int, experiment_dir: str | None = None) -> Callable[[dict], None]:
     """`to_config` maps Ray's trial config (the sampled parameters) to a TrialConfig; it must pickle.
     `experiment_dir`: the sweep's experiment folder on local or shared storage, where `ENDED_FILE`s are
@@ -46,9 +72,11 @@ def make_trainable(to_config: Callable[[dict[str, Any]], TrialConfig], threads: 
 
             reported = []
 
+            system = SystemMetrics()
+
             def report(metrics: dict, checkpoint_dir: str | None) -> None:
                 ckpt = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-                tune.report(metrics, checkpoint=ckpt)
+                tune.report({**metrics, **system.sample()}, checkpoint=ckpt)
                 reported.append(metrics["step"])
 
             result = train(cfg, report=report, resume_from=resume_from)
