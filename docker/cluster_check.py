@@ -59,7 +59,7 @@ def report(dashboard: str, sweep_dir: Path, mlflow_uri: str) -> int:
     ran_on = Counter()
     for trial_dir in sorted(p.parent for p in sweep_dir.glob("*/result.json")):
         r = last_result(trial_dir)
-        where = by_ip.get(r.get("node_ip"), r.get("node_ip"))
+        where = by_ip.get(r.get("node_ip"), str(r.get("node_ip")))  # None: the trial never reported
         ran_on[where] += 1
         params = {k.split(".")[-1]: v for k, v in r.get("config", {}).items() if k in ("dat.switch_step", "optim.lr")}
         print(f"  {r.get('trial_id', trial_dir.name)}  {where:6} ({r.get('node_ip')})  "

@@ -35,12 +35,13 @@ def _missing() -> str | None:
     return None
 
 
-def test_the_image_runs_the_smoke_sweep_as_a_two_node_cluster():
+def test_the_image_runs_the_smoke_sweep_as_a_two_node_cluster(tmp_path):
     if reason := _missing():
         pytest.skip(reason)
-    r = subprocess.run(["bash", str(ROOT / "docker" / "cluster.sh")], cwd=ROOT, capture_output=True, text=True,
-                       timeout=1800)
-    out = r.stdout + r.stderr
+    r = subprocess.run(["bash", str(ROOT / "docker" / "cluster.sh")], cwd=ROOT, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=1800)
+    out = r.stdout
+    (tmp_path / "docker-cluster.log").write_text(out)  # the whole run, for a failure's post-mortem
     assert r.returncode == 0, out[-6000:]
     assert "nodes: 2 alive" in out, out[-3000:]
     assert re.search(r"job sweep-smoke-\w+: SUCCEEDED", out), out[-3000:]
