@@ -4,6 +4,7 @@
     python docs/results/ssm_runs.py run certify     # each arm, m = 2 and 10, fresh seeds 1, 2, 3
     python docs/results/ssm_runs.py run dat         # joint vs DAT hybrids, LSTM and the counting SSM
     python docs/results/ssm_runs.py table certify   # markdown tables of what has finished
+    SSM_RUNS_UNTIL=20:45 python docs/results/ssm_runs.py run dat   # launch no run after 20:45 (UTC, local clock)
 
 Resumable: each plan's runs are kept in docs/results/ssm_<plan>_runs.json, written after every
 finished run; `run` skips the runs already there, so the same command continues after an
@@ -55,6 +56,10 @@ def plan(name: str) -> dict[str, tuple[str, dict]]:
             for lr in {"lstm": (1e-3, 3e-3), "decay": (1e-3, 3e-3), "signed": (3e-3,), "rotation": (3e-3, 1e-2)}[arm]:
                 runs[f"{arm} m=10 lr={lr:g} seed=100"] = ("lstm", {**modsum(10), "eval.every": 500, **mixer_overrides(arm),
                                                                     "optim.lr": lr, "seed": 100})
+        # after the certification (no SSM counted mod 10 in 2000 steps): is it the budget? the DAT runs' 6000 steps
+        runs["rotation m=10 lr=0.003 seed=100 steps=6000"] = ("lstm", {**modsum(10), "steps": 6000, "eval.every": 500,
+                                                                        **mixer_overrides("rotation"), "optim.lr": 3e-3,
+                                                                        "seed": 100})
     elif name == "certify":
         for m in (10, 2):  # m = 10 first: the composite task's modulus, which decides the DAT arm
             for arm in ARMS:
@@ -96,6 +101,10 @@ def run(name: str) -> None:
     for key, (preset, overrides) in plan(name).items():
         if key in results:
             continue
+        until = os.environ.get("SSM_RUNS_UNTIL")
+        if until and time.strftime("%H:%M") >= until:
+            print(f"not launching {key!r}: past SSM_RUNS_UNTIL={until}; the same command continues", flush=True)
+            return
         cfg = with_overrides(load_trial_config(preset), overrides, source=key)
         history: list[dict] = []
         start = time.perf_counter()
