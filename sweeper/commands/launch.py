@@ -161,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
     _graceful_sigterm()
     with live.LiveView(sweep_dir, plan, getattr(args, "progress", "auto"), getattr(args, "progress_every", 30.0)):
         tuner.fit()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # Ray's handlers outlive fit() and ignore both: during the finish
+        signal.signal(sig, signal.default_int_handler)  # they interrupt it (exit 130; the same command finishes it)
 
     # the final records come from status.json, which the monitor keeps current
     _, records = load_records(sweep_dir)
