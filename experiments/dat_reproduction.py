@@ -127,7 +127,8 @@ class Bar:
 
 def check_bars(runs: list[Run]) -> list[Bar]:
     """The bars committed in docs/results/dat_reproduction.md, on the finished runs. A bar is
-    judged only when every seed it names has finished (else `pending`, with the numbers so far)."""
+    judged only when every seed it names has finished (else `pending`, with the numbers so far),
+    except an every-seed bar, which fails as soon as one seed loses."""
     bars = []
     five, three = set(SEEDS), set(SEEDS[:3])
 
@@ -137,7 +138,8 @@ def check_bars(runs: list[Run]) -> list[Bar]:
     def every_seed(bar_id, text, a, b, seeds):
         g = {s: v for s, v in paired_gaps(runs, a, b, "ood_acc_3x").items() if s in seeds}
         ok = bool(g) and all(v > 0 for v in g.values())
-        bars.append(Bar(bar_id, text, judged(seeds, set(g), ok),
+        lost = any(v <= 0 for v in g.values())  # one seed lost: the bar has failed, whatever the rest give
+        bars.append(Bar(bar_id, text, "fail" if lost else judged(seeds, set(g), ok),
                         ", ".join(f"{s}: {v:+.3f}" for s, v in g.items()) or "no paired seed yet"))
 
     def mean_gap(bar_id, text, a, b, margin, seeds):

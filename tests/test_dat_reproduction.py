@@ -45,6 +45,10 @@ def test_a_bar_waits_for_every_seed_then_passes_or_fails(tmp_path):
     _hybrids(tmp_path, {s: 0.95 for s in rep.SEEDS[:3]}, {s: 0.40 for s in rep.SEEDS[:3]})
     bars = {b.id: b for b in rep.check_bars(rep.finished_runs(tmp_path)[0])}
     assert bars["B1"].verdict == "pending" and bars["B2"].verdict == "pending"
+    # one seed lost: an every-seed bar has failed already, a mean bar still waits
+    _hybrids(tmp_path, {2027: 0.95, 2028: 0.30}, {2027: 0.40, 2028: 0.40})
+    bars = {b.id: b for b in rep.check_bars(rep.finished_runs(tmp_path)[0])}
+    assert bars["B1"].verdict == "fail" and bars["B2"].verdict == "pending"
     # all five, DAT ahead in four and behind in one: B1 fails, the mean gap may still pass B2
     _hybrids(tmp_path, {s: 0.95 for s in rep.SEEDS}, {**{s: 0.40 for s in rep.SEEDS[:4]}, rep.SEEDS[4]: 0.97})
     bars = {b.id: b for b in rep.check_bars(rep.finished_runs(tmp_path)[0])}
