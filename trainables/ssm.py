@@ -28,18 +28,18 @@ commute with the scalar decay, so with Φ_t = θ_1 + ... + θ_t the rotated stat
 h'_t is the decay scan driven by R(-Φ_t) B_t and read out by R(-Φ_t) C_t. Only B and C turn; the
 scan is the decay one.
 
-The scan is the only sequential part. `selective_scan` runs it in chunks of SCAN_CHUNK steps:
-inside a chunk, a log-depth (Hillis-Steele) parallel scan of the affine maps h -> a h + b
-(after the pass with offset k, position t holds the composition of the 2k maps ending at t;
-any length, no power-of-two padding); between chunks, the last state is carried. A custom
-autograd function does the backward pass as a reverse scan of the same kind, so autograd
-never records the scan's many small operations; under no_grad only one chunk's
-(b, chunk, E, N) tensors exist at a time, whatever the length.
+The scan is the only sequential part; `selective_scan` has two implementations, each with its own
+backward pass (a custom autograd function, so autograd never records the scan's many small ops):
 
-Chunk size: on one CPU thread the log-depth scan's extra work (log2 T passes over T steps)
-outweighs its fewer, larger operations; bench/ssm_speed.py measured chunk 1-2 fastest and
-chunk 45 (one chunk per training sequence) 2-3x slower (larger chunks may pay on many threads;
-not measured).
+    _StepScan     the CPU default: one step at a time, in place, the (b, N, E) state of a step in
+                  cache, saved states in pooled buffers (the scan alone measured ~2.3x faster than the
+                  chunked scan on one thread; docs/benchmarks.md, target 8).
+    _ChunkedScan  log-depth (Hillis-Steele) parallel scan of the affine maps h -> a h + b within
+                  chunks of SCAN_CHUNK steps, the last state carried between chunks; for CUDA without
+                  the fused kernel, and for training batches whose saved states would pass KEEP_MAX
+                  (it can keep only the chunk starts and recompute). Under no_grad only one chunk's
+                  (b, chunk, E, N) tensors exist at a time. On one CPU thread chunks of 1-2 measured
+                  fastest (larger chunks may pay on many threads or a GPU; not measured).
 
 `selective_scan_reference` is the plain loop over time for every family (the rotation as an
 explicit 2x2 turn of each pair, not the RoPE identity): the oracle of the tests.
@@ -227,7 +227,7 @@ def _give_back(*bufs: Tensor) -> None:
 class _StepScan(torch.autograd.Function):
     """The real selective scan (decay or signed) on the CPU, one step at a time: the state (b, N, E) of one
     step stays in the L2 cache, and every operation works in place on it or on preallocated buffers.
-    bench/ssm_speed.py measured this ~3x faster than _ChunkedScan at the default sizes on one thread:
+    measured ~2.3x faster than _ChunkedScan at the default sizes on one thread (the scan alone):
     the chunked scan's whole-chunk tensors and temporaries go through main memory. The backward
     pass runs the adjoint recurrence g_t = a_{t+1} g_{t+1} + C_t gy_t step by step from the end.
 
