@@ -2,6 +2,7 @@
 
     python docs/results/ssm_runs.py run explore     # lr per arm, exploration seed 100 (m = 10)
     python docs/results/ssm_runs.py run certify     # each arm, m = 2 and 10, fresh seeds 1, 2, 3
+    python docs/results/ssm_runs.py run certify_long  # rotation, m = 10, 6000 steps, seeds 1, 2, 3
     python docs/results/ssm_runs.py run dat         # joint vs DAT hybrids, LSTM and the counting SSM
     python docs/results/ssm_runs.py table certify   # markdown tables of what has finished
     SSM_RUNS_UNTIL=20:45 python docs/results/ssm_runs.py run dat   # launch no run after 20:45 (UTC, local clock)
@@ -67,6 +68,11 @@ def plan(name: str) -> dict[str, tuple[str, dict]]:
                     runs[f"{arm} m={m} seed={seed}"] = ("lstm", {**modsum(m), **mixer_overrides(arm),
                                                                   "optim.lr": CERT_LR[arm], "seed": seed,
                                                                   "eval.seed": CERT_EVAL_SEED})
+    elif name == "certify_long":  # rotation at the DAT runs' 6000 steps, after the exploration seed learned it there
+        for seed in (1, 2, 3):
+            runs[f"rotation m=10 seed={seed} steps=6000"] = ("lstm", {**modsum(10), "steps": 6000, "eval.every": 500,
+                                                                       **mixer_overrides("rotation"), "optim.lr": 3e-3,
+                                                                       "seed": seed, "eval.seed": CERT_EVAL_SEED})
     elif name == "dat":
         for arm in reversed(DAT_ARMS):  # the SSM first: the new information (the LSTM arms repeat the reproduction's)
             for seed in DAT_SEEDS:
@@ -74,7 +80,7 @@ def plan(name: str) -> dict[str, tuple[str, dict]]:
                     runs[f"{arm} {preset} seed={seed}"] = (preset, {**mixer_overrides(arm), "seed": seed,
                                                                      "eval.seed": DAT_EVAL_SEED})
     else:
-        raise SystemExit(f"unknown plan {name!r}: explore, certify or dat")
+        raise SystemExit(f"unknown plan {name!r}: explore, certify, certify_long or dat")
     return runs
 
 
