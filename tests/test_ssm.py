@@ -155,9 +155,15 @@ def test_signed_family_tracks_parity_and_decay_cannot(transition, counts):
     assert torch.equal((y < 0).long(), parity) == counts
 
 
-def test_fused_kernel_is_used_only_for_the_families_it_computes():
-    """mamba_ssm's kernel computes exp(Δ A) itself: decay and rotation (through B and C) can use it, signed cannot."""
-    assert set(ssm.FUSED_TRANSITIONS) == {"decay", "rotation"}
+def test_fused_kernel_is_used_only_for_the_families_it_computes(monkeypatch):
+    """mamba_ssm's kernel computes exp(Δ A) itself: decay and rotation (through B and C) can use it, signed cannot;
+    never on the CPU, never when it is not installed."""
+    monkeypatch.setattr(ssm, "_fused_kernel", lambda: object())  # as if mamba_ssm were installed
+    assert [t for t in TRANSITIONS if ssm._fused_applies(True, t, "auto")] == ["decay", "rotation"]
+    assert not any(ssm._fused_applies(False, t, "auto") for t in TRANSITIONS)
+    assert not ssm._fused_applies(True, "decay", "chunked")
+    monkeypatch.setattr(ssm, "_fused_kernel", lambda: None)  # not installed
+    assert not any(ssm._fused_applies(True, t, "auto") for t in TRANSITIONS)
 
 
 def test_rotation_needs_an_even_state_size():

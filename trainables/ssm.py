@@ -315,11 +315,9 @@ def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D:
         phi = theta.cumsum(1)  # (b, L, N/2), the total angle up to t
         cos, sin = torch.cos(phi), -torch.sin(phi)
         B, C, A = turn(B, cos, sin), turn(C, cos, sin), torch.cat([A, A], dim=-1)  # A: (E, N), a pair shares one
-    if u.is_cuda and transition in FUSED_TRANSITIONS and method == "auto":
-        fused = _fused_kernel()
-        if fused is not None:  # untested here: this project has no GPU
-            t = lambda x: x.transpose(1, 2).contiguous()  # noqa: E731  (b, L, .) -> (b, ., L)
-            return fused(t(u), t(delta), A.contiguous(), t(B), t(C), D.float()).transpose(1, 2)
+    if _fused_applies(u.is_cuda, transition, method):  # untested here: this project has no GPU
+        t = lambda x: x.transpose(1, 2).contiguous()  # noqa: E731  (b, L, .) -> (b, ., L)
+        return _fused_kernel()(t(u), t(delta), A.contiguous(), t(B), t(C), D.float()).transpose(1, 2)
     u, delta, B, C = (t.contiguous() for t in (u, delta, B, C))  # slices of strided inputs cost memory
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (u, delta, A, B, C, D))  # False under no_grad
     signed = transition == "signed"
@@ -365,6 +363,11 @@ class _CausalConv(torch.autograd.Function):
 def causal_conv(x: Tensor, conv: nn.Conv1d) -> Tensor:
     """SSMMixer's depthwise causal convolution of x (B, L, E) -> (B, L, E) with conv's weight and bias."""
     return _CausalConv.apply(x, conv.weight, conv.bias)
+
+
+def _fused_applies(is_cuda: bool, transition: str, method: str) -> bool:
+    """Whether mamba_ssm's fused kernel runs the scan: on CUDA, for the families it computes, when installed."""
+    return is_cuda and method == "auto" and transition in FUSED_TRANSITIONS and _fused_kernel() is not None
 
 
 def _fused_kernel():
