@@ -45,13 +45,16 @@ class Sweep:
     """One sweep in its own folder, logging to `mlflow_url` under its own experiment."""
 
     def __init__(self, workdir: Path, mlflow_url: str, experiment: str, storage: Path | None = None,
-                 num_samples: int = 4, max_steps: int = 40, address: str | None = None):
+                 num_samples: int = 4, max_steps: int = 40, address: str | None = None, fifo: bool = False):
         self.workdir, self.url, self.experiment = Path(workdir), mlflow_url, experiment
         self.num_samples, self.max_steps, self.address = num_samples, max_steps, address
         # ASHA's rungs (grace 10, reduction 2, max_t max_steps): the only steps it stops a trial at
         self.rungs = tuple(10 * 2**k for k in range(8) if 10 * 2**k < max_steps)
         self.space = self.workdir / f"{NAME}.yaml"
-        self.space.write_text(SPACE.format(name=NAME, num_samples=num_samples, max_steps=max_steps))
+        space = SPACE.format(name=NAME, num_samples=num_samples, max_steps=max_steps)
+        if fifo:  # every trial trains to max_steps: a sweep of known length
+            space = space.replace("scheduler: {type: asha, grace_period: 10, reduction_factor: 2}", "scheduler: {type: fifo}")
+        self.space.write_text(space)
         self.storage = storage
         self.dir = (storage or self.workdir / "sweeps") / NAME
         self.groups: list[int] = []  # process groups started (Ray's processes join the driver's)
