@@ -128,23 +128,24 @@ def test_a_server_outage_neither_blocks_the_driver_nor_loses_a_report(tmp_path):
 
 def test_reconcile_logs_what_a_killed_driver_never_logged(tmp_path):
     """The ledger (status.json records, each trial's result.json) ahead of MLflow after a SIGKILL:
-    the missing reports and the missing end are logged, nothing twice."""
+    the missing reports (below MLflow's last step too, and beyond status.json's lagging step) and
+    the missing end are logged, nothing twice."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec, sweep_dir = _sweep(tmp_path, uri)
     tracker = SweepTracker(uri, spec, sweep_dir)
     tracker.start(sweep_dir / "space.yaml")
-    tracker.on_result(_record(10))
+    tracker.on_result(_record(20))  # the report of step 10 was lost with a killed driver's queue
     assert tracker.drain() == []
     trial_dir = tmp_path / "trial_t0"
     trial_dir.mkdir()
     (trial_dir / "result.json").write_text("".join(json.dumps({"step": s, "acc_3x": s / 1000, "loss": 1.0}) + "\n" for s in (10, 20, 30))
                                            + '{"step": 40, "acc')  # a line cut by the kill
-    ended = TrialRecord("t0", _record(0).params, "completed", 30, {"step": 30, "acc_3x": 0.03}, str(trial_dir))
+    ended = TrialRecord("t0", _record(0).params, "completed", 20, {"step": 20, "acc_3x": 0.02}, str(trial_dir))  # status.json lags
     fresh = SweepTracker(uri, spec, sweep_dir)
-    assert fresh.reconcile([ended]) == 3  # steps 20 and 30, and the end
+    assert fresh.reconcile([ended]) == 3  # steps 10 (a gap below the last logged) and 30, and the end
     run = client(uri).get_run(fresh.state["trials"]["t0"]["run_id"])
     assert run.info.status == "FINISHED" and run.data.tags["status"] == "completed"
-    assert [m.step for m in client(uri).get_metric_history(run.info.run_id, "acc_3x")] == [10, 20, 30]
+    assert sorted(m.step for m in client(uri).get_metric_history(run.info.run_id, "acc_3x")) == [10, 20, 30]  # each once
     assert SweepTracker(uri, spec, sweep_dir).reconcile([ended]) == 0  # nothing left to do
 
 

@@ -433,18 +433,32 @@ class SweepTracker:
             entry = self.state.setdefault("trials", {}).get(record.trial_id)
             if entry is not None:
                 entry["last_step"] = max(entry["last_step"], logged)
-            if record.step > logged:
-                for step, metrics in trial_reports(record.path):
-                    if step > logged:
-                        retrying(lambda m=metrics, st=step: self._on_result(
-                            TrialRecord(record.trial_id, record.params, record.status, st, m, record.path)), deadline,
-                            "logging a trial's reports")
-                        made += 1
+            reports = trial_reports(record.path)  # status.json's step may lag its result file: read every trial's
+            if reports:
+                made += retrying(lambda: self._fill_gaps(record, reports, run), deadline, "logging a trial's reports")
             if record.status in FINAL and (run is None or run.info.status == "RUNNING" or run.data.tags.get("status") != record.status):
                 retrying(lambda: self._on_end(record), deadline, "logging a trial's end")
                 made += 1
         self._save()
         return made
+
+    def _fill_gaps(self, record: TrialRecord, reports: list[tuple[int, dict]], run) -> int:
+        """Log each report of `reports` whose step MLflow lacks for this trial (gaps below its last
+        logged step too: a killed driver's queue can lose an early report). Returns how many."""
+        from mlflow.entities import Metric
+
+        have = {m.step for m in self.client.get_metric_history(run.info.run_id, "step")} if run is not None else set()
+        missing = [(step, metrics) for step, metrics in reports if step not in have]
+        if not missing:
+            return 0
+        entry = self._child(TrialRecord(record.trial_id, record.params, record.status, missing[0][0], missing[0][1], record.path))
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, step) for step, metrics in missing
+                 for k, v in trainer_metrics(metrics).items() if isinstance(v, (int, float)) and v == v]
+        for i in range(0, len(batch), 1000):  # MLflow takes at most 1000 metrics per batch
+            self.client.log_batch(entry["run_id"], metrics=batch[i:i + 1000])
+        entry["last_step"] = max(entry["last_step"], max(step for step, _ in missing))
+        return len(missing)
 
     def _on_result(self, record: TrialRecord) -> None:
         """Log one report of a trial at its training step (skipped if already logged)."""
