@@ -382,10 +382,19 @@ def restore_missing_checkpoints(experiment_dir: Path | str) -> list[Path]:
             made.append(trial_dir / name)
         if existing[-1] in reported:  # an interrupt between a report and Ray recording its checkpoint: the
             for name in existing[:-1]:  # snapshot names the older one, still there; it gets the newest state
+                if _same_files(trial_dir / name, trial_dir / existing[-1]):
+                    continue  # mended before (a resume run twice): nothing to do
                 shutil.rmtree(trial_dir / name)
                 shutil.copytree(trial_dir / existing[-1], trial_dir / name, copy_function=os.link)
                 made.append(trial_dir / name)
     return made
+
+
+def _same_files(a: Path, b: Path) -> bool:
+    """Whether two checkpoint folders hold the same files (hard links of each other)."""
+    def inodes(d: Path) -> dict[str, int]:
+        return {str(f.relative_to(d)): f.stat().st_ino for f in d.rglob("*") if f.is_file()}
+    return inodes(a) == inodes(b)
 
 
 def mark_ended_trials(records: list[TrialRecord]) -> list[Path]:
