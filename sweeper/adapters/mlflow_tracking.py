@@ -382,9 +382,7 @@ class SweepTracker:
         if self._state is not None:
             self._save()
         if left:
-            with open(self.sweep_dir / UNLOGGED_FILE, "a") as f:
-                for method, record, why in left:
-                    f.write(json.dumps({"method": method, "record": record.to_dict(), "why": why}) + "\n")
+            keep_unlogged(self.sweep_dir / UNLOGGED_FILE, left)
         return left
 
     def replay_unlogged(self, timeout_s: float = DRAIN_S) -> int:
@@ -405,9 +403,7 @@ class SweepTracker:
             log.put(method, record)
         left = log.drain(timeout_s)
         if left:
-            with open(path, "a") as f:
-                for method, record, why in left:
-                    f.write(json.dumps({"method": method, "record": record.to_dict(), "why": why}) + "\n")
+            keep_unlogged(path, left)
         print(f"MLflow: logged {len(entries) - len(left)} of {len(entries)} calls an earlier run of this sweep could not"
               + (f"; {len(left)} still in {path}" if left else ""), flush=True)
         return len(entries) - len(left)
@@ -563,6 +559,13 @@ class SweepTracker:
         ]
         return [p for p in out if p is not None]
 
+
+
+def keep_unlogged(path: Path, left: list[tuple[str, TrialRecord, str]]) -> None:
+    """Append calls MLflow did not take to UNLOGGED_FILE (read back by `replay_unlogged`)."""
+    with open(path, "a") as f:
+        for method, record, why in left:
+            f.write(json.dumps({"method": method, "record": record.to_dict(), "why": why}) + "\n")
 
 
 def trial_reports(trial_dir: str) -> list[tuple[int, dict]]:
