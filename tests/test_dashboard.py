@@ -54,6 +54,9 @@ def test_the_dashboard_shows_the_study_its_trials_and_intermediate_values(dashbo
     assert "dat.switch_step" in body and "optim.lr" in body
     chart = next(e for e in browser.find_elements("css selector", ".MuiCard-root, .MuiPaper-root")
                  if e.text.startswith("Intermediate values"))
+    deadline = time.time() + 60  # plotly draws the curves after the card's text
+    while not chart.find_elements("css selector", "svg .scatterlayer .trace") and time.time() < deadline:
+        time.sleep(0.5)
     assert chart.find_elements("css selector", "svg .scatterlayer .trace"), "no curve drawn in the chart"
     browser.execute_script("arguments[0].scrollIntoView()", chart)
     shot = tmp_path / "intermediate_values.png"

@@ -45,6 +45,14 @@ def wait_for_text(driver, texts, timeout=60):
     raise AssertionError(f"page never showed {texts}; it showed: {body[:1500]}")
 
 
+def wait_for_element(driver, css, timeout=60):
+    """The first element matching `css` once the page has rendered it (the run table renders after its text)."""
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(expected_conditions.element_to_be_clickable(("css selector", css)))
+
+
 def test_ui_shows_the_sweep_nested_trials_and_compares_two(smoke_sweep, mlflow_server, browser, tmp_path):
     client = MlflowClient(mlflow_server)
     exp = client.get_experiment_by_name("smoke")
@@ -58,7 +66,7 @@ def test_ui_shows_the_sweep_nested_trials_and_compares_two(smoke_sweep, mlflow_s
     browser.get(f"{mlflow_server}/#/experiments/{exp.experiment_id}/runs")
     body = wait_for_text(browser, ["smoke", "matching runs"])
     assert children[0].data.tags["trial_id"] not in body  # the trials are folded under their parent
-    expander = browser.find_element("css selector", "button[data-component-id*='runnamecellrenderer']")
+    expander = wait_for_element(browser, "button[data-component-id*='runnamecellrenderer']")
     expander.click()
     wait_for_text(browser, [c.data.tags["trial_id"] for c in children])
 
