@@ -305,6 +305,45 @@ def snapshot_policy(spec: SearchSpace) -> None:
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1" if spec.budget.num_samples <= SNAPSHOT_EVERY_S_UP_TO else "auto")
 
 
+ASHA_STATE = "asha.pkl"  # in the experiment directory, beside Ray's own snapshot
+
+
+class ResumableASHA(ASHAScheduler):
+    """ASHA whose rungs survive the driver. Ray snapshots the searcher but not the scheduler, so a
+    resumed sweep would forget every value recorded at a rung and compare the next trials against
+    fewer (the first ones against none: never stopped). After each result this saves its state
+    with the scheduler's own `save` (one small pickle, replaced atomically); unpickled again (Ray's
+    `Tuner.restore` reads the scheduler from tuner.pkl, pickled before any trial ran) it reloads
+    the latest one. A kill between a decision and its save loses at most that one record."""
+
+    def __init__(self, *args, state_file: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.state_file = state_file
+
+    def _save_state(self) -> None:
+        if self.state_file and Path(self.state_file).parent.is_dir():
+            tmp = f"{self.state_file}.tmp"
+            self.save(tmp)
+            os.replace(tmp, self.state_file)
+
+    def on_trial_result(self, tune_controller, trial, result):
+        decision = super().on_trial_result(tune_controller, trial, result)
+        self._save_state()
+        return decision
+
+    def on_trial_complete(self, tune_controller, trial, result):
+        super().on_trial_complete(tune_controller, trial, result)
+        self._save_state()
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self.state_file and Path(self.state_file).is_file():
+            try:
+                self.restore(self.state_file)
+            except Exception:  # noqa: BLE001 - a damaged state file: ASHA starts its rungs afresh, as Ray's would
+                pass
+
+
 def build_tuner(spec: SearchSpace, experiment_dir: Path | str, monitor: SweepMonitor, optuna_storage: str) -> tune.Tuner:
     """A fresh Tuner for `spec` whose results go to `experiment_dir` (= storage/name)."""
     snapshot_policy(spec)
@@ -321,7 +360,8 @@ def build_tuner(spec: SearchSpace, experiment_dir: Path | str, monitor: SweepMon
     )
     if sch.type == "asha":
         grace_period, max_t = spec.asha_limits()
-        scheduler = ASHAScheduler(time_attr=STEP, max_t=max_t, grace_period=grace_period, reduction_factor=sch.reduction_factor)
+        scheduler = ResumableASHA(time_attr=STEP, max_t=max_t, grace_period=grace_period, reduction_factor=sch.reduction_factor,
+                                  state_file=None if "://" in str(experiment_dir) else str(Path(experiment_dir) / ASHA_STATE))
     else:
         scheduler = FIFOScheduler()
     experiment_dir = str(experiment_dir)

@@ -176,10 +176,10 @@ def check_ledger(sweep: Sweep, finished_before: dict[str, dict]) -> list[str]:
             wrong.append(f"{t['trial_id']} is {t['status']} after the sweep finished")
         elif t["status"] == "completed" and t["step"] != sweep.max_steps:
             wrong.append(f"{t['trial_id']} completed at step {t['step']}")
-        elif t["status"] == "stopped" and not sweep.rungs[0] <= t["step"] < sweep.max_steps:
-            # ASHA judges at the first report at or past a rung (past it only after a resume: Ray does not
-            # keep the scheduler's rungs in its snapshot); below the grace period it cannot stop a trial
-            wrong.append(f"{t['trial_id']} stopped at step {t['step']}, below ASHA's grace period {sweep.rungs[0]}")
+        elif t["status"] == "stopped" and t["step"] not in sweep.rungs:
+            # ASHA judges only at its rungs (reports fall on them), and its rungs survive a resume
+            # (ResumableASHA): a trial stopped anywhere else was judged by a scheduler that forgot them
+            wrong.append(f"{t['trial_id']} stopped at step {t['step']}, not at one of ASHA's rungs {sweep.rungs}")
     for trial_id, before in finished_before.items():  # never trained again
         after = trials.get(trial_id)
         if after is None:
