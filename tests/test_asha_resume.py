@@ -12,7 +12,23 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
 from sweeper.adapters.ray_tune import ASHA_STATE, ResumableASHA
 
-LIMITS = dict(time_attr="step", metric="acc", mode="max", max_t=800, grace_period=100, reduction_factor=2)
+LIMITS = dict(time_attr="step", max_t=800, grace_period=100, reduction_factor=2)  # metric and mode: from the Tuner
+
+
+def make(cls=ResumableASHA, **kwargs):
+    """A scheduler as the Tuner has it: pickled into tuner.pkl before `set_search_properties`."""
+    scheduler = cls(**LIMITS, **kwargs)
+    as_in_tuner_pkl = pickle.dumps(scheduler)
+    assert scheduler.set_search_properties("acc", "max")
+    return scheduler, as_in_tuner_pkl
+
+
+def restore(as_in_tuner_pkl: bytes):
+    """What `Tuner.restore` does with the scheduler: unpickle it, then set the Tuner's metric and mode,
+    which Ray refuses (a ValueError from tune.run) if the scheduler comes back with its own."""
+    scheduler = pickle.loads(as_in_tuner_pkl)
+    assert scheduler.set_search_properties("acc", "max"), "the scheduler came back with a metric and mode"
+    return scheduler
 
 
 def feed(scheduler, trial_id: str, accs: dict[int, float]) -> list[str]:
@@ -31,40 +47,37 @@ WEAK = {100: 0.1, 200: 0.1, 400: 0.1}
 
 
 def test_a_resumed_scheduler_keeps_its_rungs_and_stops_what_it_would_have(tmp_path):
-    scheduler = ResumableASHA(**LIMITS, state_file=str(tmp_path / ASHA_STATE))
-    as_in_tuner_pkl = pickle.dumps(scheduler)  # before any trial ran
+    scheduler, as_in_tuner_pkl = make(state_file=str(tmp_path / ASHA_STATE))
     for i in range(3):
         feed(scheduler, f"strong{i}", STRONG)
     uninterrupted = feed(scheduler, "weak", WEAK)
     assert uninterrupted == [TrialScheduler.STOP]  # below the rung's cut-off at its first rung
 
-    resumed = pickle.loads(as_in_tuner_pkl)  # the driver died; Tuner.restore unpickles tuner.pkl
+    resumed = restore(as_in_tuner_pkl)  # the driver died; Tuner.restore unpickles tuner.pkl
     assert feed(resumed, "weak_after_resume", WEAK) == uninterrupted
 
 
 def test_without_the_state_ray_s_asha_forgets_its_rungs(tmp_path):
     """What the test above guards against: Ray's scheduler, restored the same way, lets the weak trial on."""
-    plain = ASHAScheduler(**LIMITS)
-    as_in_tuner_pkl = pickle.dumps(plain)
+    plain, as_in_tuner_pkl = make(ASHAScheduler)
     for i in range(3):
         feed(plain, f"strong{i}", STRONG)
     assert feed(plain, "weak", WEAK) == [TrialScheduler.STOP]
-    assert TrialScheduler.STOP not in feed(pickle.loads(as_in_tuner_pkl), "weak_after_resume", WEAK)
+    assert TrialScheduler.STOP not in feed(restore(as_in_tuner_pkl), "weak_after_resume", WEAK)
 
 
 def test_a_damaged_or_missing_state_file_starts_the_rungs_afresh(tmp_path):
-    scheduler = ResumableASHA(**LIMITS, state_file=str(tmp_path / ASHA_STATE))
-    as_in_tuner_pkl = pickle.dumps(scheduler)
+    scheduler, as_in_tuner_pkl = make(state_file=str(tmp_path / ASHA_STATE))
     feed(scheduler, "strong0", STRONG)
     (tmp_path / ASHA_STATE).write_bytes(b"cut by a kill")
-    resumed = pickle.loads(as_in_tuner_pkl)
+    resumed = restore(as_in_tuner_pkl)
     assert TrialScheduler.STOP not in feed(resumed, "weak", WEAK)  # empty rungs, as Ray's own
     assert not list(tmp_path.glob("*.tmp"))
 
 
 def test_on_remote_storage_it_schedules_as_ray_s_asha_and_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    scheduler = ResumableASHA(**LIMITS, state_file=None)
+    scheduler, _ = make(state_file=None)
     for i in range(3):
         feed(scheduler, f"strong{i}", STRONG)
     assert feed(scheduler, "weak", WEAK) == [TrialScheduler.STOP]

@@ -341,7 +341,9 @@ class ResumableASHA(ASHAScheduler):
             try:
                 self.restore(self.state_file)
             except Exception:  # noqa: BLE001 - a damaged state file: ASHA starts its rungs afresh, as Ray's would
-                pass
+                self.__dict__.update(state)
+            # metric and mode as pickled (unset: Ray's Tuner sets them and refuses a scheduler that has them)
+            self.__dict__.update({k: v for k, v in state.items() if k in ("_metric", "_mode", "_metric_op")})
 
 
 def build_tuner(spec: SearchSpace, experiment_dir: Path | str, monitor: SweepMonitor, optuna_storage: str) -> tune.Tuner:
