@@ -88,10 +88,21 @@ def test_ui_shows_the_sweep_nested_trials_and_compares_two(smoke_sweep, mlflow_s
         shutil.copyfile(shot, SCREENSHOT)
 
 
-def test_sweeper_ui_lands_on_the_training_runs(smoke_sweep, mlflow_server, browser):
-    from sweeper.adapters.mlflow_tracking import experiment_url
+def test_sweeper_ui_lands_on_the_trials_best_first(smoke_sweep, mlflow_server, browser):
+    from sweeper.adapters.mlflow_tracking import charts_url, experiment_url
+
+    client = MlflowClient(mlflow_server)
+    exp = client.get_experiment_by_name("smoke")
+    trials = sorted((r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("role") == "trial"),
+                    key=lambda r: -r.data.metrics["acc_3x"])
+    ids = [r.data.tags["trial_id"] for r in trials]
 
     url = experiment_url(mlflow_server, "smoke")  # what `sweeper ui smoke` prints
     browser.get(url)
-    body = wait_for_text(browser, ["Training runs", "7 matching runs"])  # the sweep's parent and its 6 trials
-    assert "smoke" in body
+    body = wait_for_text(browser, ["Training runs", "7 matching runs", "Sort: acc_3x", *ids])  # every trial, unfolded
+    shown = sorted(ids, key=body.index)
+    scores = [r.data.metrics["acc_3x"] for r in sorted(trials, key=lambda r: body.index(r.data.tags["trial_id"]))]
+    assert scores == sorted(scores, reverse=True), f"trials not best first: {shown} with acc_3x {scores}"
+
+    browser.get(charts_url(url))  # the same trials as charts
+    wait_for_text(browser, ["Model metrics", "acc_3x", *ids])

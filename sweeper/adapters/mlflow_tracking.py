@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -617,13 +618,27 @@ def summary_csv(records: list[TrialRecord]) -> str:
 def experiment_url(uri: str, experiment: str, ui_address: str | None = None) -> str | None:
     """The MLflow UI address of a sweep's training runs (the server's, or a local `sweeper ui`'s):
     the experiment's runs table, not MLflow 3's GenAI overview that the bare experiment address
-    opens. (The trials stay folded under the sweep's parent run there: MLflow 3.17 ignores a
-    `searchFilter` in the address, tested.)"""
-    exp = client(uri).get_experiment_by_name(experiment)
-    if exp is None:
-        return None
+    opens, sorted by the sweep's metric, best first. Sorted by anything but date, the UI lists the
+    trials as rows of their own instead of folding them under the sweep's parent run (MLflow
+    3.17 ignores a `searchFilter` in the address; tests/test_mlflow_ui.py shows both)."""
+    c = client(uri)
+    exp = c.get_experiment_by_name(experiment)
     base = ui_address or (uri if uri.startswith("http") else None)
-    return f"{base.rstrip('/')}/#/experiments/{exp.experiment_id}/runs" if base else None
+    if exp is None or not base:
+        return None
+    url = f"{base.rstrip('/')}/#/experiments/{exp.experiment_id}/runs"
+    parents = c.search_runs([exp.experiment_id], filter_string="tags.role = 'sweep'", max_results=1,
+                            order_by=["attributes.start_time DESC"])
+    metric = parents[0].data.tags.get("metric") if parents else None
+    if not metric:
+        return url
+    ascending = "true" if parents[0].data.tags.get("mode") == "min" else "false"
+    return f"{url}?orderByKey={urllib.parse.quote(f'metrics.`{metric}`')}&orderByAsc={ascending}"
+
+
+def charts_url(runs_url: str) -> str:
+    """The same runs as charts: each metric's curves of every trial, side by side."""
+    return f"{runs_url}{'&' if '?' in runs_url else '?'}compareRunsMode=CHART"
 
 
 def load_runs(sweep_dir: Path) -> dict[str, Any]:

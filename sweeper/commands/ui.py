@@ -12,11 +12,17 @@ def run(args: argparse.Namespace) -> int:
     uri = tracking.resolve_uri(args.tracking_uri)
     tracking.preflight(uri, source=tracking.uri_source(args.tracking_uri))
     if uri.startswith("http"):
-        url = tracking.experiment_url(uri, args.name) if args.name else uri
+        url = tracking.experiment_url(uri, args.name) if args.name else None
         print(f"MLflow UI: {url or uri}")
+        if url:
+            print(f"as charts: {tracking.charts_url(url)}")
         return 0
     address = f"http://{args.host}:{args.port}"
     proc = tracking.serve_ui(uri, args.host, args.port)
-    return serve_until_stopped(proc, f"{address}/health", "mlflow ui", args.port, lambda: (
-        f"MLflow UI on {uri}: {(tracking.experiment_url(uri, args.name, address) if args.name else None) or address}"
-        "  (Ctrl-C to stop)"))
+    return serve_until_stopped(proc, f"{address}/health", "mlflow ui", args.port, lambda: banner(uri, args.name, address))
+
+
+def banner(uri: str, name: str | None, address: str) -> str:
+    url = tracking.experiment_url(uri, name, address) if name else None
+    charts = f"\nas charts: {tracking.charts_url(url)}" if url else ""
+    return f"MLflow UI on {uri}: {url or address}  (Ctrl-C to stop){charts}"
