@@ -159,3 +159,47 @@ def test_resuming_with_another_tracking_store_is_refused(tmp_path):
         assert "logs to http://127.0.0.1:5000" in str(err) and "--restart" in str(err) and "\n" not in str(err)
     else:
         raise AssertionError("a changed tracking URI was accepted")
+
+
+def test_a_kill_after_the_parent_run_is_made_never_makes_a_second(tmp_path):
+    """SIGKILL inside the write that records the new parent run (a real process, SWEEPER_FAULT), then
+    start again, as a relaunch does: the same parent comes back; the sweep has one."""
+    import os
+    import subprocess
+    import sys
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    spec, sweep_dir = _sweep(tmp_path, uri)
+    start = ("from sweeper import faults; faults.arm(); "  # as `sweeper launch` arms them
+             "from sweeper.space import load_space; from sweeper.adapters.mlflow_tracking import SweepTracker; "
+             f"from pathlib import Path; SweepTracker({uri!r}, load_space({str(ROOT / 'search_spaces' / 'smoke.yaml')!r}), "
+             f"Path({str(sweep_dir)!r})).start(Path({str(sweep_dir / 'space.yaml')!r}))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SWEEPER_FAULT": "state_write:2:KILL"}  # 1: the name, 2: the run
+    killed = subprocess.run([sys.executable, "-c", start], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert "parent_run_id" not in json.loads((sweep_dir / RUNS_FILE).read_text())  # the kill came before it was recorded
+    parents = lambda: [r for r in client(uri).search_runs(["1"]) if r.data.tags.get("role") == "sweep"]  # noqa: E731
+    assert len(parents()) == 1
+
+    tracker = SweepTracker(uri, spec, sweep_dir)  # a fresh launch: nothing for Ray to restore, so not resuming
+    run_id = tracker.start(sweep_dir / "space.yaml")
+    assert [r.info.run_id for r in parents()] == [run_id]
+
+
+def test_a_failed_call_after_the_parent_run_is_made_never_makes_a_second(tmp_path):
+    """The server fails once right after creating the parent (its params refused): the retry finds that run."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    spec, sweep_dir = _sweep(tmp_path, uri)
+    tracker = SweepTracker(uri, spec, sweep_dir)
+    log_batch, failures = tracker.client.log_batch, []
+
+    def failing_once(*args, **kwargs):
+        if not failures:
+            failures.append(1)
+            raise ConnectionError("Connection refused")
+        return log_batch(*args, **kwargs)
+
+    tracker.client.log_batch = failing_once
+    run_id = tracker.start(sweep_dir / "space.yaml")
+    assert failures
+    assert [r.info.run_id for r in client(uri).search_runs(["1"]) if r.data.tags.get("role") == "sweep"] == [run_id]

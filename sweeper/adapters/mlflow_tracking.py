@@ -34,6 +34,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -288,6 +289,9 @@ class SweepTracker:
         if st.get("parent_run_id"):
             self.client.update_run(st["parent_run_id"], status="RUNNING")
             return st["parent_run_id"]
+        if not st.get("parent_uid"):  # named before the run exists: a kill or a failed call after
+            st.update(tracking_uri=self.uri, parent_uid=uuid.uuid4().hex)  # creating it finds it again, never makes a second
+            self._save()
         exp = self.client.get_experiment_by_name(self.experiment)
         if exp is None:
             artifacts = None if "://" in self.uri and not self.uri.startswith("sqlite") else (Path.cwd() / "mlartifacts").resolve().as_uri()
@@ -297,9 +301,10 @@ class SweepTracker:
         else:
             exp_id = exp.experiment_id
         spec = self.spec
-        run = self.client.create_run(exp_id, run_name=spec.name, tags={
+        made = self.client.search_runs([exp_id], filter_string=f"tags.parent_uid = '{st['parent_uid']}'", max_results=1)
+        run = made[0] if made else self.client.create_run(exp_id, run_name=spec.name, tags={
             "sweep": spec.name, "role": "sweep", "metric": spec.metric, "mode": spec.mode, "sweep_dir": str(self.sweep_dir.resolve()),
-            "mlflow.note.content": spec.description or spec.name,
+            "parent_uid": st["parent_uid"], "mlflow.note.content": spec.description or spec.name,
         })
         from mlflow.entities import Param
 
