@@ -1,6 +1,6 @@
 """Run the Othello trials of docs/results/othello.md: one process per trial, one torch thread each.
 
-    python docs/results/othello_run.py RUNS.json OUT_DIR [--jobs 16]
+    python experiments/othello_run.py RUNS.json OUT_DIR [--jobs 16]
 
 RUNS.json is a list of {"name": ..., "set": {dotted.key: value, ...}}: each run is the `othello`
 preset with those overrides (a `seed` among them). Every report goes to OUT_DIR/NAME.jsonl, the
@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run_one(name: str, overrides: dict, out_dir: str) -> str:

@@ -1,11 +1,11 @@
 """Issue 16's runs: certify the SSM transition families on the modular sum, then ask the DAT question.
 
-    python docs/results/ssm_runs.py run explore     # lr per arm, exploration seed 100 (m = 10)
-    python docs/results/ssm_runs.py run certify     # each arm, m = 2 and 10, fresh seeds 1, 2, 3
-    python docs/results/ssm_runs.py run certify_long  # rotation, m = 10, 6000 steps, seeds 1, 2, 3
-    python docs/results/ssm_runs.py run dat         # joint vs DAT hybrids, LSTM and the counting SSM
-    python docs/results/ssm_runs.py table certify   # markdown tables of what has finished
-    SSM_RUNS_UNTIL=20:45 python docs/results/ssm_runs.py run dat   # launch no run after 20:45 (UTC, local clock)
+    python experiments/ssm_runs.py run explore     # lr per arm, exploration seed 100 (m = 10)
+    python experiments/ssm_runs.py run certify     # each arm, m = 2 and 10, fresh seeds 1, 2, 3
+    python experiments/ssm_runs.py run certify_long  # rotation, m = 10, 6000 steps, seeds 1, 2, 3
+    python experiments/ssm_runs.py run dat         # joint vs DAT hybrids, LSTM and the counting SSM
+    python experiments/ssm_runs.py table certify   # markdown tables of what has finished
+    SSM_RUNS_UNTIL=20:45 python experiments/ssm_runs.py run dat   # launch no run after 20:45 (UTC, local clock)
 
 Resumable: each plan's runs are kept in docs/results/ssm_<plan>_runs.json, written after every
 finished run; `run` skips the runs already there, so the same command continues after an
@@ -27,7 +27,7 @@ from statistics import mean
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from trainables.config import load_trial_config, with_overrides  # noqa: E402

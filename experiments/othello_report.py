@@ -1,6 +1,6 @@
 """Tables and plots of docs/results/othello.md from the runs' reports.
 
-    python docs/results/othello_report.py RUNS_DIR_OR_JSON... [--out docs/results/othello]
+    python experiments/othello_report.py RUNS_DIR_OR_JSON... [--out docs/results/othello]
 
 Each input is a directory written by othello_run.py (NAME.jsonl per run) or a JSON file mapping
 NAME -> {"reports": [...]}. Runs are grouped by name without the trailing `_s<seed>`. Writes
