@@ -186,9 +186,24 @@ class SweepMonitor(tune.Callback):
         self.listener = listener
         self.max_steps = max_steps
         self.final: dict[str, str] = {}  # trial id -> its final status, set only by an end event
+        self.__dict__.update(self._run_state())
+
+    @staticmethod
+    def _run_state() -> dict:
+        """What one run of the driver keeps (`setup` starts it again on resume)."""
+        return {
+            "_ended": {},  # trial id -> the record of a trial that ended (built once)
+            "_restored_seen": True,  # False from `setup` until the first step: Ray's restored trials not yet adopted
+            "_written": 0.0,  # when status.json was last written (monotonic)
+            "_dirty": False,  # a report came since then
+        }
+
+    def __setstate__(self, state: dict) -> None:  # a monitor pickled by an older version lacks some of them
+        self.__dict__.update(self._run_state())
+        self.__dict__.update(state)
 
     def setup(self, **info):  # also called when a sweep is resumed
-        self._ended = {}  # trial id -> the record of a trial that ended (built once)
+        self.__dict__.update(self._run_state())
         reset = getattr(self.listener, "reset", None)
         if reset:
             reset()
@@ -197,7 +212,7 @@ class SweepMonitor(tune.Callback):
         self._restored_seen = False
 
     def on_step_begin(self, iteration, trials, **info):
-        if not getattr(self, "_restored_seen", True) and trials:  # the first step of this run
+        if not self._restored_seen and trials:  # the first step of this run
             drop_restored_copies(Path(trials[0].local_experiment_path))
         self._adopt(trials)
 
@@ -206,7 +221,7 @@ class SweepMonitor(tune.Callback):
         ended): a trial Ray's snapshot holds as ended that status.json does not know (the file was
         lost) ended in an earlier run; its status comes from its last report, as it did then. (Ray
         resets the trials an interrupt cut off to PENDING, so none of them is taken for ended.)"""
-        if getattr(self, "_restored_seen", True):
+        if self._restored_seen:
             return
         self._restored_seen = True
         for t in trials:
@@ -219,7 +234,7 @@ class SweepMonitor(tune.Callback):
         end are written at once; a report at most every STATUS_EVERY_S (on_step_end writes the
         last one), so the driver's cost per event does not grow with the number of trials."""
         now = time.monotonic()
-        if report and now - getattr(self, "_written", 0.0) < STATUS_EVERY_S:
+        if report and now - self._written < STATUS_EVERY_S:
             self._dirty = True
             return
         self._written, self._dirty = now, False
@@ -227,16 +242,15 @@ class SweepMonitor(tune.Callback):
         self.listener([self.record(t, ray_status if t is ending else t.status) for t in trials], final)
 
     def on_step_end(self, iteration, trials, **info):
-        if getattr(self, "_dirty", False) and time.monotonic() - self._written >= STATUS_EVERY_S:
+        if self._dirty and time.monotonic() - self._written >= STATUS_EVERY_S:
             self._emit(trials)
 
     def record(self, trial, ray_status: str) -> TrialRecord:
-        done = getattr(self, "_ended", None)
-        if done is not None and trial.trial_id in done and ray_status in ("TERMINATED", "ERROR"):
-            return done[trial.trial_id]  # an ended trial's record does not change: built once
+        if trial.trial_id in self._ended and ray_status in ("TERMINATED", "ERROR"):
+            return self._ended[trial.trial_id]  # an ended trial's record does not change: built once
         record = self._record(trial, ray_status)
         if record.status in FINAL and ray_status in ("TERMINATED", "ERROR") and trial.trial_id in self.final:
-            self.__dict__.setdefault("_ended", {})[trial.trial_id] = record
+            self._ended[trial.trial_id] = record
         return record
 
     def _record(self, trial, ray_status: str) -> TrialRecord:
@@ -278,7 +292,7 @@ class SweepMonitor(tune.Callback):
 
     def _end(self, trial, ray_status: str) -> None:
         self.final.pop(trial.trial_id, None)
-        getattr(self, "_ended", {}).pop(trial.trial_id, None)
+        self._ended.pop(trial.trial_id, None)
         metrics = {k: v for k, v in (trial.last_result or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         self.final[trial.trial_id] = classify(ray_status, metrics, self.max_steps)
         fault_point("stop" if self.final[trial.trial_id] == "stopped" else "end")
