@@ -63,8 +63,9 @@ def test_mlflow_server_down_for_20s_mid_sweep_stalls_nothing_and_loses_nothing(t
     root = tmp_path / "mlflow"
     root.mkdir()
     port = free_port()
-    # long enough that the server is back before the trials end: 4 trials of 160 steps, 2 at once, no early stops
-    sweep = Sweep(tmp_path, f"http://127.0.0.1:{port}", "outage", num_samples=4, max_steps=160, fifo=True)
+    # long enough that the server is back before the trials end, even on a quiet machine (the tiny model
+    # trains hundreds of steps a second): 4 trials of 600 steps, 2 at once, no early stops
+    sweep = Sweep(tmp_path, f"http://127.0.0.1:{port}", "outage", num_samples=4, max_steps=600, fifo=True)
     proc = None
     try:
         with mlflow_server_on(root, port):
