@@ -31,7 +31,11 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{BIN}{os.pathsep}{os.env
 def ray_node(*args: str, ready):
     """`ray start ARGS --block` until the context ends; stopped by its own process (never `ray stop`,
     which would end every Ray on the machine). `ready()` is polled until it holds."""
-    proc = subprocess.Popen([str(BIN / "ray"), "start", "--block", "--disable-usage-stats", *args], env=ENV,
+    # each node's dashboard agent on a free port: on Ray's fixed default (52365) a second Ray on this
+    # machine (another test's, a sweep running beside the tests) takes it, and the head then answers
+    # every job submission "No available agent to submit job"
+    agent = ["--dashboard-agent-listen-port", str(free_port())]
+    proc = subprocess.Popen([str(BIN / "ray"), "start", "--block", "--disable-usage-stats", *agent, *args], env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.time() + 90

@@ -56,6 +56,25 @@ def client_for(address: str):
         raise ConfigError(f"--address {address}: {str(err).splitlines()[0]}") from None
 
 
+AGENT_WAIT_S = 60.0  # a head that just started answers before its job agent is up
+
+
+def submit_job(client, timeout_s: float = AGENT_WAIT_S, **kwargs) -> str:
+    """`client.submit_job(**kwargs)`, retried while the head says its job agent is not up yet
+    (Ray's HTTP 500 "No available agent to submit job": the dashboard answers a few seconds before
+    the agent that runs jobs is ready, longer on a loaded head). Nothing was submitted on such an
+    answer, so the retry with the same submission id cannot make a second job."""
+    deadline, pause = time.monotonic() + timeout_s, 0.5
+    while True:
+        try:
+            return client.submit_job(**kwargs)
+        except RuntimeError as err:
+            if "No available agent" not in str(err) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 5.0)
+
+
 def alive_nodes(address: str) -> int:
     from ray.util.state import list_nodes
 

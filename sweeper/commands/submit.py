@@ -22,7 +22,7 @@ from pathlib import Path
 
 from trainables.config import ConfigError
 
-from sweeper.adapters.ray_jobs import alive_nodes, client_for, follow
+from sweeper.adapters.ray_jobs import alive_nodes, client_for, follow, submit_job
 from sweeper.sweep_dir import is_uri
 from sweeper.space import load_space
 
@@ -77,7 +77,7 @@ def submit(args: argparse.Namespace) -> int:
                                 uri, args.experiment, args.restart)
     with tempfile.TemporaryDirectory() as upload:  # the job's working directory: just the space file
         shutil.copyfile(args.file, Path(upload) / Path(args.file).name)
-        job_id = client.submit_job(entrypoint=entrypoint, runtime_env={"working_dir": upload},
+        job_id = submit_job(client, entrypoint=entrypoint, runtime_env={"working_dir": upload},
                                    submission_id=f"sweep-{spec.name}-{uuid.uuid4().hex[:8]}",
                                    metadata={"sweep": spec.name})
     print(job_id)
