@@ -1,7 +1,7 @@
 """`sweeper reproduce`: the DAT paper's four systems, several seeds each, side by side.
 
     pure LSTM         preset lstm          (attention off)
-    pure Transformer  preset transformer   (no recurrence, sinusoidal positions)
+    pure Transformer  preset transformer   (no recurrence, rotary positions, 4 blocks)
     hybrid, joint     preset hybrid_joint  (attention on from step 0)
     hybrid + DAT      preset hybrid_dat    (attention switched on at dat.switch_step)
 
