@@ -4,6 +4,7 @@
     python experiments/ssm_runs.py run certify     # each arm, m = 2 and 10, fresh seeds 1, 2, 3
     python experiments/ssm_runs.py run certify_long  # rotation, m = 10, 6000 steps, seeds 1, 2, 3
     python experiments/ssm_runs.py run dat         # joint vs DAT hybrids, LSTM and the counting SSM
+                                                   # (an LSTM run the reproduction already made is reused, not retrained)
     python experiments/ssm_runs.py table certify   # markdown tables of what has finished
     SSM_RUNS_UNTIL=20:45 python experiments/ssm_runs.py run dat   # launch no run after 20:45 (UTC, local clock)
 
@@ -100,12 +101,40 @@ def save(name: str, results: dict) -> None:
     os.replace(tmp, path)  # never a half-written file
 
 
+REPRODUCTION_RUNS = ROOT / "docs" / "results" / "dat_reproduction_runs.json"
+REPRODUCTION_ARM = {"hybrid_joint": "joint", "hybrid_dat": "DAT"}  # preset -> the reproduction's arm of that preset
+
+
+def reused_run(preset: str, overrides: dict) -> dict | None:
+    """The reproduction's finished run of exactly this configuration (an LSTM hybrid with the reproduction's
+    seed and evaluation seed, on the CPU), if it has one: training it again would repeat it bit for bit."""
+    if overrides.get("model.mixer") != "lstm" or preset not in REPRODUCTION_ARM or not REPRODUCTION_RUNS.exists():
+        return None
+    mine = with_overrides(load_trial_config(preset), {**overrides, "device": "cpu"}, source="ssm_runs")
+    theirs = with_overrides(load_trial_config(preset), {"seed": overrides["seed"], "eval.seed": DAT_EVAL_SEED,
+                                                        "device": "cpu"}, source="dat_reproduction")
+    if mine.model_dump() != theirs.model_dump():
+        return None
+    for r in json.loads(REPRODUCTION_RUNS.read_text())["runs"]:
+        if r["arm"] == REPRODUCTION_ARM[preset] and r["seed"] == overrides["seed"]:
+            return {"preset": preset, "overrides": overrides, "status": "completed", "metrics": r["metrics"],
+                    "history": [], "wall_s": round(r["metrics"].get("time_total_s", 0.0), 1),
+                    "reused_from": f"{REPRODUCTION_RUNS.relative_to(ROOT)} (arm {r['arm']!r}, same configuration)"}
+    return None
+
+
 def run(name: str) -> None:
     torch.set_num_threads(1)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     results = load(name)
     for key, (preset, overrides) in plan(name).items():
         if key in results:
+            continue
+        if name == "dat" and (kept := reused_run(preset, overrides)) is not None:
+            results = load(name)
+            results[key] = {**kept, "commit": commit}
+            save(name, results)
+            print(f"{key:40s} reused: {kept['reused_from']}", flush=True)
             continue
         until = os.environ.get("SSM_RUNS_UNTIL")
         if until and time.strftime("%H:%M") >= until:
