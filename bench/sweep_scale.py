@@ -17,7 +17,12 @@ ray.init, flatters the ratio; the marginal cost is what must not grow).
 Anchor: Ray Tune's own bookkeeping test runs 10,000 one-second trials on 16 CPUs in 715 s
 against a 625 s ideal (14% over).
 
-    python bench/sweep_scale.py [--sizes 10 100 500] [--schedulers fifo asha]
+    python bench/sweep_scale.py [--sizes 10 100 500] [--schedulers fifo asha] [--profile DIR]
+
+`--profile DIR` also samples the driver with py-spy (`pip install py-spy`; 100 samples a second,
+its raw stacks kept in DIR) and prints, per function, the driver's sampled CPU per trial at each
+size, the functions whose per-trial cost grows most between the smallest and the largest N first:
+where an O(N) cost per event lives.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 4
+PROFILE_RATE = 100  # py-spy samples per second
 
 
 def space(n: int, scheduler: str) -> dict:
@@ -53,7 +59,7 @@ def space(n: int, scheduler: str) -> dict:
     }
 
 
-def run(n: int, scheduler: str, workdir: Path) -> dict:
+def run(n: int, scheduler: str, workdir: Path, profile_dir: Path | None = None) -> dict:
     spec = space(n, scheduler)
     path = workdir / f"{spec['name']}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -64,6 +70,12 @@ def run(n: int, scheduler: str, workdir: Path) -> dict:
                              "--progress-every", "60"], cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     driver, cpu = psutil.Process(proc.pid), 0.0
+    spy = None
+    if profile_dir is not None:  # attach to the driver alone (not its Ray workers); it ends when the driver does
+        py_spy = Path(sys.executable).with_name("py-spy")  # installed beside this Python, or on PATH
+        spy = subprocess.Popen([str(py_spy) if py_spy.exists() else "py-spy", "record", "--pid", str(proc.pid), "--rate", str(PROFILE_RATE), "--format", "raw",
+                                "--nonblocking", "--output", str(profile_dir / f"{spec['name']}.txt")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while proc.poll() is None:
         try:
             t = driver.cpu_times()
@@ -72,6 +84,8 @@ def run(n: int, scheduler: str, workdir: Path) -> dict:
             pass
         time.sleep(0.2)
     wall = time.perf_counter() - start
+    if spy is not None:
+        spy.wait(timeout=120)
     err = proc.stderr.read()
     if proc.returncode != 0:
         raise SystemExit(f"{spec['name']}: sweeper launch exited {proc.returncode}: {err[-1000:]}")
@@ -89,17 +103,46 @@ def run(n: int, scheduler: str, workdir: Path) -> dict:
             "reports": reports, "sizes": sizes}
 
 
+def function_samples(raw: Path) -> dict[str, int]:
+    """Inclusive samples per function (a function counted once per stack it is on) from py-spy's raw
+    output: one line per distinct stack, `frame;frame;...;frame count`, a frame `name (file:line)`."""
+    totals: dict[str, int] = {}
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        names = {frame.split(":")[0] + ")" if " (" in frame else frame for frame in stack.split(";")}
+        for name in names:
+            totals[name] = totals.get(name, 0) + int(count)
+    return totals
+
+
+def print_growth(rows: list[dict], profile_dir: Path, top: int = 25) -> None:
+    """Per function: sampled driver CPU seconds per trial at each size, sorted by growth."""
+    small, large = rows[0], rows[-1]
+    per_trial = {r["n"]: {f: c / PROFILE_RATE / r["n"] for f, c in function_samples(profile_dir / f"scale{r['n']}{r['scheduler']}.txt").items()}
+                 for r in rows}
+    growth = sorted(per_trial[large["n"]], key=lambda f: per_trial[large["n"]][f] - per_trial[small["n"]].get(f, 0.0), reverse=True)
+    print(f"{small['scheduler']}: sampled driver CPU s per trial, by function (inclusive), most grown from N={small['n']} to N={large['n']} first:")
+    print("  " + "  ".join(f"N={r['n']:<5}" for r in rows) + "  function")
+    for f in growth[:top]:
+        print("  " + "  ".join(f"{per_trial[r['n']].get(f, 0.0):7.3f}" for r in rows) + f"  {f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 500])
     parser.add_argument("--schedulers", nargs="+", default=["fifo", "asha"], choices=["fifo", "asha"])
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--profile", type=Path, help="sample the driver with py-spy; keep its stacks in this folder")
     args = parser.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="sweep-scale-") as tmp:
         for scheduler in args.schedulers:
             for n in args.sizes:
-                row = run(n, scheduler, Path(tmp))
+                row = run(n, scheduler, Path(tmp), args.profile)
                 rows.append(row)
                 s = row["sizes"]
                 print(f"{scheduler:>4} N={n:<4} wall {row['wall_s']:7.1f} s  ideal {row['ideal_s']:7.1f} s  overhead "
@@ -117,6 +160,8 @@ def main() -> None:
             for a, b in zip(mine, mine[1:]):  # without the fixed cost: what each further trial adds
                 print(f"{scheduler}: marginal driver CPU per trial from N={a['n']} to N={b['n']}: "
                       f"{(b['driver_cpu_s'] - a['driver_cpu_s']) / (b['n'] - a['n']):.3f} s")
+            if args.profile:
+                print_growth(mine, args.profile)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
 
