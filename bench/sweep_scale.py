@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -72,8 +73,7 @@ def run(n: int, scheduler: str, workdir: Path, profile_dir: Path | None = None) 
     driver, cpu = psutil.Process(proc.pid), 0.0
     spy = None
     if profile_dir is not None:  # attach to the driver alone (not its Ray workers); it ends when the driver does
-        py_spy = Path(sys.executable).with_name("py-spy")  # installed beside this Python, or on PATH
-        spy = subprocess.Popen([str(py_spy) if py_spy.exists() else "py-spy", "record", "--pid", str(proc.pid), "--rate", str(PROFILE_RATE), "--format", "raw",
+        spy = subprocess.Popen([py_spy(), "record", "--pid", str(proc.pid), "--rate", str(PROFILE_RATE), "--format", "raw",
                                 "--nonblocking", "--output", str(profile_dir / f"{spec['name']}.txt")],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while proc.poll() is None:
@@ -101,6 +101,14 @@ def run(n: int, scheduler: str, workdir: Path, profile_dir: Path | None = None) 
     return {"n": n, "scheduler": scheduler, "wall_s": wall, "ideal_s": ideal, "overhead": wall / ideal if ideal else float("nan"),
             "driver_cpu_s": cpu, "cpu_per_trial_s": cpu / n, "cpu_per_report_ms": 1000 * cpu / max(reports, 1),
             "reports": reports, "sizes": sizes}
+
+
+def py_spy() -> str:
+    beside = Path(sys.executable).with_name("py-spy")  # installed in this Python's environment, or on PATH
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
+    if not found:
+        raise SystemExit("--profile needs py-spy: pip install py-spy")
+    return found
 
 
 def function_samples(raw: Path) -> dict[str, int]:
@@ -137,6 +145,7 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, help="sample the driver with py-spy; keep its stacks in this folder")
     args = parser.parse_args()
     if args.profile:
+        py_spy()  # before any sweep runs
         args.profile.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="sweep-scale-") as tmp:
