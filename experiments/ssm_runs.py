@@ -75,11 +75,14 @@ def plan(name: str) -> dict[str, tuple[str, dict]]:
                                                                        **mixer_overrides("rotation"), "optim.lr": 3e-3,
                                                                        "seed": seed, "eval.seed": CERT_EVAL_SEED})
     elif name == "dat":
-        for arm in reversed(DAT_ARMS):  # the SSM first: the new information (the LSTM arms repeat the reproduction's)
-            for seed in DAT_SEEDS:
-                for preset in ("hybrid_joint", "hybrid_dat"):
-                    runs[f"{arm} {preset} seed={seed}"] = (preset, {**mixer_overrides(arm), "seed": seed,
-                                                                     "eval.seed": DAT_EVAL_SEED})
+        # joint vs the paper's DAT first, then DAT + curriculum (the arm that beat joint in the reproduction,
+        # docs/results/dat_reproduction.md, added after its results); the SSM first in each: the new information
+        for presets in (("hybrid_joint", "hybrid_dat"), ("hybrid_dat_curriculum",)):
+            for arm in reversed(DAT_ARMS):
+                for seed in DAT_SEEDS:
+                    for preset in presets:
+                        runs[f"{arm} {preset} seed={seed}"] = (preset, {**mixer_overrides(arm), "seed": seed,
+                                                                         "eval.seed": DAT_EVAL_SEED})
     else:
         raise SystemExit(f"unknown plan {name!r}: explore, certify, certify_long or dat")
     return runs
@@ -102,7 +105,7 @@ def save(name: str, results: dict) -> None:
 
 
 REPRODUCTION_RUNS = ROOT / "docs" / "results" / "dat_reproduction_runs.json"
-REPRODUCTION_ARM = {"hybrid_joint": "joint", "hybrid_dat": "DAT"}  # preset -> the reproduction's arm of that preset
+REPRODUCTION_ARM = {"hybrid_joint": "joint", "hybrid_dat": "DAT", "hybrid_dat_curriculum": "DAT + curriculum"}  # preset -> the reproduction's arm of that preset
 
 
 def reused_run(preset: str, overrides: dict) -> dict | None:
@@ -173,6 +176,26 @@ def table(name: str) -> None:
     print("|---" * (len(cols) + 2) + "|")
     for g, ms in groups.items():
         print(f"| {g} | {len(ms)} | " + " | ".join(f"{mean(x[c] for x in ms):.3f} ({min(x[c] for x in ms):.3f})" for c in cols) + " |")
+    if name == "dat":
+        gap_table(results)
+
+
+def gap_table(results: dict, metric: str = "ood_acc_3x") -> None:
+    """Each DAT arm - joint on `metric`, paired by seed, per mixer: every seed, the mean and its 95% t interval."""
+    from experiments.dat_reproduction import mean_interval
+
+    print(f"\n| mixer | arm - joint on {metric} | per seed | mean | 95% interval | ahead in |")
+    print("|---|---|---|---|---|---|")
+    for preset in ("hybrid_dat", "hybrid_dat_curriculum"):
+        for arm in DAT_ARMS:
+            pairs = [(f"{arm} {preset} seed={seed}", f"{arm} hybrid_joint seed={seed}", seed) for seed in DAT_SEEDS]
+            gaps = {seed: results[a]["metrics"][metric] - results[b]["metrics"][metric] for a, b, seed in pairs
+                    if a in results and b in results}
+            if not gaps:
+                continue
+            m, lo, hi = mean_interval(list(gaps.values()))
+            print(f"| {arm} | {preset} | " + ", ".join(f"{s}: {g:+.3f}" for s, g in gaps.items()) + f" | {m:+.3f} | "
+                  f"[{lo:+.3f}, {hi:+.3f}] | {sum(g > 0 for g in gaps.values())} of {len(gaps)} |")
 
 
 if __name__ == "__main__":
