@@ -51,6 +51,7 @@ ARMS = {
     "joint, 4 blocks": ("depth4", {"dat.mode": "none"}),
     "DAT, 4 blocks": ("depth4", {"dat.mode": "fixed"}),
 }
+ARM_ORDER = tuple(ARMS)  # an arm's colour in every plot: C<its index>
 SWEEP_NAME = {g: f"dat_repro_{g}" for g in GROUPS}
 PLANNED = {"hybrids": 20, "lstm": 5, "transformer": 5, "nope": 10, "depth4": 6}  # runs per group (the grids' sizes)
 # two-sided 95% t quantiles, by degrees of freedom
@@ -287,7 +288,8 @@ def plot(runs: list[Run], base: dict, path: Path, max_len: int = 25) -> None:
         ks = MULTIPLIERS if not prefix else MULTIPLIERS[1:]
         for ax, (fam, title) in zip(axes[row], (("acc", "all targets"), ("state_acc", "state (ADD)"), ("recall_acc", "recall (QUERY)"))):
             ax.axvspan(0, max_len, color="0.92")
-            for i, arm in enumerate(arms):
+            for arm in arms:
+                i = ARM_ORDER.index(arm)
                 ys = [values(runs, arm, f"{prefix}{fam}_{k}x") for k in ks]
                 if all(ys):
                     style = "--" if "no positions" in arm else ":" if "4 blocks" in arm else "-"
@@ -303,6 +305,44 @@ def plot(runs: list[Run], base: dict, path: Path, max_len: int = 25) -> None:
     for ax in axes[1]:
         ax.set_xlabel("evaluation length (steps; shaded: training lengths)")
     axes[0][2].legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+FRONT_ARMS = ("joint", "DAT", "DAT + curriculum", "pure LSTM", "pure Transformer")  # the main group's story
+
+
+def front_plot(runs: list[Run], base: dict, path: Path, max_len: int = 25) -> None:
+    """The README's picture: the main group's accuracy against evaluation length, over all targets and
+    beyond the training range only; each point the mean over seeds, its bar the seeds' min to max."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, prefix, title in zip(axes, ("", "ood_"), ("all targets", "only the targets beyond the training range")):
+        ks = MULTIPLIERS if not prefix else MULTIPLIERS[1:]
+        xs = [k * max_len for k in ks]
+        ax.axvspan(0, max_len, color="0.92")
+        for j, arm in enumerate(FRONT_ARMS):
+            ys = [values(runs, arm, f"{prefix}acc_{k}x") for k in ks]
+            if not all(ys):
+                continue
+            mid = [mean(y.values()) for y in ys]
+            err = [[m - min(y.values()) for m, y in zip(mid, ys)], [max(y.values()) - m for m, y in zip(mid, ys)]]
+            dodge = 1.2 * (j - (len(FRONT_ARMS) - 1) / 2)  # side by side, so the bars do not hide each other
+            ax.errorbar([x + dodge for x in xs], mid, yerr=err, marker="o", capsize=3, color=f"C{ARM_ORDER.index(arm)}", label=f"{arm} (n={len(ys[0])})")
+        ax.plot(xs, [base["recency"][f"{prefix}acc_{k}x"] for k in ks], color="0.5", ls=(0, (4, 2)), label="recency baseline")
+        ax.plot(xs, [base["chance"][f"{prefix}acc_{k}x"] for k in ks], color="0.5", ls=(0, (1, 1)), label="chance")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlim(0, max(MULTIPLIERS) * max_len + 5)
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("evaluation length (steps; shaded: training lengths)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("accuracy (mean over seeds; bars: min-max)")
+    axes[1].legend(fontsize=8, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -390,6 +430,7 @@ def report(sweeps_dir: Path, out: Path) -> None:
         {"progress": progress, "runs": [{"arm": r.arm, "seed": r.seed, "metrics": r.metrics} for r in runs]}, indent=1))
     if runs:
         plot(runs, base, out.with_suffix(".png"))
+        front_plot(runs, base, out.with_name(out.stem + "_front.png"))
     print(f"{len(runs)} finished runs -> {out}")
     for b in check_bars(runs):
         print(f"{b.id} {b.verdict:<8} {b.text}: {b.measured}")

@@ -68,6 +68,7 @@ def test_the_preset_rule_needs_all_five_paired_seeds(tmp_path):
 def test_report_rewrites_only_the_results_section(tmp_path, monkeypatch):
     monkeypatch.setattr(rep, "baselines", lambda: {n: {} for n in ("chance", "recency", "in_range")})
     monkeypatch.setattr(rep, "plot", lambda *a, **k: None)
+    monkeypatch.setattr(rep, "front_plot", lambda *a, **k: None)
     out = tmp_path / "r.md"
     out.write_text("# t\n\n## Pre-registration\nB1 ...\n\n## Results\n\nPending.\n\n## History\nold\n")
     _hybrids(tmp_path, {2027: 0.9}, {2027: 0.4})
@@ -77,3 +78,29 @@ def test_report_rewrites_only_the_results_section(tmp_path, monkeypatch):
     assert text.count(rep.BEGIN) == 1 and "Pending." not in text
     assert text.startswith("# t\n\n## Pre-registration\nB1 ...\n") and text.endswith("## History\nold\n")
     assert "**PARTIAL**" in text and "| DAT | 1 |" in text
+
+
+def test_the_front_plot_draws_the_arms_that_have_runs(tmp_path, monkeypatch):
+    """The README's picture: one curve per main-group arm with finished runs, none for an arm without."""
+    pytest.importorskip("matplotlib")
+    ks = rep.MULTIPLIERS
+    full = {f"{p}acc_{k}x": 0.5 for p in ("", "ood_") for k in ks}
+    runs = [rep.Run("joint", s, {**full, "acc_1x": 0.9 + 0.01 * i}) for i, s in enumerate(rep.SEEDS)]
+    runs += [rep.Run("DAT + curriculum", s, full) for s in rep.SEEDS[:3]]
+    base = {n: dict(full) for n in ("chance", "recency")}
+    import matplotlib.pyplot as plt
+
+    drawn = []
+    real_subplots = plt.subplots
+
+    def spy(*a, **k):
+        fig, axes = real_subplots(*a, **k)
+        drawn.append(axes)
+        return fig, axes
+
+    monkeypatch.setattr(plt, "subplots", spy)
+    rep.front_plot(runs, base, tmp_path / "front.png")
+    assert (tmp_path / "front.png").stat().st_size > 10_000
+    labels = [t.get_text() for t in drawn[0][1].get_legend().get_texts()]
+    assert "joint (n=5)" in labels and "DAT + curriculum (n=3)" in labels
+    assert not any(label.startswith(("DAT (", "pure LSTM", "pure Transformer")) for label in labels)
