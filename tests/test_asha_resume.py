@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
-from sweeper.adapters.ray_tune import ASHA_STATE, ResumableASHA
+from sweeper.adapters.ray_tune import ASHA_STATE, ResumableASHA, drop_restored_copies
 
 LIMITS = dict(time_attr="step", max_t=800, grace_period=100, reduction_factor=2)  # metric and mode: from the Tuner
 
@@ -73,6 +73,31 @@ def test_a_damaged_or_missing_state_file_starts_the_rungs_afresh(tmp_path):
     resumed = restore(as_in_tuner_pkl)
     assert TrialScheduler.STOP not in feed(resumed, "weak", WEAK)  # empty rungs, as Ray's own
     assert not list(tmp_path.glob("*.tmp"))
+    (tmp_path / ASHA_STATE).unlink()
+    assert TrialScheduler.STOP not in feed(restore(as_in_tuner_pkl), "weak", WEAK)
+
+
+def test_a_resumed_ray_does_not_put_the_old_rungs_back(tmp_path):
+    """On restore Ray copies every .json and .pkl of the sweep folder into its staging folder and uploads
+    that folder back over the sweep folder at every snapshot: a copy of asha.pkl there would revert the
+    live rungs to the resume's, again and again. The copies of our files go; Ray's own stay."""
+    ours = ["status.json", "mlflow_runs.json", ASHA_STATE]
+    rays = ["experiment_state-2026-11-23_01-00-00.json", "tuner.pkl", "searcher-state-2026-11-23_01-00-00.pkl"]
+    for name in ours + rays:
+        (tmp_path / name).write_text("x")
+    assert sorted(p.name for p in drop_restored_copies(tmp_path)) == sorted(ours)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(rays)
+
+
+def test_a_failed_save_is_one_warning_and_the_sweep_goes_on(tmp_path, capsys):
+    scheduler, _ = make(state_file=str(tmp_path / ASHA_STATE))
+    (tmp_path / f"{ASHA_STATE}.tmp").mkdir()  # where the save writes first: it cannot (as on a full disk)
+    for i in range(3):
+        feed(scheduler, f"strong{i}", STRONG)
+    assert feed(scheduler, "weak", WEAK) == [TrialScheduler.STOP]  # the rungs in memory still decide
+    err = capsys.readouterr().err
+    assert err.count("warning: could not save ASHA's rungs") == 1, err
+    assert not (tmp_path / ASHA_STATE).exists()
 
 
 def test_on_remote_storage_it_schedules_as_ray_s_asha_and_writes_nothing(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, sweeper_cmd
+from trainables.errors import ConfigError
 from test_cluster import ENV, ray_cluster
 
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
@@ -161,5 +162,6 @@ def test_a_head_whose_job_agent_is_not_up_yet_is_asked_again():
         submit_job(other, timeout_s=30, submission_id="sweep-x")
     assert other.calls == 1
     never_up = Head(100, "No available agent to submit job, please try again later..")
-    with pytest.raises(RuntimeError, match="No available agent"):
+    with pytest.raises(ConfigError, match="job agent did not come up in 1 s") as refused:  # one line, exit 2
         submit_job(never_up, timeout_s=1, submission_id="sweep-x")
+    assert "\n" not in str(refused.value) and "No available agent" in str(refused.value)

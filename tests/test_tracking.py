@@ -163,10 +163,14 @@ def test_resuming_with_another_tracking_store_is_refused(tmp_path):
 
 def test_a_kill_after_the_parent_run_is_made_never_makes_a_second(tmp_path):
     """SIGKILL inside the write that records the new parent run (a real process, SWEEPER_FAULT), then
-    start again, as a relaunch does: the same parent comes back; the sweep has one."""
+    start again as `sweeper launch` does: Ray had written nothing to resume from, so the relaunch
+    clears the sweep directory (the run mapping with it) and starts afresh. The same parent run
+    comes back, and the sweep has one."""
     import os
     import subprocess
     import sys
+
+    from sweeper.commands.launch import prepare_sweep_dir
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec, sweep_dir = _sweep(tmp_path, uri)
@@ -179,11 +183,31 @@ def test_a_kill_after_the_parent_run_is_made_never_makes_a_second(tmp_path):
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert "parent_run_id" not in json.loads((sweep_dir / RUNS_FILE).read_text())  # the kill came before it was recorded
     parents = lambda: [r for r in client(uri).search_runs(["1"]) if r.data.tags.get("role") == "sweep"]  # noqa: E731
-    assert len(parents()) == 1
+    [orphan] = parents()
+    assert orphan.info.status == "RUNNING"
 
-    tracker = SweepTracker(uri, spec, sweep_dir)  # a fresh launch: nothing for Ray to restore, so not resuming
-    run_id = tracker.start(sweep_dir / "space.yaml")
-    assert [r.info.run_id for r in parents()] == [run_id]
+    space_file = ROOT / "search_spaces" / "smoke.yaml"
+    assert not prepare_sweep_dir(spec, str(space_file), sweep_dir, restorable=False, restart=False)  # as launch: afresh
+    assert not (sweep_dir / RUNS_FILE).exists()
+    run_id = SweepTracker(uri, spec, sweep_dir).start(sweep_dir / "space.yaml")
+    assert [r.info.run_id for r in parents()] == [orphan.info.run_id] == [run_id]
+
+
+def test_a_fresh_start_ends_the_runs_a_cleared_sweep_directory_left_running(tmp_path):
+    """A parent of this directory still RUNNING with trials under it (its directory was cleared: --restart,
+    or removed by hand) can never finish: a fresh start ends it as KILLED instead of adopting it."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    spec, sweep_dir = _sweep(tmp_path, uri)
+    old = SweepTracker(uri, spec, sweep_dir)
+    old_id = old.start(sweep_dir / "space.yaml")
+    old.on_result(_record(10))
+    old.drain()
+    (sweep_dir / RUNS_FILE).unlink()  # the directory started afresh
+    new_id = SweepTracker(uri, spec, sweep_dir).start(sweep_dir / "space.yaml")
+    assert new_id != old_id
+    ended = client(uri).get_run(old_id)
+    assert ended.info.status == "KILLED" and ended.data.tags["status"].startswith("abandoned")
+    assert client(uri).get_run(new_id).info.status == "RUNNING"
 
 
 def test_a_failed_call_after_the_parent_run_is_made_never_makes_a_second(tmp_path):

@@ -300,16 +300,28 @@ class SweepTracker:
                                                    tags={"mlflow.experimentKind": "custom_model_development"})
         else:
             exp_id = exp.experiment_id
-        spec = self.spec
+        spec, params = self.spec, self._sweep_params()
         made = self.client.search_runs([exp_id], filter_string=f"tags.parent_uid = '{st['parent_uid']}'", max_results=1)
-        run = made[0] if made else self.client.create_run(exp_id, run_name=spec.name, tags={
-            "sweep": spec.name, "role": "sweep", "metric": spec.metric, "mode": spec.mode, "sweep_dir": str(self.sweep_dir.resolve()),
-            "parent_uid": st["parent_uid"], "mlflow.note.content": spec.description or spec.name,
-        })
+        run = made[0] if made else self._adopt_stale_parent(exp_id, params)
+        if run is None:
+            run = self.client.create_run(exp_id, run_name=spec.name, tags={
+                "sweep": spec.name, "role": "sweep", "metric": spec.metric, "mode": spec.mode,
+                "sweep_dir": str(self.sweep_dir.resolve()), "parent_uid": st["parent_uid"],
+                "mlflow.note.content": spec.description or spec.name,
+            })
         from mlflow.entities import Param
 
+        self.client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
+        self.client.log_artifact(run.info.run_id, str(space_file))
+        st.update({"tracking_uri": self.uri, "experiment_id": exp_id, "parent_run_id": run.info.run_id, "trials": {}})
+        self._save()
+        return run.info.run_id
+
+    def _sweep_params(self) -> dict[str, str]:
+        """The parent run's params: the budget, scheduler, searcher, fixed settings and the space."""
         from sweeper.adapters.optuna_search import describe_space
 
+        spec = self.spec
         params = {
             "budget.num_samples": spec.budget.num_samples, "budget.max_concurrent": spec.budget.max_concurrent,
             "budget.max_steps": spec.budget.max_steps, "budget.eval_every": spec.budget.eval_every,
@@ -319,11 +331,29 @@ class SweepTracker:
         for line in describe_space(spec):
             name, dist = line.strip().split(None, 1)
             params[f"space.{name}"] = dist[:500]
-        self.client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
-        self.client.log_artifact(run.info.run_id, str(space_file))
-        st.update({"tracking_uri": self.uri, "experiment_id": exp_id, "parent_run_id": run.info.run_id, "trials": {}})
-        self._save()
-        return run.info.run_id
+        return {k: str(v)[:6000] for k, v in params.items()}
+
+    def _adopt_stale_parent(self, exp_id: str, params: dict[str, str]):
+        """A fresh start of this sweep directory: a parent run of it still RUNNING has no driver (this one
+        holds the sweep's lock). Such a run is left by a start killed before Ray wrote anything to resume
+        from, whose relaunch cleared the directory and the run mapping with it. The newest one without
+        trials whose params agree with ours becomes this sweep's parent (so a kill there never leaves a
+        second one); any other is ended as KILLED, so none stays RUNNING forever."""
+        stale = self.client.search_runs([exp_id], order_by=["attributes.start_time DESC"], filter_string=(
+            f"tags.role = 'sweep' and tags.sweep = '{self.spec.name}' and tags.sweep_dir = '{self.sweep_dir.resolve()}' "
+            "and attributes.status = 'RUNNING'"))
+        adopted = None
+        for run in stale:
+            has_trials = self.client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'",
+                                                 max_results=1)
+            agrees = all(params.get(k) == v for k, v in run.data.params.items())
+            if adopted is None and not has_trials and agrees:
+                adopted = run
+                self.client.set_tag(run.info.run_id, "parent_uid", self.state["parent_uid"])
+            else:
+                self.client.set_tag(run.info.run_id, "status", "abandoned: its sweep directory was started afresh")
+                self.client.set_terminated(run.info.run_id, "KILLED")
+        return adopted
 
     # -- child runs --------------------------------------------------------------------
 
@@ -417,8 +447,10 @@ class SweepTracker:
     def reconcile(self, records: list[TrialRecord], timeout_s: float = DRAIN_S) -> int:
         """On resume, before Ray starts: bring MLflow up to the ledger where a kill of the driver cut
         its background log short: reports a trial made (its result file in the sweep's storage) that
-        MLflow lacks, and ends it never heard of. One search for the sweep's runs; then only what
-        is missing. Returns the number of calls made."""
+        MLflow lacks, and ends it never heard of. One search for the sweep's runs, then per trial
+        with reports one read of its logged steps (`_fill_gaps`: a call per trial, so a resume of a
+        sweep of hundreds of trials against a remote server makes hundreds), and a write only for
+        what is missing. Returns the number of calls made."""
         from sweeper.records import FINAL
 
         def children() -> dict[str, Any]:

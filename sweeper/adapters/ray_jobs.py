@@ -64,13 +64,19 @@ def submit_job(client, timeout_s: float = AGENT_WAIT_S, **kwargs) -> str:
     (Ray's HTTP 500 "No available agent to submit job": the dashboard answers a few seconds before
     the agent that runs jobs is ready, longer on a loaded head). Nothing was submitted on such an
     answer, so the retry with the same submission id cannot make a second job."""
-    deadline, pause = time.monotonic() + timeout_s, 0.5
+    deadline, pause, said = time.monotonic() + timeout_s, 0.5, False
     while True:
         try:
             return client.submit_job(**kwargs)
         except RuntimeError as err:
-            if "No available agent" not in str(err) or time.monotonic() + pause > deadline:
+            if "No available agent" not in str(err):
                 raise
+            if time.monotonic() + pause > deadline:
+                raise ConfigError(f"the cluster's job agent did not come up in {timeout_s:.0f} s (Ray: "
+                                  f"{str(err).splitlines()[0][:160]}); check the head's dashboard agent and submit again") from None
+            if not said:
+                print("waiting for the head's job agent (it starts a few seconds after the head)", file=sys.stderr, flush=True)
+                said = True
         time.sleep(pause)
         pause = min(pause * 2, 5.0)
 

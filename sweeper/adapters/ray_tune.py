@@ -8,10 +8,12 @@ downstream needs to know Ray's trial objects.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -160,7 +162,8 @@ def _point_key(params: dict) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
-SWEEP_STATE_FILES = ("status.json", "summary.json", "mlflow_runs.json", "ray_processes.json")  # ours, in Ray's experiment folder
+ASHA_STATE = "asha.pkl"  # in the experiment directory, beside Ray's own snapshot (ResumableASHA)
+SWEEP_STATE_FILES = ("status.json", "summary.json", "mlflow_runs.json", "ray_processes.json", ASHA_STATE)  # ours, in Ray's experiment folder
 
 
 def drop_restored_copies(staging_dir: Path) -> list[Path]:
@@ -319,26 +322,35 @@ def snapshot_policy(spec: SearchSpace) -> None:
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1" if spec.budget.num_samples <= SNAPSHOT_EVERY_S_UP_TO else "auto")
 
 
-ASHA_STATE = "asha.pkl"  # in the experiment directory, beside Ray's own snapshot
-
-
 class ResumableASHA(ASHAScheduler):
     """ASHA whose rungs survive the driver. Ray snapshots the searcher but not the scheduler, so a
     resumed sweep would forget every value recorded at a rung and compare the next trials against
     fewer (the first ones against none: never stopped). After each result this saves its state
     with the scheduler's own `save` (one small pickle, replaced atomically); unpickled again (Ray's
     `Tuner.restore` reads the scheduler from tuner.pkl, pickled before any trial ran) it reloads
-    the latest one. A kill between a decision and its save loses at most that one record."""
+    the latest one. A kill between a decision and its save loses at most that one record. A save
+    that fails (a full or read-only disk) is reported once and never stops the sweep: the rungs
+    live on in memory, only a resume would start them older."""
 
     def __init__(self, *args, state_file: str | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.state_file = state_file
+        self.save_failed = False
 
     def _save_state(self) -> None:
-        if self.state_file and Path(self.state_file).parent.is_dir():
-            tmp = f"{self.state_file}.tmp"
+        if not self.state_file or not Path(self.state_file).parent.is_dir():
+            return
+        tmp = f"{self.state_file}.tmp"
+        try:
             self.save(tmp)
             os.replace(tmp, self.state_file)
+        except OSError as err:
+            with contextlib.suppress(OSError):  # a half-written copy, if there is one
+                Path(tmp).unlink(missing_ok=True)
+            if not self.save_failed:
+                print(f"warning: could not save ASHA's rungs to {self.state_file} ({err.strerror or err}); the sweep "
+                      "goes on, a resume would judge with the rungs last saved", file=sys.stderr, flush=True)
+            self.save_failed = True
 
     def on_trial_result(self, tune_controller, trial, result):
         decision = super().on_trial_result(tune_controller, trial, result)
@@ -350,7 +362,7 @@ class ResumableASHA(ASHAScheduler):
         self._save_state()
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"save_failed": False, **state})  # save_failed: not in a tuner.pkl of before it
         if self.state_file and Path(self.state_file).is_file():
             try:
                 self.restore(self.state_file)
