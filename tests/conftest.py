@@ -10,6 +10,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def sweeper_env() -> dict[str, str]:
+    """The environment of a `sweeper` subprocess in a test: this checkout importable, and no
+    MLFLOW_TRACKING_URI from the caller's shell (the sweep's default store, ./mlflow.db, is used)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
 def sweeper_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "sweeper.cli", *map(str, args)]
 

@@ -16,14 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, sweeper_cmd
+from tests.conftest import ROOT, sweeper_cmd, sweeper_env
 from trainables.errors import MAX_LINE
 
 CORPUS = Path(__file__).parent / "malformed"
 SPACES = sorted((CORPUS / "spaces").glob("*.yaml"))
 TRIALS = sorted((CORPUS / "trials").glob("*.yaml"))
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-ENV.pop("MLFLOW_TRACKING_URI", None)
+ENV = sweeper_env()
 
 
 def expected(path: Path) -> str:

@@ -5,7 +5,7 @@ import torch
 
 from trainables.baselines import baseline_table, recency_predictions, reference_scores
 from trainables.config import TaskConfig
-from trainables.tasks import RECALL, STATE, SequenceTask, make_eval_sets
+from trainables.tasks import RECALL, STATE, SequenceTask
 
 
 def _brute_recency(tokens: list[int], targets: list[int], kinds: list[int], vocab, majority: int) -> list[int]:

@@ -5,16 +5,14 @@ in one line before Ray starts."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
 
-from tests.conftest import ROOT, sweeper_cmd
+from tests.conftest import sweeper_cmd, sweeper_env
 
 pytestmark = pytest.mark.integration
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-ENV.pop("MLFLOW_TRACKING_URI", None)
+ENV = sweeper_env()
 
 SPACE = """
 name: lost

@@ -4,7 +4,6 @@ process that driver's Ray started (recorded in ray_processes.json) before starti
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -12,11 +11,10 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import ROOT, sweeper_cmd
+from tests.conftest import sweeper_cmd, sweeper_env
 
 pytestmark = pytest.mark.integration
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-ENV.pop("MLFLOW_TRACKING_URI", None)
+ENV = sweeper_env()
 
 SPACE = """
 name: orph

@@ -11,11 +11,10 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, sweeper_cmd
+from tests.conftest import ROOT, sweeper_cmd, sweeper_env
 
 pytestmark = pytest.mark.integration
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-ENV.pop("MLFLOW_TRACKING_URI", None)
+ENV = sweeper_env()
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 
 

@@ -2,7 +2,6 @@
 listens on 127.0.0.1 (token auth on), logging to a real MLflow server: submit, follow, status,
 logs, stop, and the preflight's refusals."""
 
-import os
 import subprocess
 import time
 
