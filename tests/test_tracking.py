@@ -161,6 +161,36 @@ def test_resuming_with_another_tracking_store_is_refused(tmp_path):
         raise AssertionError("a changed tracking URI was accepted")
 
 
+def test_reconcile_logs_whole_reports_so_a_failed_call_loses_none(tmp_path):
+    """Many missing reports take several calls (MLflow: at most 1000 metrics each). The second call
+    fails; the retry must log every metric of every report: a call never holds half of a report,
+    whose `step` alone would make the retry take that step as logged."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    spec, sweep_dir = _sweep(tmp_path, uri)
+    SweepTracker(uri, spec, sweep_dir).start(sweep_dir / "space.yaml")
+    trial_dir = tmp_path / "trial_t0"
+    trial_dir.mkdir()
+    names = [f"m{i:02d}" for i in range(30)]  # with step: 31 metrics a report, 100 reports: 4 calls
+    (trial_dir / "result.json").write_text("".join(
+        json.dumps({"step": s, **{n: s + i for i, n in enumerate(names)}}) + "\n" for s in range(1, 101)))
+    ended = TrialRecord("t0", _record(0).params, "completed", 100, {"step": 100}, str(trial_dir))
+    tracker = SweepTracker(uri, spec, sweep_dir)
+    log_batch, calls = tracker.client.log_batch, []
+
+    def second_call_fails(run_id, metrics=(), **kwargs):
+        calls.append(len(metrics))
+        if len(calls) == 2:
+            raise ConnectionError("Connection refused")
+        return log_batch(run_id, metrics=metrics, **kwargs)
+
+    tracker.client.log_batch = second_call_fails
+    tracker.reconcile([ended])
+    assert len(calls) >= 3 and all(n % 31 == 0 for n in calls if n), calls  # whole reports only
+    run_id = tracker.state["trials"]["t0"]["run_id"]
+    for name in ("step", "m00", "m29"):
+        assert sorted(m.step for m in client(uri).get_metric_history(run_id, name)) == list(range(1, 101)), name
+
+
 def test_a_kill_after_the_parent_run_is_made_never_makes_a_second(tmp_path):
     """SIGKILL inside the write that records the new parent run (a real process, SWEEPER_FAULT), then
     start again as `sweeper launch` does: Ray had written nothing to resume from, so the relaunch

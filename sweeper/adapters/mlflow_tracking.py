@@ -487,10 +487,16 @@ class SweepTracker:
             return 0
         entry = self._child(TrialRecord(record.trial_id, record.params, record.status, missing[0][0], missing[0][1], record.path))
         now = int(time.time() * 1000)
-        batch = [Metric(k, float(v), now, step) for step, metrics in missing
-                 for k, v in trainer_metrics(metrics).items() if isinstance(v, (int, float)) and v == v]
-        for i in range(0, len(batch), 1000):  # MLflow takes at most 1000 metrics per batch
-            self.client.log_batch(entry["run_id"], metrics=batch[i:i + 1000])
+        batch: list = []
+        for step, metrics in missing:  # whole reports per call: a report is logged entirely or not at all, so a
+            report = [Metric(k, float(v), now, step) for k, v in trainer_metrics(metrics).items()  # retry after a
+                      if isinstance(v, (int, float)) and v == v]  # failed call never takes a half-logged step as logged
+            if batch and len(batch) + len(report) > 1000:  # MLflow takes at most 1000 metrics per call
+                self.client.log_batch(entry["run_id"], metrics=batch)
+                batch = []
+            batch += report
+        if batch:
+            self.client.log_batch(entry["run_id"], metrics=batch)
         entry["last_step"] = max(entry["last_step"], max(step for step, _ in missing))
         return len(missing)
 
