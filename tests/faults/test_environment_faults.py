@@ -57,6 +57,7 @@ def mlflow_server_on(root: Path, port: int):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        log.close()
 
 
 def test_mlflow_server_down_for_20s_mid_sweep_stalls_nothing_and_loses_nothing(tmp_path):
