@@ -256,7 +256,7 @@ def time_line(runs: list[Run]) -> str:
     if not walls:
         return "No run has finished yet."
     return (f"{len(walls)} finished runs took {sum(walls) / 3600:.2f} h of training in all, each on one core of "
-            f"this project's shared 2-core CPU machine (one run at a time per group; the 4-block group two at a time) (per run {mean(walls):.0f} s, {min(walls):.0f}-{max(walls):.0f} s; "
+            f"this project's shared 2-core CPU machine, one run at a time per group, two in the 4-block group (per run {mean(walls):.0f} s, {min(walls):.0f}-{max(walls):.0f} s; "
             f"the other core busy with other work most of the time, so these are not clean timings).")
 
 
