@@ -72,8 +72,11 @@ def test_ctrl_c_mid_training_is_interrupted_not_stopped_and_resumes(tmp_path, ml
     cut_off = {t["trial_id"]: t for t in status["trials"] if t["status"] not in ("completed", "stopped", "diverged", "failed")}
     assert cut_off and all(t["status"] == "interrupted" for t in cut_off.values()), status["trials"]
     assert not any(t["status"] == "stopped" and t["step"] < 200 for t in status["trials"])  # below grace: never ASHA
-    states = {t.number: t.state.name for t in _study(tmp_path).trials}
-    assert "PRUNED" not in states.values() and "RUNNING" in states.values(), states
+    study = _study(tmp_path).trials
+    states = {t.number: t.state.name for t in study}
+    assert "RUNNING" in states.values(), states  # the cut-off trials stay open in the study, for the resume
+    # a trial ASHA stopped at its rung before the Ctrl-C (a fast machine gets there first) is PRUNED; the Ctrl-C prunes none
+    assert all(max(t.intermediate_values) >= 200 for t in study if t.state.name == "PRUNED"), states
 
     # the same command finishes the sweep; the interrupted trials continue from their checkpoints
     r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=900)
