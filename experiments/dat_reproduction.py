@@ -274,6 +274,14 @@ def gap_table(runs: list[Run]) -> str:
     return "\n".join(lines)
 
 
+def _length_axes(ax, max_len: int) -> None:
+    """Accuracy (0-1) against evaluation length up to the longest multiplier, training lengths shaded."""
+    ax.axvspan(0, max_len, color="0.92")
+    ax.set_xlim(0, max(MULTIPLIERS) * max_len + 5)
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+
+
 def plot(runs: list[Run], base: dict, path: Path, max_len: int = 25) -> None:
     """Mean accuracy against evaluation length: all targets / state / recall (top), and over the
     targets beyond the training range only (bottom); chance and the recency baseline in grey."""
@@ -287,7 +295,7 @@ def plot(runs: list[Run], base: dict, path: Path, max_len: int = 25) -> None:
     for row, prefix in enumerate(("", "ood_")):
         ks = MULTIPLIERS if not prefix else MULTIPLIERS[1:]
         for ax, (fam, title) in zip(axes[row], (("acc", "all targets"), ("state_acc", "state (ADD)"), ("recall_acc", "recall (QUERY)"))):
-            ax.axvspan(0, max_len, color="0.92")
+            _length_axes(ax, max_len)
             for arm in arms:
                 i = ARM_ORDER.index(arm)
                 ys = [values(runs, arm, f"{prefix}{fam}_{k}x") for k in ks]
@@ -298,9 +306,6 @@ def plot(runs: list[Run], base: dict, path: Path, max_len: int = 25) -> None:
             for name, style in (("chance", (0, (1, 1))), ("recency", (0, (4, 2)))):
                 ax.plot([k * max_len for k in ks], [base[name][f"{prefix}{fam}_{k}x"] for k in ks], color="0.5", ls=style, label=name)
             ax.set_title(("beyond the training range: " if prefix else "") + title, fontsize=10)
-            ax.set_xlim(0, max(MULTIPLIERS) * max_len + 5)
-            ax.set_ylim(0, 1.02)
-            ax.grid(alpha=0.3)
         axes[row][0].set_ylabel("accuracy (mean over seeds)")
     for ax in axes[1]:
         ax.set_xlabel("evaluation length (steps; shaded: training lengths)")
@@ -325,7 +330,7 @@ def front_plot(runs: list[Run], base: dict, path: Path, max_len: int = 25) -> No
     for ax, prefix, title in zip(axes, ("", "ood_"), ("all targets", "only the targets beyond the training range")):
         ks = MULTIPLIERS if not prefix else MULTIPLIERS[1:]
         xs = [k * max_len for k in ks]
-        ax.axvspan(0, max_len, color="0.92")
+        _length_axes(ax, max_len)
         for j, arm in enumerate(FRONT_ARMS):
             ys = [values(runs, arm, f"{prefix}acc_{k}x") for k in ks]
             if not all(ys):
@@ -337,10 +342,7 @@ def front_plot(runs: list[Run], base: dict, path: Path, max_len: int = 25) -> No
         ax.plot(xs, [base["recency"][f"{prefix}acc_{k}x"] for k in ks], color="0.5", ls=(0, (4, 2)), label="recency baseline")
         ax.plot(xs, [base["chance"][f"{prefix}acc_{k}x"] for k in ks], color="0.5", ls=(0, (1, 1)), label="chance")
         ax.set_title(title, fontsize=10)
-        ax.set_xlim(0, max(MULTIPLIERS) * max_len + 5)
-        ax.set_ylim(0, 1.02)
         ax.set_xlabel("evaluation length (steps; shaded: training lengths)")
-        ax.grid(alpha=0.3)
     axes[0].set_ylabel("accuracy (mean over seeds; bars: min-max)")
     axes[1].legend(fontsize=8, loc="lower left")
     fig.tight_layout()

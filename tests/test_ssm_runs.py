@@ -1,14 +1,10 @@
 """experiments/ssm_runs.py reuses a reproduction run only where the configuration is the same."""
 
 import json
-import sys
 
 import pytest
 
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "experiments"))
-import ssm_runs  # noqa: E402
+from experiments import ssm_runs
 
 
 @pytest.fixture
