@@ -78,8 +78,8 @@ def submit(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as upload:  # the job's working directory: just the space file
         shutil.copyfile(args.file, Path(upload) / Path(args.file).name)
         job_id = submit_job(client, entrypoint=entrypoint, runtime_env={"working_dir": upload},
-                                   submission_id=f"sweep-{spec.name}-{uuid.uuid4().hex[:8]}",
-                                   metadata={"sweep": spec.name})
+                            submission_id=f"sweep-{spec.name}-{uuid.uuid4().hex[:8]}",
+                            metadata={"sweep": spec.name})
     print(job_id)
     print(f"submitted sweep {spec.name} to {args.address} ({nodes} node{'s' * (nodes != 1)}): {entrypoint}", file=sys.stderr)
     if not args.follow:
