@@ -8,9 +8,12 @@ it results, and unpickle it as a resume does.
 import pickle
 from types import SimpleNamespace
 
+import torch
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
-from sweeper.adapters.ray_tune import ASHA_STATE, ResumableASHA, drop_restored_copies
+from sweeper.adapters.ray_tune import ASHA_STATE, ResumableASHA, drop_restored_copies, ended_by_scheduler
+from sweeper.records import TrialRecord
+from trainables.train import CHECKPOINT_FILE
 
 LIMITS = dict(time_attr="step", max_t=800, grace_period=100, reduction_factor=2)  # metric and mode: from the Tuner
 
@@ -107,3 +110,67 @@ def test_on_remote_storage_it_schedules_as_ray_s_asha_and_writes_nothing(tmp_pat
         feed(scheduler, f"strong{i}", STRONG)
     assert feed(scheduler, "weak", WEAK) == [TrialScheduler.STOP]
     assert not list(tmp_path.iterdir())
+
+
+def test_its_stops_are_saved_with_the_rungs_and_survive_the_resume(tmp_path):
+    scheduler, as_in_tuner_pkl = make(state_file=str(tmp_path / ASHA_STATE))
+    for i in range(3):
+        feed(scheduler, f"strong{i}", STRONG)
+    feed(scheduler, "weak", WEAK)
+    assert ResumableASHA.saved_stops(tmp_path / ASHA_STATE) == {"weak": 100}  # STRONG trials were never stopped
+    resumed = restore(as_in_tuner_pkl)
+    assert resumed.stops == {"weak": 100}
+    # Ray never acted on the stop (a kill), and the trial resumed from an older checkpoint: it is
+    # stopped again at its rung, though its value is already on the rung (Ray's ASHA would go on)
+    assert feed(resumed, "weak", {50: 0.1, 100: 0.1}) == [TrialScheduler.CONTINUE, TrialScheduler.STOP]
+    (tmp_path / ASHA_STATE).write_bytes(b"cut by a kill")
+    assert ResumableASHA.saved_stops(tmp_path / ASHA_STATE) == {}
+    assert ResumableASHA.saved_stops(tmp_path / "missing.pkl") == {}
+
+
+def _trial(tmp_path, trial_id: str, status: str, step: int, checkpoint_step: int | None = None) -> TrialRecord:
+    path = tmp_path / trial_id
+    path.mkdir()
+    if checkpoint_step is not None:  # the newest checkpoint, with the report it was taken with
+        (path / "checkpoint_000001").mkdir()
+        torch.save({"step": checkpoint_step, "metrics": {"step": checkpoint_step, "acc": 0.1}},
+                   path / "checkpoint_000001" / CHECKPOINT_FILE)
+    return TrialRecord(trial_id, {"lr": 1.0}, status, step, {"step": step, "acc": 0.1}, str(path))
+
+
+def test_a_stop_cut_off_before_ray_acted_ends_the_trial_at_its_rung_on_resume(tmp_path):
+    """A kill after ASHA decided and saved a stop, before Ray acted on it (report-TERM of the fault
+    matrix): status.json holds the trial running, and a resume would train it past its rung."""
+    scheduler, _ = make(state_file=str(tmp_path / ASHA_STATE))
+    for i in range(3):
+        feed(scheduler, f"strong{i}", STRONG)
+    for trial_id in ("logged", "unlogged", "older_checkpoint", "ended"):
+        assert feed(scheduler, trial_id, WEAK) == [TrialScheduler.STOP]  # at step 100
+    records = [
+        _trial(tmp_path, "logged", "running", 100),  # status.json has the stop's report
+        _trial(tmp_path, "unlogged", "running", 0, checkpoint_step=100),  # only its checkpoint has it
+        _trial(tmp_path, "older_checkpoint", "running", 0, checkpoint_step=50),  # no report of step 100 anywhere
+        _trial(tmp_path, "ended", "stopped", 100),  # already final
+        _trial(tmp_path, "strong0", "running", 400),  # never stopped
+    ]
+    ended = {r.trial_id: r for r in ended_by_scheduler(records, tmp_path, max_steps=800)}
+    assert sorted(ended) == ["logged", "unlogged"]
+    assert all(r.status == "stopped" and r.step == 100 and r.metrics["step"] == 100 for r in ended.values())
+
+
+def test_a_sweep_folder_moved_elsewhere_resumes_with_its_rungs(tmp_path, monkeypatch):
+    """tuner.pkl names the state file by the path the sweep was made at; `restore_tuner` says where it is now."""
+    from sweeper.adapters import ray_tune
+
+    made, moved = tmp_path / "made", tmp_path / "moved"
+    made.mkdir()
+    scheduler, as_in_tuner_pkl = make(state_file=str(made / ASHA_STATE))
+    for i in range(3):
+        feed(scheduler, f"strong{i}", STRONG)
+    made.rename(moved)
+    monkeypatch.setattr(ray_tune, "_RESTORING_IN", [str(moved)])
+    resumed = restore(as_in_tuner_pkl)
+    assert resumed.state_file == str(moved / ASHA_STATE)
+    assert feed(resumed, "weak", WEAK) == [TrialScheduler.STOP]  # the rungs came along
+    assert ResumableASHA.saved_stops(moved / ASHA_STATE) == {"weak": 100}  # and are saved where the sweep is
+    assert not made.exists()

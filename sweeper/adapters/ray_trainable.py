@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -50,10 +51,29 @@ class SystemMetrics:
         return out
 
 
-def make_trainable(to_config: Callable[[dict[str, Any]], TrialConfig], threads: int, experiment_dir: str | None = None) -> Callable[[dict], None]:
+class CheckpointGate:
+    """Whether a report carries its checkpoint: yes once `every_s` seconds have passed since the
+    last one that did (or since the trial started); every report when `every_s` is 0."""
+
+    def __init__(self, every_s: float, clock: Callable[[], float] = time.monotonic):
+        self.every_s, self.clock = every_s, clock
+        self.last = clock()
+
+    def __call__(self) -> bool:
+        now = self.clock()
+        if now - self.last < self.every_s:
+            return False
+        self.last = now
+        return True
+
+
+def make_trainable(to_config: Callable[[dict[str, Any]], TrialConfig], threads: int, experiment_dir: str | None = None,
+                   checkpoint_every_s: float = 0.0) -> Callable[[dict], None]:
     """`to_config` maps Ray's trial config (the sampled parameters) to a TrialConfig; it must pickle.
     `experiment_dir`: the sweep's experiment folder on local or shared storage, where `ENDED_FILE`s are
-    written (a trial's own folder, `get_trial_dir()`, is Ray's staging copy on the driver's machine)."""
+    written (a trial's own folder, `get_trial_dir()`, is Ray's staging copy on the driver's machine).
+    `checkpoint_every_s`: a report carries the trainer's checkpoint only if at least this many seconds
+    of the trial have passed since its last one (or its start); 0: every report does."""
 
     def trainable(params: dict) -> None:
         trial_dir = Path(tune.get_context().get_trial_dir())
@@ -71,11 +91,11 @@ def make_trainable(to_config: Callable[[dict[str, Any]], TrialConfig], threads: 
                 resume_from = restore_dir
 
             reported = []
-
+            checkpoint_due = CheckpointGate(checkpoint_every_s)
             system = SystemMetrics()
 
             def report(metrics: dict, checkpoint_dir: str | None) -> None:
-                ckpt = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
+                ckpt = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir and checkpoint_due() else None
                 tune.report({**metrics, **system.sample()}, checkpoint=ckpt)
                 reported.append(metrics["step"])
 

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import os
+import pickle
 import shutil
 import sys
 import time
@@ -311,6 +312,7 @@ def _trial_config(spec: SearchSpace, params: dict):
 
 
 SNAPSHOT_EVERY_S_UP_TO = 64  # trials: up to this many, Ray snapshots the experiment every second
+CHECKPOINT_PERIOD_MAX_S = 300.0  # the most training a resumed trial of a large sweep repeats (checkpoint_period_s)
 
 
 def snapshot_policy(spec: SearchSpace) -> None:
@@ -322,6 +324,9 @@ def snapshot_policy(spec: SearchSpace) -> None:
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1" if spec.budget.num_samples <= SNAPSHOT_EVERY_S_UP_TO else "auto")
 
 
+_RESTORING_IN: list[str] = []  # the local experiment folder `restore_tuner` is unpickling tuner.pkl from
+
+
 class ResumableASHA(ASHAScheduler):
     """ASHA whose rungs survive the driver. Ray snapshots the searcher but not the scheduler, so a
     resumed sweep would forget every value recorded at a rung and compare the next trials against
@@ -330,12 +335,16 @@ class ResumableASHA(ASHAScheduler):
     `Tuner.restore` reads the scheduler from tuner.pkl, pickled before any trial ran) it reloads
     the latest one. A kill between a decision and its save loses at most that one record. A save
     that fails (a full or read-only disk) is reported once and never stops the sweep: the rungs
-    live on in memory, only a resume would start them older."""
+    live on in memory, only a resume would start them older. Its stops are saved with the rungs
+    (`stops`: trial id -> step): a kill after a stop was decided but before Ray acted on it would
+    otherwise let the trial train on past its rung when resumed. Such a trial ends at its rung on
+    resume (`ended_by_scheduler`), or, resumed from an older checkpoint, is stopped again there."""
 
     def __init__(self, *args, state_file: str | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.state_file = state_file
         self.save_failed = False
+        self.stops: dict[str, int] = {}  # trial id -> the step this scheduler stopped it at
 
     def _save_state(self) -> None:
         if not self.state_file or not Path(self.state_file).parent.is_dir():
@@ -353,7 +362,12 @@ class ResumableASHA(ASHAScheduler):
             self.save_failed = True
 
     def on_trial_result(self, tune_controller, trial, result):
+        stopped_at = self.stops.get(trial.trial_id)
+        if stopped_at is not None and result.get(self._time_attr, -1) >= stopped_at:
+            return self.STOP  # stopped before a kill Ray never acted on, and resumed from an older checkpoint
         decision = super().on_trial_result(tune_controller, trial, result)
+        if decision == self.STOP:
+            self.stops[trial.trial_id] = int(result[self._time_attr])
         self._save_state()
         return decision
 
@@ -362,14 +376,29 @@ class ResumableASHA(ASHAScheduler):
         self._save_state()
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update({"save_failed": False, **state})  # save_failed: not in a tuner.pkl of before it
-        if self.state_file and Path(self.state_file).is_file():
+        self.__dict__.update({"save_failed": False, "stops": {}, **state})  # not in a tuner.pkl of before them
+        if self.state_file and _RESTORING_IN:  # the folder being restored, wherever the sweep was made
+            self.state_file = str(Path(_RESTORING_IN[-1]) / ASHA_STATE)
+        state_file = self.state_file
+        if state_file and Path(state_file).is_file():
             try:
-                self.restore(self.state_file)
+                self.restore(state_file)
             except Exception:  # noqa: BLE001 - a damaged state file: ASHA starts its rungs afresh, as Ray's would
                 self.__dict__.update(state)
+            self.state_file = state_file  # the saved state names the folder it was saved in
             # metric and mode as pickled (unset: Ray's Tuner sets them and refuses a scheduler that has them)
             self.__dict__.update({k: v for k, v in state.items() if k in ("_metric", "_mode", "_metric_op")})
+            self.__dict__.setdefault("stops", {})  # a state file of before them
+
+    @staticmethod
+    def saved_stops(state_file: Path | str) -> dict[str, int]:
+        """The stops (trial id -> step) in a saved state file; {} if there is none or it is unreadable."""
+        try:
+            with open(state_file, "rb") as f:
+                stops = pickle.load(f).get("stops", {})  # our own file, beside Ray's tuner.pkl
+        except Exception:  # noqa: BLE001 - missing or damaged: no stops known, as a resume would find
+            return {}
+        return {str(k): int(v) for k, v in stops.items()} if isinstance(stops, dict) else {}
 
 
 def build_tuner(spec: SearchSpace, experiment_dir: Path | str, monitor: SweepMonitor, optuna_storage: str) -> tune.Tuner:
@@ -416,10 +445,23 @@ def build_tuner(spec: SearchSpace, experiment_dir: Path | str, monitor: SweepMon
     )
 
 
+def checkpoint_period_s(spec: SearchSpace) -> float:
+    """How often (seconds of a trial) a trial's report carries its checkpoint. Ray keeps one
+    checkpoint per trial (num_to_keep=1) and so snapshots the whole experiment, every trial in it,
+    each time a trial checkpoints: up to SNAPSHOT_EVERY_S_UP_TO trials, at every report (a resume
+    repeats no training); beyond, at most every 0.02 s x trials x trials at once (at most 5 minutes),
+    which keeps those O(N) snapshots near 5% of the driver's time (docs/benchmarks.md, target 6), at
+    the price of repeating up to that much of a trial's training when a killed sweep resumes."""
+    n = spec.budget.num_samples
+    if n <= SNAPSHOT_EVERY_S_UP_TO:
+        return 0.0
+    return min(CHECKPOINT_PERIOD_MAX_S, 0.02 * n * min(n, spec.budget.max_concurrent))
+
+
 def _resourced_trainable(spec: SearchSpace, experiment_dir: Path | str):
     threads = max(1, int(spec.resources.cpu))
     local = None if "://" in str(experiment_dir) else str(Path(experiment_dir).resolve())  # where mark_ended_trials writes
-    trainable = make_trainable(functools.partial(_trial_config, spec), threads, local)
+    trainable = make_trainable(functools.partial(_trial_config, spec), threads, local, checkpoint_period_s(spec))
     return tune.with_resources(trainable, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu})
 
 
@@ -486,36 +528,61 @@ def ended_in_study(records: list[TrialRecord], optuna_storage: str, study_name: 
     it. Ray's snapshot has them running too, and resumed they would train past the scheduler's
     verdict. The study is the record of that end: each comes back ended at the study's last step,
     with that step's report (status.json's, or its newest checkpoint's), for `mark_ended_trials`."""
-    from dataclasses import replace
-
-    from trainables.errors import ConfigError
-    from trainables.train import read_checkpoint
-
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     study = optuna.load_study(study_name=study_name, storage=optuna_storage)
     done = [t for t in study.get_trials(deepcopy=False, states=states) if "duplicate_of" not in t.user_attrs and t.intermediate_values]
     ended = []
     for r in records:
         twin = next((t for t in done if t.params == r.params), None)
-        if r.status in FINAL or not r.path or twin is None:
-            continue
-        step, metrics = max(twin.intermediate_values), r.metrics
-        if r.step != step:
-            newest = sorted(Path(r.path).glob("checkpoint_*"))[-1:]
-            try:
-                metrics = read_checkpoint(newest[0]).get("metrics", {}) if newest else {}
-            except ConfigError:
-                metrics = {}
-        if metrics.get(STEP) == step:
-            ended.append(replace(r, status=classify("TERMINATED", metrics, max_steps), step=step, metrics=metrics))
+        if r.status not in FINAL and r.path and twin is not None:
+            ended += _ended_at(r, max(twin.intermediate_values), max_steps)
     return ended
+
+
+def ended_by_scheduler(records: list[TrialRecord], experiment_dir: Path | str, max_steps: int) -> list[TrialRecord]:
+    """Trials status.json holds unfinished that ASHA had stopped (its saved `stops`): a kill after
+    the scheduler's decision, before Ray acted on it and before the searcher or the monitor heard of
+    it. Resumed, they would train on past the rung. Each comes back ended at the step it was stopped
+    at, with that step's report (status.json's, or its newest checkpoint's), for `mark_ended_trials`."""
+    stops = ResumableASHA.saved_stops(Path(experiment_dir) / ASHA_STATE)
+    ended = []
+    for r in records:
+        if r.status not in FINAL and r.path and r.trial_id in stops:
+            ended += _ended_at(r, stops[r.trial_id], max_steps)
+    return ended
+
+
+def _ended_at(r: TrialRecord, step: int, max_steps: int) -> list[TrialRecord]:
+    """`r` ended at `step`, with that step's report: status.json's if it holds that step, else the
+    newest checkpoint's if that is of that step; [] if neither (the trial then resumes as it is)."""
+    from dataclasses import replace
+
+    from trainables.errors import ConfigError
+    from trainables.train import read_checkpoint
+
+    metrics = r.metrics
+    if r.step != step:
+        newest = sorted(Path(r.path).glob("checkpoint_*"))[-1:]
+        try:
+            metrics = read_checkpoint(newest[0]).get("metrics", {}) if newest else {}
+        except ConfigError:
+            metrics = {}
+    if metrics.get(STEP) != step:
+        return []
+    return [replace(r, status=classify("TERMINATED", metrics, max_steps), step=step, metrics=metrics)]
 
 
 def restore_tuner(spec: SearchSpace, experiment_dir: Path | str) -> tune.Tuner:
     """Continue a sweep: finished trials are kept, unfinished ones resume from their checkpoints,
     errored ones are retried, and the searcher (with its Optuna study) comes back."""
     snapshot_policy(spec)
-    if "://" not in str(experiment_dir):  # local or mounted storage; on s3:// Ray's race stays
+    local = "://" not in str(experiment_dir)
+    if local:  # local or mounted storage; on s3:// Ray's race stays
         restore_missing_checkpoints(experiment_dir)
-    return tune.Tuner.restore(str(experiment_dir), trainable=_resourced_trainable(spec, experiment_dir),
-                              resume_unfinished=True, resume_errored=True)
+        _RESTORING_IN.append(str(Path(experiment_dir).resolve()))  # ASHA's rungs: here, if the folder was moved
+    try:
+        return tune.Tuner.restore(str(experiment_dir), trainable=_resourced_trainable(spec, experiment_dir),
+                                  resume_unfinished=True, resume_errored=True)
+    finally:
+        if local:
+            _RESTORING_IN.pop()

@@ -151,7 +151,9 @@ def run(args: argparse.Namespace) -> int:
         print(note, file=sys.stderr)
     if resuming:  # the monitor, its listener and tracker come back with the experiment
         print(f"resuming sweep {spec.name} from {experiment_dir}")
-        ray_tune.mark_ended_trials(ended + ray_tune.ended_in_study(ended, f"sqlite:///{sweep_dir / OPTUNA_DB}", spec.name, spec.budget.max_steps))
+        max_steps = spec.budget.max_steps
+        ray_tune.mark_ended_trials(ended + ray_tune.ended_in_study(ended, f"sqlite:///{sweep_dir / OPTUNA_DB}", spec.name, max_steps)
+                                   + ray_tune.ended_by_scheduler(ended, experiment_dir, max_steps))
         tuner = ray_tune.restore_tuner(spec, experiment_dir)
     else:
         print(f"sweep {spec.name}: {spec.budget.num_samples} trials, {spec.budget.max_concurrent} at once -> {experiment_dir}")
