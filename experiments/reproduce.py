@@ -226,8 +226,8 @@ Commit: `{commit}`; wall time {wall_s / 60:.1f} min; {seeds} seeds per system; o
 The DAT hybrid here is the `hybrid_dat` preset: attention gated off until step 1500, every target
 trained from step 0 (the paper's plain DAT; DAT + a state-only curriculum is `hybrid_dat_curriculum`,
 see trainer.md). The pre-registered factorial reproduction: [dat_reproduction.md](dat_reproduction.md). Both hybrids
-give attention rotary positions (`model.positional: rope`); the pure Transformer has sinusoidal
-positions, the pure LSTM none. How these defaults were found, and what plain DAT (all targets
+give attention rotary positions (`model.positional: rope`), as does the pure Transformer (4 blocks,
+chosen on the recall-only task: [transformer_baseline.md](transformer_baseline.md)); the pure LSTM has none. How these defaults were found, and what plain DAT (all targets
 before the switch) and position-free hybrids gave: [dat_exploration.md](dat_exploration.md).
 """)
 

@@ -131,6 +131,9 @@ def run(args: argparse.Namespace) -> int:
         check_study(sweep_dir, spec.name)
     plan = live.Plan.from_space(spec)
     print(live.plan_line(plan, ended), flush=True)  # trials, steps, concurrency, the estimate (sweeper/live.py)
+    if period := ray_tune.checkpoint_period_s(spec):
+        print(f"note: {spec.budget.num_samples} trials: each checkpoints at most every {period:.0f} s of its training, "
+              "not at every report (Ray snapshots every trial at each checkpoint); a resumed trial repeats up to that much")
     tracker = tracking.SweepTracker(uri, spec, sweep_dir, args.experiment)
 
     def start_tracking() -> int:
