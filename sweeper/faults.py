@@ -6,6 +6,8 @@ On the COUNT-th time this process passes `fault_point(EVENT)` it sends itself SI
 INT or TERM), as a user's Ctrl-C, a `kill`, or the OOM killer would. Unset, a fault point costs
 one dict lookup. The events, where the driver calls them:
 
+    verdict     ASHA decided to stop a trial at a rung and saved it (asha.pkl); Ray has not acted on
+                it, the study, MLflow and status.json have not heard of it  (ray_tune.ResumableASHA)
     report      a trial's report reached the driver: the scheduler and the study have it,
                 our listener (MLflow, status.json) not yet            (ray_tune.SweepMonitor)
     logged      the report is logged to MLflow, status.json not yet written    (SweepMonitor)
@@ -27,7 +29,7 @@ import os
 import signal
 
 ENV = "SWEEPER_FAULT"
-EVENTS = ("report", "logged", "checkpoint", "state_write", "stop", "end", "finish")
+EVENTS = ("verdict", "report", "logged", "checkpoint", "state_write", "stop", "end", "finish")
 SIGNALS = {"KILL": signal.SIGKILL, "INT": signal.SIGINT, "TERM": signal.SIGTERM}
 
 

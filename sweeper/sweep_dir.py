@@ -60,3 +60,60 @@ def check_study(sweep_dir: Path, study_name: str) -> None:
                           "put it back, or pass --restart to start the sweep over")
     if study_id(db, study_name) is None:
         raise ConfigError(f"{db}: holds no study `{study_name}`; put the sweep's study back, or pass --restart")
+
+
+RAY_STATE_FILES = ("experiment_state-*.json", "search_gen_state-*.json", "searcher-state-*.pkl")  # Ray's snapshot
+
+
+def _intact(path: Path) -> bool:
+    """Whether one of Ray's state files is whole: a pickle that runs to its STOP opcode (read with
+    pickletools, which runs nothing; Ray pickles search_gen_state-*.json too), or else JSON that parses."""
+    import json
+    import pickletools
+
+    try:
+        data = path.read_bytes()
+        if data[:1] == b"\x80":  # a pickle's PROTO opcode (protocol 2 and later)
+            ops = list(pickletools.genops(data))
+            return ops[-1][0].name == "STOP"
+        json.loads(data)
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def ray_temp_dir() -> Path:
+    """Where a local Ray keeps its sessions (Ray's own rule: $RAY_TMPDIR, else the system's temp dir)."""
+    import os
+    import tempfile
+
+    return Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray"
+
+
+def mend_cut_ray_state(experiment_dir: Path, name: str, ray_temp: Path | None = None) -> list[Path]:
+    """Ray writes its snapshot whole in a staging folder on the driver's machine
+    (<ray temp>/session_*/artifacts/<timestamp>/<name>/driver_artifacts) and then copies it over the
+    sweep folder file by file: a kill during the copy leaves a file cut short, and Ray then "fails to
+    restore the run state", logs it, and waits forever with no trial. If a state file here is cut,
+    every one is replaced from the newest staging folder left on this machine that holds them all
+    whole (a consistent snapshot, newer than the cut one). Returns the files replaced; a cut file
+    that cannot be mended is one line (ConfigError)."""
+    import os
+    import shutil
+
+    here = [p for pattern in RAY_STATE_FILES for p in sorted(Path(experiment_dir).glob(pattern))]
+    cut = [p for p in here if not _intact(p)]
+    if not cut:
+        return []
+    staging = sorted((ray_temp or ray_temp_dir()).glob(f"session_*/artifacts/*/{name}/driver_artifacts"),
+                     key=lambda d: d.stat().st_mtime, reverse=True)
+    for folder in staging:
+        copies = [folder / p.name for p in here]
+        if all(c.is_file() and _intact(c) for c in copies):
+            for copy, target in zip(copies, here):
+                tmp = target.with_name(f".mend-{target.name}")
+                shutil.copy2(copy, tmp)
+                os.replace(tmp, target)
+            return here
+    raise ConfigError(f"{cut[0]}: cut short (a kill while Ray copied its snapshot into the sweep folder), and no whole "
+                      "copy is left on this machine; pass --restart to start the sweep over")

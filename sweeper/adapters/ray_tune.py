@@ -369,6 +369,8 @@ class ResumableASHA(ASHAScheduler):
         if decision == self.STOP:
             self.stops[trial.trial_id] = int(result[self._time_attr])
         self._save_state()
+        if decision == self.STOP:
+            fault_point("verdict")
         return decision
 
     def on_trial_complete(self, tune_controller, trial, result):

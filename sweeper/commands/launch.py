@@ -24,7 +24,7 @@ from sweeper.fs import check_writable
 from sweeper.records import FINAL
 from sweeper.lock import hold_sweep_lock
 from sweeper.space import SearchSpace, SpaceError, load_space
-from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, check_study, is_uri, sweep_dir_for
+from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, check_study, is_uri, mend_cut_ray_state, sweep_dir_for
 from sweeper.status import SPACE_FILE, STATUS_FILE, SweepListener, format_table, load_records, mark_state, write_summary
 
 def space_digest(path: str | Path) -> str:
@@ -129,6 +129,9 @@ def run(args: argparse.Namespace) -> int:
     if resuming:
         check_same_store(sweep_dir, uri, tracking.uri_source(args.tracking_uri), tracking.load_runs(sweep_dir))
         check_study(sweep_dir, spec.name)
+        if not is_uri(experiment_dir) and (mended := mend_cut_ray_state(Path(experiment_dir), spec.name)):
+            print(f"mended Ray's snapshot, cut short by the kill, from its whole copy: {', '.join(p.name for p in mended)}",
+                  file=sys.stderr)
     plan = live.Plan.from_space(spec)
     print(live.plan_line(plan, ended), flush=True)  # trials, steps, concurrency, the estimate (sweeper/live.py)
     if period := ray_tune.checkpoint_period_s(spec):

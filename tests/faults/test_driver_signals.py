@@ -19,6 +19,7 @@ pytestmark = pytest.mark.integration
 # event -> the pass on which the driver kills itself: chosen so that some trials have ended and some
 # are mid-training (4 trials, 2 at once, 4 reports each at most, ASHA rungs at steps 10 and 20)
 CUES = {
+    "verdict": 1,      # ASHA's first stop, decided and saved (asha.pkl); Ray has not acted on it
     "report": 6,       # after the 6th report reached the driver (the study has it; MLflow, status.json not)
     "logged": 5,       # a report logged to MLflow, status.json not yet written
     "checkpoint": 7,   # a trial's checkpoint reached the driver, not yet in Ray's experiment snapshot
