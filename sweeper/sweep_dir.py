@@ -83,11 +83,10 @@ def _intact(path: Path) -> bool:
 
 
 def ray_temp_dir() -> Path:
-    """Where a local Ray keeps its sessions (Ray's own rule: $RAY_TMPDIR, else the system's temp dir)."""
+    """Where a local Ray keeps its sessions (Ray's rule on Linux: $RAY_TMPDIR, else $TMPDIR, else /tmp)."""
     import os
-    import tempfile
 
-    return Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray"
+    return Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray"
 
 
 def mend_cut_ray_state(experiment_dir: Path, name: str, ray_temp: Path | None = None) -> list[Path]:
@@ -105,15 +104,33 @@ def mend_cut_ray_state(experiment_dir: Path, name: str, ray_temp: Path | None = 
     cut = [p for p in here if not _intact(p)]
     if not cut:
         return []
+    def newest_file(folder: Path) -> float:  # Ray rewrites some of its files in place: the folder's own mtime lags
+        return max((f.stat().st_mtime for f in folder.iterdir() if f.is_file()), default=0.0)
+
     staging = sorted((ray_temp or ray_temp_dir()).glob(f"session_*/artifacts/*/{name}/driver_artifacts"),
-                     key=lambda d: d.stat().st_mtime, reverse=True)
+                     key=newest_file, reverse=True)
     for folder in staging:
         copies = [folder / p.name for p in here]
         if all(c.is_file() and _intact(c) for c in copies):
             for copy, target in zip(copies, here):
                 tmp = target.with_name(f".mend-{target.name}")
-                shutil.copy2(copy, tmp)
-                os.replace(tmp, target)
+                try:
+                    shutil.copy2(copy, tmp)
+                    os.replace(tmp, target)
+                except OSError as err:
+                    raise ConfigError(f"{target}: cut short by a kill, and its whole copy {copy} could not be put in "
+                                      f"its place ({err.strerror or err}); pass --restart to start the sweep over") from None
             return here
     raise ConfigError(f"{cut[0]}: cut short (a kill while Ray copied its snapshot into the sweep folder), and no whole "
                       "copy is left on this machine; pass --restart to start the sweep over")
+
+
+def check_not_moved(records: list, experiment_dir: Path) -> None:
+    """A sweep resumes where it was made: Ray's tuner.pkl, our monitor inside it and status.json name
+    the folder by its absolute path, so a moved or copied sweep folder would write to (or look for)
+    the old one. One line instead of a resume that breaks halfway."""
+    made_at = {str(Path(r.path).parent) for r in records if r.path and "://" not in r.path}
+    here = str(Path(experiment_dir).resolve())
+    if made_at and here not in made_at:
+        raise ConfigError(f"{experiment_dir}: this sweep was made at {sorted(made_at)[0]} and has been moved; resume it "
+                          "there (move it back), or pass --restart to start it over here")

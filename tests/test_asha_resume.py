@@ -139,8 +139,9 @@ def _trial(tmp_path, trial_id: str, status: str, step: int, checkpoint_step: int
 
 
 def test_a_stop_cut_off_before_ray_acted_ends_the_trial_at_its_rung_on_resume(tmp_path):
-    """A kill after ASHA decided and saved a stop, before Ray acted on it (report-TERM of the fault
-    matrix): status.json holds the trial running, and a resume would train it past its rung."""
+    """A kill after ASHA decided and saved a stop, before Ray acted on it (found by report-TERM of the
+    fault matrix; its own cue is now `verdict`): status.json holds the trial running, and a resume would
+    train it past its rung."""
     scheduler, _ = make(state_file=str(tmp_path / ASHA_STATE))
     for i in range(3):
         feed(scheduler, f"strong{i}", STRONG)
@@ -157,20 +158,3 @@ def test_a_stop_cut_off_before_ray_acted_ends_the_trial_at_its_rung_on_resume(tm
     assert sorted(ended) == ["logged", "unlogged"]
     assert all(r.status == "stopped" and r.step == 100 and r.metrics["step"] == 100 for r in ended.values())
 
-
-def test_a_sweep_folder_moved_elsewhere_resumes_with_its_rungs(tmp_path, monkeypatch):
-    """tuner.pkl names the state file by the path the sweep was made at; `restore_tuner` says where it is now."""
-    from sweeper.adapters import ray_tune
-
-    made, moved = tmp_path / "made", tmp_path / "moved"
-    made.mkdir()
-    scheduler, as_in_tuner_pkl = make(state_file=str(made / ASHA_STATE))
-    for i in range(3):
-        feed(scheduler, f"strong{i}", STRONG)
-    made.rename(moved)
-    monkeypatch.setattr(ray_tune, "_RESTORING_IN", [str(moved)])
-    resumed = restore(as_in_tuner_pkl)
-    assert resumed.state_file == str(moved / ASHA_STATE)
-    assert feed(resumed, "weak", WEAK) == [TrialScheduler.STOP]  # the rungs came along
-    assert ResumableASHA.saved_stops(moved / ASHA_STATE) == {"weak": 100}  # and are saved where the sweep is
-    assert not made.exists()

@@ -44,8 +44,9 @@ def test_a_cut_snapshot_gets_the_newest_whole_staging_copy(tmp_path):
     (newest / NAMES[2]).write_bytes(b"\x80\x04")  # also cut there (Ray's write): not taken
     _snapshot(ray_temp / "session_mid" / "artifacts" / STAMP / "faults" / "driver_artifacts", 2)
     import os
-    for i, s in enumerate(("session_old", "session_mid", "session_new")):
-        os.utime(ray_temp / s / "artifacts" / STAMP / "faults" / "driver_artifacts", (i, i))
+    for i, s in enumerate(("session_old", "session_mid", "session_new")):  # newest by its files, not the folder
+        for f in (ray_temp / s / "artifacts" / STAMP / "faults" / "driver_artifacts").iterdir():
+            os.utime(f, (i, i))
     mended = mend_cut_ray_state(sweep, "faults", ray_temp)
     assert sorted(p.name for p in mended) == sorted(NAMES)
     assert all(_intact(sweep / n) for n in NAMES)
@@ -63,4 +64,17 @@ def test_a_whole_snapshot_is_left_alone_and_an_unmendable_one_is_one_line(tmp_pa
     (sweep / NAMES[0]).write_text('{"trial_data": [')
     with pytest.raises(ConfigError, match="cut short.*--restart") as err:
         mend_cut_ray_state(sweep, "faults", tmp_path / "no-ray")
+    assert "\n" not in str(err.value)
+
+
+def test_a_moved_sweep_folder_is_one_line(tmp_path):
+    from sweeper.records import TrialRecord
+    from sweeper.sweep_dir import check_not_moved
+
+    made, moved = tmp_path / "made" / "faults", tmp_path / "moved" / "faults"
+    records = [TrialRecord("a", {}, "running", 10, {}, str(made / "trainable_a")), TrialRecord("b", {}, "pending", 0, {}, "")]
+    check_not_moved(records, made)  # in place: nothing to say
+    check_not_moved([], moved)  # nothing recorded yet: nothing to compare
+    with pytest.raises(ConfigError, match="has been moved.*--restart") as err:
+        check_not_moved(records, moved)
     assert "\n" not in str(err.value)

@@ -324,9 +324,6 @@ def snapshot_policy(spec: SearchSpace) -> None:
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1" if spec.budget.num_samples <= SNAPSHOT_EVERY_S_UP_TO else "auto")
 
 
-_RESTORING_IN: list[str] = []  # the local experiment folder `restore_tuner` is unpickling tuner.pkl from
-
-
 class ResumableASHA(ASHAScheduler):
     """ASHA whose rungs survive the driver. Ray snapshots the searcher but not the scheduler, so a
     resumed sweep would forget every value recorded at a rung and compare the next trials against
@@ -364,7 +361,7 @@ class ResumableASHA(ASHAScheduler):
     def on_trial_result(self, tune_controller, trial, result):
         stopped_at = self.stops.get(trial.trial_id)
         if stopped_at is not None and result.get(self._time_attr, -1) >= stopped_at:
-            return self.STOP  # stopped before a kill Ray never acted on, and resumed from an older checkpoint
+            return self.STOP  # a stop decided before a kill, which Ray never carried out (resumed from an older checkpoint)
         decision = super().on_trial_result(tune_controller, trial, result)
         if decision == self.STOP:
             self.stops[trial.trial_id] = int(result[self._time_attr])
@@ -379,15 +376,11 @@ class ResumableASHA(ASHAScheduler):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update({"save_failed": False, "stops": {}, **state})  # not in a tuner.pkl of before them
-        if self.state_file and _RESTORING_IN:  # the folder being restored, wherever the sweep was made
-            self.state_file = str(Path(_RESTORING_IN[-1]) / ASHA_STATE)
-        state_file = self.state_file
-        if state_file and Path(state_file).is_file():
+        if self.state_file and Path(self.state_file).is_file():
             try:
-                self.restore(state_file)
+                self.restore(self.state_file)
             except Exception:  # noqa: BLE001 - a damaged state file: ASHA starts its rungs afresh, as Ray's would
                 self.__dict__.update(state)
-            self.state_file = state_file  # the saved state names the folder it was saved in
             # metric and mode as pickled (unset: Ray's Tuner sets them and refuses a scheduler that has them)
             self.__dict__.update({k: v for k, v in state.items() if k in ("_metric", "_mode", "_metric_op")})
             self.__dict__.setdefault("stops", {})  # a state file of before them
@@ -448,12 +441,13 @@ def build_tuner(spec: SearchSpace, experiment_dir: Path | str, monitor: SweepMon
 
 
 def checkpoint_period_s(spec: SearchSpace) -> float:
-    """How often (seconds of a trial) a trial's report carries its checkpoint. Ray keeps one
-    checkpoint per trial (num_to_keep=1) and so snapshots the whole experiment, every trial in it,
-    each time a trial checkpoints: up to SNAPSHOT_EVERY_S_UP_TO trials, at every report (a resume
-    repeats no training); beyond, at most every 0.02 s x trials x trials at once (at most 5 minutes),
-    which keeps those O(N) snapshots near 5% of the driver's time (docs/benchmarks.md, target 6), at
-    the price of repeating up to that much of a trial's training when a killed sweep resumes."""
+    """The least time (seconds of a trial) between two reports that carry its checkpoint. Ray keeps
+    one checkpoint per trial (num_to_keep=1) and so snapshots the whole experiment, every trial in it,
+    each time a trial checkpoints: up to SNAPSHOT_EVERY_S_UP_TO trials, every report carries one (a
+    resume repeats no training); beyond, at most one every 0.02 s x trials x trials at once (5 minutes at most),
+    which keeps those O(N) snapshots near 2.5% of the driver's time at ~0.5 ms per trial in a snapshot
+    (docs/benchmarks.md, target 6), at the price of repeating up to that much of a trial's training
+    when a killed sweep resumes."""
     n = spec.budget.num_samples
     if n <= SNAPSHOT_EVERY_S_UP_TO:
         return 0.0
@@ -578,13 +572,7 @@ def restore_tuner(spec: SearchSpace, experiment_dir: Path | str) -> tune.Tuner:
     """Continue a sweep: finished trials are kept, unfinished ones resume from their checkpoints,
     errored ones are retried, and the searcher (with its Optuna study) comes back."""
     snapshot_policy(spec)
-    local = "://" not in str(experiment_dir)
-    if local:  # local or mounted storage; on s3:// Ray's race stays
+    if "://" not in str(experiment_dir):  # local or mounted storage; on s3:// Ray's race stays
         restore_missing_checkpoints(experiment_dir)
-        _RESTORING_IN.append(str(Path(experiment_dir).resolve()))  # ASHA's rungs: here, if the folder was moved
-    try:
-        return tune.Tuner.restore(str(experiment_dir), trainable=_resourced_trainable(spec, experiment_dir),
-                                  resume_unfinished=True, resume_errored=True)
-    finally:
-        if local:
-            _RESTORING_IN.pop()
+    return tune.Tuner.restore(str(experiment_dir), trainable=_resourced_trainable(spec, experiment_dir),
+                              resume_unfinished=True, resume_errored=True)

@@ -24,7 +24,7 @@ from sweeper.fs import check_writable
 from sweeper.records import FINAL
 from sweeper.lock import hold_sweep_lock
 from sweeper.space import SearchSpace, SpaceError, load_space
-from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, check_study, is_uri, mend_cut_ray_state, sweep_dir_for
+from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, check_not_moved, check_study, is_uri, mend_cut_ray_state, sweep_dir_for
 from sweeper.status import SPACE_FILE, STATUS_FILE, SweepListener, format_table, load_records, mark_state, write_summary
 
 def space_digest(path: str | Path) -> str:
@@ -125,17 +125,19 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     restorable = ray_tune.can_restore(experiment_dir)
     resuming = prepare_sweep_dir(spec, args.file, sweep_dir, restorable, args.restart)
-    ended = load_records(sweep_dir)[1] if resuming and (sweep_dir / STATUS_FILE).exists() else []  # before Ray: a bad file is one line
+    records = load_records(sweep_dir)[1] if resuming and (sweep_dir / STATUS_FILE).exists() else []  # before Ray: a bad file is one line
     if resuming:
         check_same_store(sweep_dir, uri, tracking.uri_source(args.tracking_uri), tracking.load_runs(sweep_dir))
         check_study(sweep_dir, spec.name)
+        if not is_uri(experiment_dir):
+            check_not_moved(records, Path(experiment_dir))
         if not is_uri(experiment_dir) and (mended := mend_cut_ray_state(Path(experiment_dir), spec.name)):
             print(f"mended Ray's snapshot, cut short by the kill, from its whole copy: {', '.join(p.name for p in mended)}",
                   file=sys.stderr)
     plan = live.Plan.from_space(spec)
-    print(live.plan_line(plan, ended), flush=True)  # trials, steps, concurrency, the estimate (sweeper/live.py)
+    print(live.plan_line(plan, records), flush=True)  # trials, steps, concurrency, the estimate (sweeper/live.py)
     if period := ray_tune.checkpoint_period_s(spec):
-        print(f"note: {spec.budget.num_samples} trials: each checkpoints at most every {period:.0f} s of its training, "
+        print(f"note: {spec.budget.num_samples} trials: each checkpoints at most once every {period:.0f} s of its training, "
               "not at every report (Ray snapshots every trial at each checkpoint); a resumed trial repeats up to that much")
     tracker = tracking.SweepTracker(uri, spec, sweep_dir, args.experiment)
 
@@ -143,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         with tracking.store_lock(uri):  # an embedded store is created (schema migrations) by one process at a time
             tracker.start(sweep_dir / SPACE_FILE, resuming=resuming)
         # what a kill of the last driver kept from MLflow, from the ledger and the result files
-        return tracker.reconcile(ended) if resuming and ended else 0
+        return tracker.reconcile(records) if resuming and records else 0
 
     with ThreadPoolExecutor(1) as pool:  # MLflow's start-up (imports, store, parent run) while Ray starts
         tracking_started = pool.submit(start_tracking)
@@ -158,8 +160,8 @@ def run(args: argparse.Namespace) -> int:
     if resuming:  # the monitor, its listener and tracker come back with the experiment
         print(f"resuming sweep {spec.name} from {experiment_dir}")
         max_steps = spec.budget.max_steps
-        ray_tune.mark_ended_trials(ended + ray_tune.ended_in_study(ended, f"sqlite:///{sweep_dir / OPTUNA_DB}", spec.name, max_steps)
-                                   + ray_tune.ended_by_scheduler(ended, experiment_dir, max_steps))
+        ray_tune.mark_ended_trials(records + ray_tune.ended_in_study(records, f"sqlite:///{sweep_dir / OPTUNA_DB}", spec.name, max_steps)
+                                   + ray_tune.ended_by_scheduler(records, experiment_dir, max_steps))
         tuner = ray_tune.restore_tuner(spec, experiment_dir)
     else:
         print(f"sweep {spec.name}: {spec.budget.num_samples} trials, {spec.budget.max_concurrent} at once -> {experiment_dir}")
