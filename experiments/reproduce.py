@@ -27,9 +27,10 @@ from statistics import mean
 from trainables.config import TrialConfig, load_trial_config, with_overrides
 
 SYSTEMS = {"lstm": "pure LSTM", "transformer": "pure Transformer", "hybrid_joint": "hybrid, joint", "hybrid_dat": "hybrid + DAT"}
-# seconds a run took (6000 steps, one thread, 2 at a time, a quiet 2-core machine, 2026-11-23); the pool
-# takes the longest first so that the last minutes are not one run alone (the shortest makespan's rule)
-COST = {"transformer": 325, "hybrid_joint": 258, "hybrid_dat": 230, "lstm": 154}
+# the order the pool takes the runs in (higher first; on a quiet 2-core machine, 2026-11-23: Transformer
+# ~325 s, joint ~258 s, DAT ~230 s, LSTM ~154 s). Strictly longest first measured slower, 25.8 against
+# 25.4 min: the two 4-block Transformers side by side ran 13% slower each (memory bandwidth)
+COST = {"hybrid_joint": 4, "hybrid_dat": 3, "transformer": 2, "lstm": 1}
 CURVE_KEYS = tuple(f"{p}_{k}x" for p in ("acc", "state_acc", "recall_acc") for k in (1, 2, 3, 4))
 QUICK = {"steps": 40, "model.d_model": 16, "model.n_layers": 1, "model.n_heads": 2,
          "eval.every": 20, "eval.n_sequences": 32, "optim.batch_size": 16}
