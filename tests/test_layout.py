@@ -113,3 +113,33 @@ def test_the_optuna_and_ray_internals_the_adapters_use_still_exist():
     assert search._ot_study._storage.get_trial(ot_trial._trial_id).state == optuna.trial.TrialState.RUNNING
     dist = optuna.distributions.IntDistribution(0, 10, step=2)
     assert dist._contains(dist.to_internal_repr(4)) and not dist._contains(dist.to_internal_repr(5))
+
+
+def _one_float(trial) -> dict:  # a space that pickles, as the searcher's snapshot needs
+    return {"x": trial.suggest_float("x", 0, 1)}
+
+
+def test_a_retrained_step_is_told_to_the_study_once_and_without_a_warning(tmp_path, recwarn):
+    """A resumed trial repeats the steps since its last checkpoint (a large sweep's period, or a snapshot
+    older than its last report): the study keeps the first value, and Optuna is not asked again."""
+    optuna = pytest.importorskip("optuna")
+    from sweeper.adapters.ray_tune import StepAwareOptunaSearch
+
+    def searcher():
+        return StepAwareOptunaSearch(space=_one_float, metric="m", mode="max", max_steps=40, storage=optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db"),
+                                     study_name="s")
+
+    search = searcher()
+    search.suggest("t0")
+    for step, m in ((10, 0.1), (20, 0.2)):
+        search.on_trial_result("t0", {"m": m, "step": step})
+    search.save(str(tmp_path / "searcher.pkl"))
+    search.on_trial_result("t0", {"m": 0.3, "step": 30})  # after the snapshot, then a kill
+
+    resumed = searcher()
+    resumed.restore(str(tmp_path / "searcher.pkl"))
+    for step, m in ((20, 0.2), (30, 0.3), (40, 0.4)):  # retrained from the step-10 checkpoint's successor
+        resumed.on_trial_result("t0", {"m": m, "step": step})
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
+    assert study.trials[0].intermediate_values == {10: 0.1, 20: 0.2, 30: 0.3, 40: 0.4}
+    assert not [w for w in recwarn if "already reported" in str(w.message)]

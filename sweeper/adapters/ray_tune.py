@@ -122,16 +122,23 @@ class StepAwareOptunaSearch(OptunaSearch):
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         if trial_id in self._completed_trials or self.metric not in result:
             return
+        step, last = int(result[STEP]), self.__dict__.setdefault("_last_step", {})  # trial id -> last step told
+        if step <= last.get(trial_id, -1):
+            return  # a resumed trial retraining steps the study has (Optuna would warn once a step)
         try:
-            self._ot_trials[trial_id].report(result[self.metric], int(result[STEP]))
+            self._ot_trials[trial_id].report(result[self.metric], step)
         except optuna.exceptions.UpdateFinishedTrialError:
             pass  # the study already holds this trial's end (the snapshot predates it)
+        last[trial_id] = step
 
     def restore(self, checkpoint_path: str) -> None:
         """After a kill, Optuna trials that Ray's snapshot never knew stay RUNNING: close them as FAIL."""
         super().restore(checkpoint_path)
         self._done = None  # rebuilt from the study on disk, which may be newer than the snapshot
         known = {t._trial_id for t in self._ot_trials.values()}
+        steps = {t._trial_id: max(t.intermediate_values) for t in self._ot_study.get_trials(deepcopy=False)
+                 if t._trial_id in known and t.intermediate_values}  # each trial's last step the study holds
+        self._last_step = {rid: steps[t._trial_id] for rid, t in self._ot_trials.items() if t._trial_id in steps}
         for orphan in self._ot_study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             if orphan._trial_id not in known:
                 self._ot_study.tell(orphan.number, state=optuna.trial.TrialState.FAIL)
