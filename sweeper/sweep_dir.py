@@ -5,6 +5,10 @@ Stdlib only: the CLI's parser and every verb that finds a sweep by name import i
 
 from __future__ import annotations
 
+import json
+import os
+import pickletools
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -68,9 +72,6 @@ RAY_STATE_FILES = ("experiment_state-*.json", "search_gen_state-*.json", "search
 def _intact(path: Path) -> bool:
     """Whether one of Ray's state files is whole: a pickle that runs to its STOP opcode (read with
     pickletools, which runs nothing; Ray pickles search_gen_state-*.json too), or else JSON that parses."""
-    import json
-    import pickletools
-
     try:
         data = path.read_bytes()
         if data[:1] == b"\x80":  # a pickle's PROTO opcode (protocol 2 and later)
@@ -84,9 +85,12 @@ def _intact(path: Path) -> bool:
 
 def ray_temp_dir() -> Path:
     """Where a local Ray keeps its sessions (Ray's rule on Linux: $RAY_TMPDIR, else $TMPDIR, else /tmp)."""
-    import os
-
     return Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray"
+
+
+def _newest_file(folder: Path) -> float:
+    """When a folder's newest file was written (Ray rewrites some in place: the folder's own mtime lags)."""
+    return max((f.stat().st_mtime for f in folder.iterdir() if f.is_file()), default=0.0)
 
 
 def mend_cut_ray_state(experiment_dir: Path, name: str, ray_temp: Path | None = None) -> list[Path]:
@@ -97,18 +101,12 @@ def mend_cut_ray_state(experiment_dir: Path, name: str, ray_temp: Path | None = 
     every one is replaced from the newest staging folder left on this machine that holds them all
     whole (a consistent snapshot, newer than the cut one). Returns the files replaced; a cut file
     that cannot be mended is one line (ConfigError)."""
-    import os
-    import shutil
-
     here = [p for pattern in RAY_STATE_FILES for p in sorted(Path(experiment_dir).glob(pattern))]
     cut = [p for p in here if not _intact(p)]
     if not cut:
         return []
-    def newest_file(folder: Path) -> float:  # Ray rewrites some of its files in place: the folder's own mtime lags
-        return max((f.stat().st_mtime for f in folder.iterdir() if f.is_file()), default=0.0)
-
     staging = sorted((ray_temp or ray_temp_dir()).glob(f"session_*/artifacts/*/{name}/driver_artifacts"),
-                     key=newest_file, reverse=True)
+                     key=_newest_file, reverse=True)
     for folder in staging:
         copies = [folder / p.name for p in here]
         if all(c.is_file() and _intact(c) for c in copies):
@@ -129,7 +127,7 @@ def check_not_moved(records: list, experiment_dir: Path) -> None:
     """A sweep resumes where it was made: Ray's tuner.pkl, our monitor inside it and status.json name
     the folder by its absolute path, so a moved or copied sweep folder would write to (or look for)
     the old one. One line instead of a resume that breaks halfway."""
-    made_at = {str(Path(r.path).parent) for r in records if r.path and "://" not in r.path}
+    made_at = {str(Path(r.path).parent) for r in records if r.path and not is_uri(r.path)}
     here = str(Path(experiment_dir).resolve())
     if made_at and here not in made_at:
         raise ConfigError(f"{experiment_dir}: this sweep was made at {sorted(made_at)[0]} and has been moved; resume it "

@@ -136,12 +136,13 @@ class StepAwareOptunaSearch(OptunaSearch):
         super().restore(checkpoint_path)
         self._done = None  # rebuilt from the study on disk, which may be newer than the snapshot
         known = {t._trial_id for t in self._ot_trials.values()}
-        steps = {t._trial_id: max(t.intermediate_values) for t in self._ot_study.get_trials(deepcopy=False)
-                 if t._trial_id in known and t.intermediate_values}  # each trial's last step the study holds
+        steps = {}  # each known trial's last step the study holds
+        for t in self._ot_study.get_trials(deepcopy=False):  # one read of the study for both
+            if t._trial_id in known and t.intermediate_values:
+                steps[t._trial_id] = max(t.intermediate_values)
+            elif t._trial_id not in known and t.state == optuna.trial.TrialState.RUNNING:
+                self._ot_study.tell(t.number, state=optuna.trial.TrialState.FAIL)
         self._last_step = {rid: steps[t._trial_id] for rid, t in self._ot_trials.items() if t._trial_id in steps}
-        for orphan in self._ot_study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            if orphan._trial_id not in known:
-                self._ot_study.tell(orphan.number, state=optuna.trial.TrialState.FAIL)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if result is not None and not error and trial_id in self._ot_trials:  # Ray skips on_trial_result for the report that ends a trial:

@@ -129,11 +129,11 @@ def run(args: argparse.Namespace) -> int:
     if resuming:
         check_same_store(sweep_dir, uri, tracking.uri_source(args.tracking_uri), tracking.load_runs(sweep_dir))
         check_study(sweep_dir, spec.name)
-        if not is_uri(experiment_dir):
+        if not is_uri(experiment_dir):  # Ray's files and status.json's trial folders are here
             check_not_moved(records, Path(experiment_dir))
-        if not is_uri(experiment_dir) and (mended := mend_cut_ray_state(Path(experiment_dir), spec.name)):
-            print(f"mended Ray's snapshot, cut short by the kill, from its whole copy: {', '.join(p.name for p in mended)}",
-                  file=sys.stderr)
+            if mended := mend_cut_ray_state(Path(experiment_dir), spec.name):
+                print(f"mended Ray's snapshot, cut short by the kill, from its whole copy: {', '.join(p.name for p in mended)}",
+                      file=sys.stderr)
     plan = live.Plan.from_space(spec)
     print(live.plan_line(plan, records), flush=True)  # trials, steps, concurrency, the estimate (sweeper/live.py)
     if period := ray_tune.checkpoint_period_s(spec):
