@@ -55,7 +55,8 @@ faults: install
 	$(BIN)/python -m pytest tests/faults tests/test_single_driver.py -m "" -v
 
 # Every benchmark (about 25 minutes on 2 cores; docs/benchmarks.md). BASELINE: the commit the
-# trainer's speed is compared with (the trainer before the speed work). gpu_share needs CUDA.
+# trainer's speed is compared with (the trainer before the speed work). gpu_share and gpu_sweep need
+# CUDA; ssm_fused needs CUDA and mamba-ssm's kernel (MAMBA_SRC: an unpacked mamba-ssm sdist to build it from).
 BASELINE ?= cbcfb6f
 bench: install
 	$(BIN)/python bench/trainer_speed.py --baseline $(BASELINE) --rounds 2 --memory
@@ -64,7 +65,9 @@ bench: install
 	$(BIN)/python bench/ssm_speed.py
 	$(BIN)/python bench/othello_speed.py
 	@if $(BIN)/python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then \
-	  $(BIN)/python bench/gpu_share.py; else echo "bench/gpu_share.py: not measured: no GPU"; fi
+	  $(BIN)/python bench/gpu_share.py && $(BIN)/python bench/gpu_sweep.py && \
+	  $(BIN)/python bench/ssm_fused.py $(if $(MAMBA_SRC),--build-from $(MAMBA_SRC)); \
+	else echo "bench/gpu_share.py, gpu_sweep.py, ssm_fused.py: not measured: no GPU"; fi
 
 reproduce: install
 	$(BIN)/sweeper reproduce --seeds 3

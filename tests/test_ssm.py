@@ -166,6 +166,28 @@ def test_fused_kernel_is_used_only_for_the_families_it_computes(monkeypatch):
     assert not any(ssm._fused_applies(True, t, "auto") for t in TRANSITIONS)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available() or ssm._fused_kernel() is None,
+                    reason="needs a CUDA device and mamba-ssm's kernel (bench/ssm_fused.py --build-from builds it)")
+@pytest.mark.parametrize("transition", ssm.FUSED_TRANSITIONS)
+@pytest.mark.parametrize("L", [1, 45, 200])
+def test_fused_kernel_equals_the_reference_in_outputs_and_gradients(transition, L):
+    """mamba_ssm's float32 kernel against the float64 loop, through `selective_scan` as the mixer calls it."""
+    ref_inputs = _scan_inputs(L, b=4, E=32, N=16, seed=L, transition=transition)
+    inputs = [t.detach().float().cuda().requires_grad_() for t in ref_inputs]
+    assert ssm._fused_applies(True, transition, "auto")
+    fast, slow = _scan(inputs, transition, True, method="auto"), _scan(ref_inputs, transition, False)
+    weights = torch.randn_like(slow)
+    g_fast = torch.autograd.grad((fast * weights.float().cuda()).sum(), inputs, allow_unused=True)
+    g_slow = torch.autograd.grad((slow * weights).sum(), ref_inputs, allow_unused=True)  # L=1 never uses A
+    for name, a, b, x in zip("y u delta A B C D theta".split(), [fast, *g_fast], [slow, *g_slow], [slow, *ref_inputs]):
+        a = torch.zeros_like(x) if a is None else a.detach().double().cpu()
+        b = torch.zeros_like(x) if b is None else b.detach()
+        assert torch.isfinite(a).all(), name
+        # float32 with fast-math exponentials; a gradient that is zero in exact arithmetic (theta at L=1: the
+        # turns of B and C cancel) is rounding noise on the outputs' scale
+        assert (a - b).norm() <= 1e-4 * max(b.norm(), slow.detach().norm()), name
+
+
 def test_rotation_needs_an_even_state_size():
     with pytest.raises(ValueError, match="ssm_d_state must be even, got 5"):
         ModelConfig(mixer="ssm", ssm_transition="rotation", ssm_d_state=5)

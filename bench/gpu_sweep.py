@@ -1,0 +1,92 @@
+"""Trials per hour of a real sweep on one GPU at `resources.gpu` 1, 0.5 and 0.25.
+
+    python bench/gpu_sweep.py [--trials 8] [--steps 1000] [--gpus 1 0.5 0.25] [--out FILE.json]
+
+For each fraction, `sweeper launch` runs a generated space of `--trials` fixed points (seeds 0..N-1 of
+the default `hybrid_dat` trial, `fixed.device: cuda`, switch at a quarter of the steps, evaluation on
+the full sets at the middle and the end), FIFO, with `resources: {cpu: 1, gpu: FRACTION}`, so Ray packs
+1/FRACTION trials on the GPU at once (it co-locates them; the GPU is not partitioned). Prints the wall
+time of each launch (Ray start-up, MLflow, and tail included), trials per hour of the whole GPU at this
+trial size, and the same as default 6000-step trials (`--steps` over 6000 of a trial's time, the fixed
+costs of each launch scaled alike: an estimate). `bench/gpu_share.py` measures the trainer's side of the
+same sharing with plain processes, without Ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TRIAL_STEPS = 6000  # a default trial
+
+
+def space_file(directory: Path, name: str, trials: int, steps: int, gpu: float) -> Path:
+    spec = {
+        "name": name,
+        "description": f"bench/gpu_sweep.py: {trials} fixed trials at resources.gpu {gpu:g}",
+        "fixed": {"device": "cuda", "dat": {"switch_step": steps // 4}},
+        "space": {"seed": {"type": "int", "low": 0, "high": max(1, trials - 1)}},
+        "budget": {"num_samples": trials, "max_concurrent": trials, "max_steps": steps, "eval_every": steps // 2},
+        "scheduler": {"type": "fifo"},
+        "searcher": {"sampler": "random", "baseline": [{"seed": i} for i in range(trials)]},
+        "resources": {"cpu": 1, "gpu": gpu},
+    }
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def launch(path: Path, workdir: Path, name: str) -> dict:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "sweeper.cli", "launch", str(path), "--progress", "lines"], cwd=workdir,
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1",
+                               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"sweeper launch failed ({proc.returncode}): {proc.stdout[-1500:]}\n{proc.stderr[-1500:]}")
+    trials = json.loads((workdir / "sweeps" / name / "status.json").read_text())["trials"]
+    return {"wall_s": wall, "statuses": sorted({t["status"] for t in trials}), "n": len(trials)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--gpus", type=float, nargs="+", default=[1, 0.5, 0.25])
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("bench/gpu_sweep.py: needs a CUDA device")
+    print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; {args.trials} default hybrid_dat "
+          f"trials of {args.steps} steps per sweep", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gpu-sweep-") as tmp:
+        for gpu in args.gpus:
+            name = f"gpu{str(gpu).replace('.', '_')}"
+            run = launch(space_file(Path(tmp), name, args.trials, args.steps, gpu), Path(tmp), name)
+            per_hour = args.trials * 3600 / run["wall_s"]
+            row = {"gpu_per_trial": gpu, "trials_at_once": int(1 / gpu), **run, "trials_per_hour": per_hour,
+                   "default_trials_per_hour": per_hour * args.steps / TRIAL_STEPS}
+            rows.append(row)
+            print(f"resources.gpu {gpu:g} ({row['trials_at_once']} at once): {run['n']} trials {'/'.join(run['statuses'])} "
+                  f"in {run['wall_s']:.1f} s: {per_hour:.0f} trials of {args.steps} steps per hour, "
+                  f"~{row['default_trials_per_hour']:.1f} default trials per hour", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(0), "steps": args.steps,
+                                        "trials": args.trials, "levels": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""The search spaces the benchmarks generate are valid spaces (a schema change would otherwise surface
+only when a benchmark runs, on a GPU machine for bench/gpu_sweep.py)."""
+
+import importlib.util
+
+import pytest
+
+from conftest import ROOT
+from sweeper.space import load_space
+
+
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("gpu", [1, 0.5, 0.25, 0.125])
+def test_gpu_sweep_space_packs_trials_on_one_gpu(tmp_path, gpu):
+    path = _bench("gpu_sweep").space_file(tmp_path, "g", trials=8, steps=1000, gpu=gpu)
+    spec = load_space(path, n_samples=0)
+    assert spec.resources.gpu == gpu and spec.budget.num_samples == 8 and spec.budget.max_steps == 1000
+    assert [p["seed"] for p in spec.searcher.baseline] == list(range(8))  # the N fixed trials
+
+
+def test_sweep_overhead_space_is_valid(tmp_path):
+    spec = load_space(_bench("sweep_overhead").space_file(tmp_path, trials=4, steps=500, concurrent=2), n_samples=0)
+    assert spec.budget.max_concurrent == 2 and spec.resources.gpu == 0
