@@ -26,15 +26,19 @@ def _lengths(max_len: int) -> list[int]:
     return [k * max_len for k in MULTIPLIERS]
 
 
-def _finish(fig, path: Path) -> Path:
-    fig.tight_layout()
+def _finish(fig, path: Path, layout: bool = True) -> Path:
+    if layout:  # tight_layout draws the figure once more to measure it: ~half of a small plot's time
+        fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
 
 def trial_lengths(metrics: dict, max_len: int, title: str, path: Path) -> Path:
+    """One per trial, drawn on the tracking thread of the driver: fixed margins (what tight_layout finds
+    for these labels) rather than tight_layout, which halves its cost (~110 -> ~55 ms)."""
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.14, top=0.92)
     ax.axvspan(0, max_len, color="0.92", label="training lengths")
     for prefix, label, style in HALVES:
         ys = [metrics.get(f"{prefix}_{k}x") for k in MULTIPLIERS]
@@ -43,7 +47,7 @@ def trial_lengths(metrics: dict, max_len: int, title: str, path: Path) -> Path:
     ax.set(xlabel="evaluation length (steps)", ylabel="per-token accuracy", ylim=(0, 1.02), title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
-    return _finish(fig, path)
+    return _finish(fig, path, layout=False)
 
 
 def metric_vs_params(records: list[TrialRecord], metric: str, baselines: Sequence[dict], path: Path) -> Path | None:
