@@ -16,7 +16,7 @@ from conftest import ROOT, sweeper_cmd
 pytestmark = pytest.mark.integration
 SPACES = sorted(p for p in (ROOT / "search_spaces").glob("*.yaml") if p.stem != "smoke")
 STEP_PATHS = {"steps", "dat.switch_step", "dat.min_step", "dat.max_step", "dat.ramp_steps", "dat.patience",
-              "dat.rewarmup_steps", "optim.warmup_steps"}
+              "dat.rewarmup_steps", "optim.warmup_steps", "curriculum.state_only_steps"}
 TINY_STEPS = 120
 TINY_FIXED = {"model.d_model": 16, "model.n_layers": 1, "model.n_heads": 2, "eval.n_sequences": 16,
               "eval.batch_size": 16, "optim.batch_size": 16}
@@ -33,6 +33,8 @@ def _shrink_params(space: dict, f: float) -> None:
                 p[key] = _scale(p[key], f)
             if "step" in p:
                 p["step"] = max(1, _scale(p["step"], f))
+        if path in STEP_PATHS and p.get("type") == "categorical":
+            p["choices"] = [_scale(c, f) for c in p["choices"]]
         for sub in (p.get("when") or {}).values():
             _shrink_params(sub, f)
 
