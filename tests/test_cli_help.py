@@ -71,3 +71,11 @@ def test_the_readme_lists_every_verb_and_preset():
     assert listed == {v[0] for v in VERBS}, listed ^ {v[0] for v in VERBS}
     presets = readme.split("Presets for `sweeper trial`:", 1)[1].split("\n\n", 1)[0]
     assert set(preset_names()) <= set(re.findall(r"`(\w+)`", presets)), preset_names()
+
+
+def test_the_sweep_driver_never_imports_torch():
+    """The driver builds the trainable but never trains: torch (and the trainer) load in the trial's process."""
+    code = ("import sys; import sweeper.adapters.ray_tune, sweeper.adapters.mlflow_tracking, sweeper.commands.launch; "
+            "print('torch' in sys.modules, 'trainables.train' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.split() == ["False", "False"], r.stdout + r.stderr

@@ -16,11 +16,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
 from ray import tune
 
 from trainables.config import TrialConfig
-from trainables.train import train
+
+# torch and the trainer are imported in the trial's process, when it runs: the driver, which imports
+# this module to build the trainable, never trains (torch is ~1.3 s of its start-up and ~300 MB).
 
 ENDED_FILE = "ended.json"  # in a trial's dir: its last report (trainer's keys only), written on resume for a trial that had ended
 
@@ -38,6 +39,8 @@ class SystemMetrics:
         self.psutil = psutil
 
     def sample(self) -> dict[str, float]:
+        import torch
+
         node = self.psutil.virtual_memory()
         out = {
             "system/cpu_utilization_percentage": self.process.cpu_percent(None),
@@ -76,6 +79,10 @@ def make_trainable(to_config: Callable[[dict[str, Any]], TrialConfig], threads: 
     of the trial have passed since its last one (or its start); 0: every report does."""
 
     def trainable(params: dict) -> None:
+        import torch
+
+        from trainables.train import train
+
         trial_dir = Path(tune.get_context().get_trial_dir())
         ended = (Path(experiment_dir) / trial_dir.name if experiment_dir else trial_dir) / ENDED_FILE
         if ended.exists():  # it ended before a kill that Ray's last snapshot predates: say so again, train no more

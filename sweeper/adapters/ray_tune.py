@@ -51,6 +51,12 @@ def init_ray(address: str | None, quiet: bool = True) -> None:
     ray.init(address=address, **kwargs)
 
 
+def shutdown_ray() -> None:
+    """Stop this driver's local Ray (or leave the cluster) now: at interpreter exit Ray first sleeps
+    0.5 s for late log lines (~2.1 s from the end of the work to the exit, against ~1.6 s)."""
+    ray.shutdown()
+
+
 def cluster_fit_note(cpu: float, gpu: float) -> str | None:
     """On an existing cluster: a line when no node that is up now could hold one trial (an
     autoscaling cluster may add one later, so this warns instead of refusing); None if one can."""
