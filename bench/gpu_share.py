@@ -5,7 +5,8 @@
 A sweep with `resources.gpu: 1 / 0.5 / 0.25` runs 1 / 2 / 4 trials at once on one GPU: Ray
 only co-locates the trial processes (it does not partition the GPU), so this benchmark starts
 that many trainer processes on the device directly, each training the default `hybrid_dat`
-preset for `--steps` steps (switch at a quarter of them, evaluation on the full sets twice), and
+preset for `--steps` steps (switch at a quarter of them, evaluation on the full sets every quarter, so the first report is
+before the switch and a default trial's share of evaluation is kept), and
 prints for each sharing level: the training steps/s of one trial before and after the switch
 (the trainer's own `steps_per_s`), the wall time, and trials per hour of the whole GPU, counted
 as default trials (6000 steps, evaluation included in the same proportion as here).
@@ -33,7 +34,7 @@ def child(steps: int, device: str) -> None:
 
     torch.set_num_threads(1)
     cfg = with_overrides(load_trial_config("hybrid_dat"), {
-        "steps": steps, "dat.switch_step": steps // 4, "eval.every": steps // 2, "device": device})
+        "steps": steps, "dat.switch_step": steps // 4, "eval.every": steps // 4, "device": device})  # first report: before the switch
     reports: list[dict] = []
     start = time.perf_counter()
     train(cfg, report=lambda m, _: reports.append(m))

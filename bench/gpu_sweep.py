@@ -1,6 +1,6 @@
 """Trials per hour of a real sweep on one GPU at `resources.gpu` 1, 0.5 and 0.25.
 
-    python bench/gpu_sweep.py [--trials 8] [--steps 1000] [--gpus 1 0.5 0.25] [--out FILE.json]
+    python bench/gpu_sweep.py [--trials 16] [--steps 1000] [--gpus 1 0.5 0.25 0.125] [--out FILE.json]
 
 For each fraction, `sweeper launch` runs a generated space of `--trials` fixed points (seeds 0..N-1 of
 the default `hybrid_dat` trial, `fixed.device: cuda`, switch at a quarter of the steps, evaluation on
@@ -45,7 +45,7 @@ def space_file(directory: Path, name: str, trials: int, steps: int, gpu: float) 
     return path
 
 
-def launch(path: Path, workdir: Path, name: str) -> dict:
+def launch(path: Path, workdir: Path, name: str, expected: int) -> dict:
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "sweeper.cli", "launch", str(path), "--progress", "lines"], cwd=workdir,
                           capture_output=True, text=True,
@@ -55,14 +55,17 @@ def launch(path: Path, workdir: Path, name: str) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"sweeper launch failed ({proc.returncode}): {proc.stdout[-1500:]}\n{proc.stderr[-1500:]}")
     trials = json.loads((workdir / "sweeps" / name / "status.json").read_text())["trials"]
-    return {"wall_s": wall, "statuses": sorted({t["status"] for t in trials}), "n": len(trials)}
+    statuses = sorted({t["status"] for t in trials})
+    if statuses != ["completed"] or len(trials) != expected:  # a failed trial (out of GPU memory, say) is no throughput
+        raise SystemExit(f"{name}: {len(trials)} trials of {expected}, statuses {statuses}: not a measurement")
+    return {"wall_s": wall, "statuses": statuses, "n": len(trials)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--gpus", type=float, nargs="+", default=[1, 0.5, 0.25])
+    ap.add_argument("--gpus", type=float, nargs="+", default=[1, 0.5, 0.25, 0.125])
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     import torch
@@ -75,7 +78,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="gpu-sweep-") as tmp:
         for gpu in args.gpus:
             name = f"gpu{str(gpu).replace('.', '_')}"
-            run = launch(space_file(Path(tmp), name, args.trials, args.steps, gpu), Path(tmp), name)
+            run = launch(space_file(Path(tmp), name, args.trials, args.steps, gpu), Path(tmp), name, args.trials)
             per_hour = args.trials * 3600 / run["wall_s"]
             row = {"gpu_per_trial": gpu, "trials_at_once": int(1 / gpu), **run, "trials_per_hour": per_hour,
                    "default_trials_per_hour": per_hour * args.steps / TRIAL_STEPS}

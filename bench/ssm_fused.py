@@ -161,7 +161,7 @@ def trial(steps: int) -> list[dict]:
     from trainables.train import train
 
     cfg = with_overrides(load_trial_config("hybrid_dat"), {
-        "steps": steps, "dat.switch_step": steps // 4, "eval.every": steps // 2, "device": "cuda",
+        "steps": steps, "dat.switch_step": steps // 4, "eval.every": steps // 4, "device": "cuda",  # first report: before the switch
         "model.mixer": "ssm", "model.ssm_transition": "rotation"})
     rows = []
     kernel = ssm._fused_kernel

@@ -36,7 +36,7 @@ def _finish(fig, path: Path, layout: bool = True) -> Path:
 
 def trial_lengths(metrics: dict, max_len: int, title: str, path: Path) -> Path:
     """One per trial, drawn on the tracking thread of the driver: fixed margins (what tight_layout finds
-    for these labels) rather than tight_layout, which halves its cost (~110 -> ~55 ms)."""
+    for these labels) rather than tight_layout, which draws it once more (113 -> 76 ms of CPU a plot)."""
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.14, top=0.92)
     ax.axvspan(0, max_len, color="0.92", label="training lengths")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sweeper.adapters.ray_trainable import CheckpointGate
 from sweeper.adapters.ray_tune import CHECKPOINT_PERIOD_MAX_S, SNAPSHOT_EVERY_S_UP_TO, checkpoint_period_s
 from sweeper.space import SearchSpace
@@ -62,6 +64,7 @@ def _checkpoints_of_one_trial(spec: SearchSpace, storage) -> tuple[int, int]:
     return len(result.metrics_dataframe), len(result.best_checkpoints)
 
 
+@pytest.mark.integration
 def test_the_sweeps_trainable_checkpoints_every_report_in_small_sweeps_and_not_before_the_period_in_large_ones(tmp_path):
     """The wiring, end to end with a real Ray: spec size -> checkpoint_period_s -> the trainable's gate -> Ray."""
     import ray

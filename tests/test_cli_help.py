@@ -73,8 +73,9 @@ def test_the_readme_lists_every_verb_and_preset():
     assert set(preset_names()) <= set(re.findall(r"`(\w+)`", presets)), preset_names()
 
 
-def test_the_sweep_driver_never_imports_torch():
-    """The driver builds the trainable but never trains: torch (and the trainer) load in the trial's process."""
+def test_the_sweep_drivers_modules_do_not_import_torch():
+    """The driver builds the trainable but does not train: torch (and the trainer) load in the trial's process.
+    (A local sweep with resources.gpu > 0 imports torch to count the GPUs, and a resume to read checkpoints.)"""
     code = ("import sys; import sweeper.adapters.ray_tune, sweeper.adapters.mlflow_tracking, sweeper.commands.launch; "
             "print('torch' in sys.modules, 'trainables.train' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

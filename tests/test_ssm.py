@@ -167,7 +167,7 @@ def test_fused_kernel_is_used_only_for_the_families_it_computes(monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or ssm._fused_kernel() is None,
-                    reason="needs a CUDA device and mamba-ssm's kernel (bench/ssm_fused.py --build-from builds it)")
+                    reason="needs a CUDA device and mamba-ssm's kernel importable (docs/benchmarks.md, target 7: how it ran)")
 @pytest.mark.parametrize("transition", ssm.FUSED_TRANSITIONS)
 @pytest.mark.parametrize("L", [1, 45, 200])
 def test_fused_kernel_equals_the_reference_in_outputs_and_gradients(transition, L):

@@ -52,8 +52,9 @@ def init_ray(address: str | None, quiet: bool = True) -> None:
 
 
 def shutdown_ray() -> None:
-    """Stop this driver's local Ray (or leave the cluster) now: at interpreter exit Ray first sleeps
-    0.5 s for late log lines (~2.1 s from the end of the work to the exit, against ~1.6 s)."""
+    """Stop this driver's local Ray (or leave the cluster) now, once the sweep's state is written: at
+    interpreter exit Ray first sleeps 0.5 s for late log lines (~2.1 s from the end of the work to the
+    exit, against ~1.6 s)."""
     ray.shutdown()
 
 

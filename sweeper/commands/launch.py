@@ -189,14 +189,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: could not finish the sweep's MLflow run ({type(err).__name__}: {str(err)[:160]}); "
               "run the same command again to finish it", file=sys.stderr)
     print(format_table(records, spec.metric, spec.mode))
-    ray_tune.shutdown_ray()  # the sweep's state is on disk: Ray has nothing left to do
     if interrupted:
         mark_state(sweep_dir, "interrupted")
         print(f"sweep {spec.name} interrupted with {len(records) - len(unfinished)} of {spec.budget.num_samples} "
               f"trials finished; run the same command to resume", file=sys.stderr)
+        ray_tune.shutdown_ray()  # after the state is marked: a Ctrl-C during the shutdown loses nothing
         return 130
     mark_state(sweep_dir, "finished")
     print(f"summary: {sweep_dir / 'summary.json'}")
+    ray_tune.shutdown_ray()
     return 0
 
 
