@@ -21,7 +21,7 @@ from ray import tune
 from trainables.config import TrialConfig
 
 # torch and the trainer are imported in the trial's process, when it runs: the driver, which imports
-# this module to build the trainable, never trains (torch is ~1.3 s of its start-up and ~300 MB).
+# this module to build the trainable, never trains (torch was ~1.3 s of its start-up and ~180 MiB).
 
 ENDED_FILE = "ended.json"  # in a trial's dir: its last report (trainer's keys only), written on resume for a trial that had ended
 
