@@ -83,8 +83,9 @@ def test_ctrl_c_mid_training_is_interrupted_not_stopped_and_resumes(tmp_path, ml
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     final = {t["trial_id"]: t for t in _status(tmp_path)["trials"]}
     assert len(final) == 3 and all(t["status"] in ("completed", "stopped") for t in final.values()), final
-    for trial_id, before in cut_off.items():
-        assert final[trial_id]["step"] > before["step"]
+    for trial_id, before in cut_off.items():  # each continued from its checkpoint, except one the Ctrl-C cut off
+        # after its last report (a quiet machine trains to max_steps during Ray's graceful stop): it ends there
+        assert final[trial_id]["step"] > before["step"] or before["step"] == final[trial_id]["step"] == 400, (before, final)
     pruned = [t for t in _study(tmp_path).trials if t.state.name == "PRUNED"]
     assert all(max(t.intermediate_values) >= 200 for t in pruned)  # ASHA's verdicts come at rungs only
     assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in _study(tmp_path).trials) == 3
