@@ -33,14 +33,14 @@ class SystemMetrics:
 
     def __init__(self):
         import psutil
+        import torch
 
         self.process = psutil.Process()
         self.process.cpu_percent(None)  # starts the interval
-        self.psutil = psutil
+        self.psutil, self.torch = psutil, torch
 
     def sample(self) -> dict[str, float]:
-        import torch
-
+        torch = self.torch
         node = self.psutil.virtual_memory()
         out = {
             "system/cpu_utilization_percentage": self.process.cpu_percent(None),
