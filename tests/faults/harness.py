@@ -57,7 +57,7 @@ class Sweep:
         self.space.write_text(space)
         self.storage = storage
         self.dir = (storage or self.workdir / "sweeps") / NAME
-        self.groups: list[int] = []  # process groups started (Ray's processes join the driver's)
+        self.groups: list[int] = []  # the drivers started, each the leader of its own session (Ray and its workers join it)
 
     @property
     def cmd(self) -> list[str]:
@@ -100,23 +100,39 @@ class Sweep:
         return optuna.load_study(study_name=NAME, storage=f"sqlite:///{self.dir / 'optuna.db'}")
 
     def leftovers(self) -> list[int]:
-        """Processes still alive in the process groups this sweep started."""
+        """Processes still alive in the sessions this sweep's drivers started. By session, not process
+        group: Ray's workers each get a process group of their own, but stay in the driver's session."""
         alive = []
         for proc in Path("/proc").iterdir():
-            if proc.name.isdigit():
+            if proc.name.isdigit() and int(proc.name) != os.getpid():
                 try:
-                    if os.getpgid(int(proc.name)) in self.groups and int(proc.name) != os.getpid():
+                    if os.getsid(int(proc.name)) in self.groups and not _zombie(proc):
                         alive.append(int(proc.name))
                 except (ProcessLookupError, PermissionError):
                     pass
         return alive
 
-    def cleanup(self) -> None:
-        for group in self.groups:
-            try:
-                os.killpg(group, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+    def cleanup(self, timeout: float = 30) -> None:
+        """SIGKILL every process of this sweep's sessions (the drivers, their Ray, Ray's workers), and
+        return only once all are gone: a worker that outlived its driver may still be writing."""
+        deadline = time.time() + timeout
+        while alive := self.leftovers():
+            for pid in alive:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            if time.time() > deadline:
+                raise AssertionError(f"processes of the sweep still alive {timeout:.0f} s after SIGKILL: {alive}")
+            time.sleep(0.1)
+
+
+def _zombie(proc: Path) -> bool:
+    """An exited process not yet reaped by its parent: it runs nothing and writes nothing."""
+    try:
+        return (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def resume_and_watch(sweep: Sweep, timeout: float = 480) -> tuple[int, str, str, list[str]]:
