@@ -54,14 +54,16 @@ test: install test-deps
 faults: install
 	$(BIN)/python -m pytest tests/faults tests/test_single_driver.py -m "" -v
 
-# Every benchmark (about 25 minutes on 2 cores; docs/benchmarks.md). BASELINE: the commit the
-# trainer's speed is compared with (the trainer before the speed work). gpu_share and gpu_sweep need
+# Every benchmark (about 40 minutes on 2 cores; docs/benchmarks.md). BASELINE: the commit the
+# trainer's speed and the CLI's start-up are compared with (before the speed work). gpu_share and gpu_sweep need
 # CUDA; ssm_fused needs CUDA and mamba-ssm's kernel (MAMBA_SRC: an unpacked mamba-ssm sdist to build it from).
 BASELINE ?= cbcfb6f
 bench: install
 	$(BIN)/python bench/trainer_speed.py --baseline $(BASELINE) --rounds 2 --memory
 	$(BIN)/python bench/trainer_overhead.py
 	$(BIN)/python bench/sweep_overhead.py
+	$(BIN)/python bench/sweep_scale.py --sizes 10 500
+	$(BIN)/python bench/cli_startup.py --baseline $(BASELINE)
 	$(BIN)/python bench/ssm_speed.py
 	$(BIN)/python bench/othello_speed.py
 	@if $(BIN)/python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then \

@@ -16,44 +16,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import yaml
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path (the tests)
+from fixed_trials import space_file, start_launch  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 TRIAL_STEPS = 6000  # a default trial
 
 
-def space_file(directory: Path, name: str, trials: int, steps: int, gpu: float) -> Path:
-    spec = {
-        "name": name,
-        "description": f"bench/gpu_sweep.py: {trials} fixed trials at resources.gpu {gpu:g}",
-        "fixed": {"device": "cuda", "dat": {"switch_step": steps // 4}},
-        "space": {"seed": {"type": "int", "low": 0, "high": max(1, trials - 1)}},
-        "budget": {"num_samples": trials, "max_concurrent": trials, "max_steps": steps, "eval_every": steps // 2},
-        "scheduler": {"type": "fifo"},
-        "searcher": {"sampler": "random", "baseline": [{"seed": i} for i in range(trials)]},
-        "resources": {"cpu": 1, "gpu": gpu},
-    }
-    path = directory / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+def gpu_space_file(directory: Path, name: str, trials: int, steps: int, gpu: float) -> Path:
+    return space_file(directory, name, trials, steps, concurrent=trials, eval_every=steps // 2,
+                      resources={"cpu": 1, "gpu": gpu}, fixed={"device": "cuda"},
+                      description=f"bench/gpu_sweep.py: {trials} fixed trials at resources.gpu {gpu:g}")
 
 
 def launch(path: Path, workdir: Path, name: str, expected: int) -> dict:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "sweeper.cli", "launch", str(path), "--progress", "lines"], cwd=workdir,
-                          capture_output=True, text=True,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1",
-                               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    proc = start_launch(path, workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate()
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        raise SystemExit(f"sweeper launch failed ({proc.returncode}): {proc.stdout[-1500:]}\n{proc.stderr[-1500:]}")
+        raise SystemExit(f"sweeper launch failed ({proc.returncode}): {out[-1500:]}\n{err[-1500:]}")
     trials = json.loads((workdir / "sweeps" / name / "status.json").read_text())["trials"]
     statuses = sorted({t["status"] for t in trials})
     if statuses != ["completed"] or len(trials) != expected:  # a failed trial (out of GPU memory, say) is no throughput
@@ -78,7 +65,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="gpu-sweep-") as tmp:
         for gpu in args.gpus:
             name = f"gpu{str(gpu).replace('.', '_')}"
-            run = launch(space_file(Path(tmp), name, args.trials, args.steps, gpu), Path(tmp), name, args.trials)
+            run = launch(gpu_space_file(Path(tmp), name, args.trials, args.steps, gpu), Path(tmp), name, args.trials)
             per_hour = args.trials * 3600 / run["wall_s"]
             row = {"gpu_per_trial": gpu, "trials_at_once": int(1 / gpu), **run, "trials_per_hour": per_hour,
                    "default_trials_per_hour": per_hour * args.steps / TRIAL_STEPS}

@@ -23,33 +23,22 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import yaml
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path (the tests)
+from fixed_trials import space_file, start_launch  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 TRIALS = [4]  # trials in the sweep (set by main)
 
 
-def space_file(directory: Path, trials: int, steps: int, concurrent: int) -> Path:
-    spec = {
-        "name": "overhead",
-        "description": "bench/sweep_overhead.py: N fixed trials",
-        "fixed": {"eval": {"n_sequences": 128}, "dat": {"switch_step": steps // 4}},
-        "space": {"seed": {"type": "int", "low": 0, "high": max(1, trials - 1)}},
-        "budget": {"num_samples": trials, "max_concurrent": concurrent, "max_steps": steps, "eval_every": max(1, steps // 4)},
-        "scheduler": {"type": "fifo"},
-        "searcher": {"sampler": "random", "baseline": [{"seed": i} for i in range(trials)]},
-        "resources": {"cpu": 1},
-    }
-    path = directory / "overhead.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+def overhead_space_file(directory: Path, trials: int, steps: int, concurrent: int) -> Path:
+    return space_file(directory, "overhead", trials, steps, concurrent=concurrent, eval_every=max(1, steps // 4),
+                      resources={"cpu": 1}, fixed={"eval": {"n_sequences": 128}},
+                      description="bench/sweep_overhead.py: N fixed trials")
 
 
 def _direct_job(args: tuple) -> float:
@@ -83,9 +72,7 @@ def run_sweep(path: Path, workdir: Path) -> tuple[float, float | None, dict[str,
 
     status = workdir / "sweeps" / "overhead" / "status.json"
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "sweeper.cli", "launch", str(path), "--progress", "lines"], cwd=workdir,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)})
+    proc = start_launch(path, workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     marks: dict[str, float] = {}
 
     def stamp() -> None:  # the launch's lines, timed as they arrive
@@ -124,7 +111,7 @@ def main() -> None:
     TRIALS[0] = args.trials
     with tempfile.TemporaryDirectory(prefix="sweep-overhead-") as tmp:
         tmp = Path(tmp)
-        path = space_file(tmp, args.trials, args.steps, args.concurrent)
+        path = overhead_space_file(tmp, args.trials, args.steps, args.concurrent)
         direct, direct_first = run_direct(path, args.trials, args.concurrent)
         sweep, first, marks = run_sweep(path, tmp)
     print(f"{args.trials} trials of the default hybrid, {args.steps} steps each, {args.concurrent} at a time")

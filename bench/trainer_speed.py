@@ -50,6 +50,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))  # run as a script or loaded by path
+from worktree import baseline_tree  # noqa: E402
 REPRO_EVAL_SEED = 20261121  # the reproduction's evaluation seed: the memory run's acc_3x compares with its table
 
 
@@ -148,16 +150,6 @@ def run_tree(tree: Path, steps: int, eval_seed: int | None = None) -> dict:
     if proc.returncode or not line:
         raise SystemExit(f"run in {tree} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(line[-1][len("RESULT "):])
-
-
-def baseline_tree(rev: str) -> Path:
-    sha = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout.strip()
-    tree = Path(f"/tmp/baseline-{sha[:7]}")
-    if not (tree / "trainables").is_dir():
-        subprocess.run(["git", "worktree", "add", "--detach", str(tree), sha], cwd=ROOT, check=True,
-                       capture_output=True)
-    return tree
 
 
 def cpu_peak() -> tuple[float, str]:

@@ -18,12 +18,23 @@ def _bench(name: str):
 
 @pytest.mark.parametrize("gpu", [1, 0.5, 0.25, 0.125])
 def test_gpu_sweep_space_packs_trials_on_one_gpu(tmp_path, gpu):
-    path = _bench("gpu_sweep").space_file(tmp_path, "g", trials=8, steps=1000, gpu=gpu)
+    path = _bench("gpu_sweep").gpu_space_file(tmp_path, "g", trials=8, steps=1000, gpu=gpu)
     spec = load_space(path, n_samples=0)
     assert spec.resources.gpu == gpu and spec.budget.num_samples == 8 and spec.budget.max_steps == 1000
     assert [p["seed"] for p in spec.searcher.baseline] == list(range(8))  # the N fixed trials
 
 
 def test_sweep_overhead_space_is_valid(tmp_path):
-    spec = load_space(_bench("sweep_overhead").space_file(tmp_path, trials=4, steps=500, concurrent=2), n_samples=0)
+    spec = load_space(_bench("sweep_overhead").overhead_space_file(tmp_path, trials=4, steps=500, concurrent=2), n_samples=0)
     assert spec.budget.max_concurrent == 2 and spec.resources.gpu == 0
+
+
+def test_cli_startup_bench_times_both_commands_of_the_target():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "cli_startup.py"), "--rounds", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stdout.splitlines() if "target <= 1 s" in ln]
+    assert [ln.split(" new ")[0].strip() for ln in lines] == ["sweeper --help", "sweeper validate search_spaces/switch_time.yaml"]
