@@ -61,6 +61,7 @@ BASELINE ?= cbcfb6f
 bench: install
 	$(BIN)/python bench/trainer_speed.py --baseline $(BASELINE) --rounds 2 --memory
 	$(BIN)/python bench/trainer_overhead.py
+	$(BIN)/python bench/eval_subsets.py
 	$(BIN)/python bench/sweep_overhead.py
 	$(BIN)/python bench/sweep_scale.py --sizes 10 500
 	$(BIN)/python bench/cli_startup.py --baseline $(BASELINE)

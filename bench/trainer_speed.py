@@ -9,14 +9,18 @@ new, old, ... so that a shared machine's noise hits both sides alike; the ratio 
 by pair and its median printed.
 
 The run is a default trial compressed in steps: `--steps` S (1000) with the switch at S/4 and
-evaluation at the default cadence (every 250 steps on the full sets), so the shares of the
-phases (before/after the switch, evaluation) are those of the 6000-step trial; `--steps 6000`
-runs the trial itself. What is counted, in both trees alike, by wrapping the model's forward:
+evaluation at the default cadence (every 250 steps; each tree's own evaluation sets between and
+at the end), so the steps before and after the switch have the 6000-step trial's shares; evaluation
+does not quite: 1 of its 4 evaluations is the last (on the full sets), against 1 of 24 in the trial.
+`--steps 6000` runs the trial itself. What is counted, in both trees alike, by wrapping the model's forward:
 
     real tokens    non-PAD input positions of the training batches (padding does not count)
     tokens/s       real tokens / wall time of `train()` (batches, steps, evaluation, checkpoints)
-    ms/step        from the trainer's own `steps_per_s` (training only) before and after the switch
-    eval share     1 - (training time of the report intervals) / wall time
+    ms/step        the trainer's own `steps_per_s` (each report's interval, its evaluation included)
+                   less the evaluation, timed apart: training only, before and after the switch
+    eval share     1 - (training time of the report intervals) / wall time: the evaluations, the
+                   checkpoints and reports (until 2026-11-23 the evaluations were wrongly counted as
+                   training time, so the shares printed then, 2-4%, left them out)
     GFLOP/s        the model's FLOPs (below) over the wall time: `executed` counts every position
                    computed, padding included; `useful` counts real tokens only
 
@@ -78,7 +82,7 @@ def _vocab(cfg) -> int:
     return t.modulus + t.n_keys + t.n_values + 2
 
 
-def child(steps: int, eval_seed: int | None) -> None:
+def child(steps_total: int, eval_seed: int | None) -> None:
     import torch
 
     torch.set_num_threads(1)
@@ -87,9 +91,9 @@ def child(steps: int, eval_seed: int | None) -> None:
     from trainables.train import train
 
     cfg = load_trial_config("hybrid_dat")
-    over = {"steps": steps, "device": "cpu"}
-    if steps != cfg.steps:
-        over["dat.switch_step"] = steps // 4
+    over = {"steps": steps_total, "device": "cpu"}
+    if steps_total != cfg.steps:
+        over["dat.switch_step"] = steps_total // 4
     if eval_seed is not None:
         over["eval.seed"] = eval_seed
     cfg = with_overrides(cfg, over)
@@ -109,6 +113,17 @@ def child(steps: int, eval_seed: int | None) -> None:
         return forward(self, tokens)
 
     HybridLM.forward = counting_forward
+    import trainables.train as loop
+
+    evaluate, eval_s = loop._evaluate, []  # the trainer's steps_per_s includes its interval's evaluation: time it apart
+
+    def timed_evaluate(*args, **kwargs):
+        start = time.perf_counter()
+        out = evaluate(*args, **kwargs)
+        eval_s.append(time.perf_counter() - start)
+        return out
+
+    loop._evaluate = timed_evaluate
     reports, rss = [], []
 
     def report(metrics, ckpt):
@@ -119,11 +134,13 @@ def child(steps: int, eval_seed: int | None) -> None:
     train(cfg, report=report)
     wall = time.perf_counter() - start
     every = cfg.eval.every
-    train_time = sum(min(every, r["step"] - (i * every)) / r["steps_per_s"] for i, r in enumerate(reports))
-    before = [1e3 / r["steps_per_s"] for r in reports if not r["attention_active"]]
-    after = [1e3 / r["steps_per_s"] for r in reports[1:] if r["attention_active"]]  # the switch's interval is mixed
+    steps = [min(every, r["step"] - (i * every)) for i, r in enumerate(reports)]  # each report's interval
+    train_s = [n / r["steps_per_s"] - e for n, r, e in zip(steps, reports, eval_s)]  # the interval less its evaluation
+    train_time = sum(train_s)
+    before = [1e3 * t / n for t, n, r in zip(train_s, steps, reports) if not r["attention_active"]]
+    after = [1e3 * t / n for t, n, r in list(zip(train_s, steps, reports))[1:] if r["attention_active"]]  # the switch's interval is mixed
     out = {
-        "wall_s": wall, "steps": steps, **count, "train_s": train_time,
+        "wall_s": wall, "steps": steps_total, **count, "train_s": train_time, "eval_s": sum(eval_s),
         "ms_before": statistics.mean(before) if before else None, "ms_after": statistics.mean(after) if after else None,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "rss_mib": rss, "report_steps": [r["step"] for r in reports], "acc_3x": reports[-1]["acc_3x"],

@@ -31,7 +31,7 @@ SYSTEMS = {"lstm": "pure LSTM", "transformer": "pure Transformer", "hybrid_joint
 # ~325 s, joint ~258 s, DAT ~230 s, LSTM ~154 s). Strictly longest first measured slower, 25.8 against
 # 25.4 min: the two 4-block Transformers side by side ran 13% slower each (memory bandwidth)
 COST = {"hybrid_joint": 4, "hybrid_dat": 3, "transformer": 2, "lstm": 1}
-CURVE_KEYS = tuple(f"{p}_{k}x" for p in ("acc", "state_acc", "recall_acc") for k in (1, 2, 3, 4))
+CURVE_KEYS = tuple(f"{p}_{k}x" for p in ("acc", "state_acc", "recall_acc") for k in (1, 2, 3, 4)) + ("eval_sequences",)
 QUICK = {"steps": 40, "model.d_model": 16, "model.n_layers": 1, "model.n_heads": 2,
          "eval.every": 20, "eval.n_sequences": 32, "optim.batch_size": 16}
 
@@ -129,6 +129,9 @@ def gap_table(results: list[dict], every: int = 1000) -> str:
     lines.append("| hybrid, joint: acc 3x | " + " | ".join(f"{joint[s]:.3f}" for s in steps) + " |")
     lines.append("| hybrid + DAT: acc 3x | " + " | ".join(f"{dat[s]:.3f}" for s in steps) + " |")
     lines.append("| DAT's lead | " + " | ".join(f"{dat[s] - joint[s]:+.3f}" for s in steps) + " |")
+    counts = dict(curves(results, "eval_sequences").get("hybrid_joint", []))  # eval.mid_run_sequences, then all at the end
+    if counts:
+        lines.append("| sequences per length evaluated | " + " | ".join(f"{counts[s]:.0f}" if s in counts else "-" for s in steps) + " |")
     return "\n".join(lines)
 
 

@@ -172,6 +172,18 @@ class SearchSpace(_Frozen):
         b, s = self.budget, self.scheduler
         return (s.grace_period or min(2 * b.eval_every, b.max_steps)), (s.max_t or b.max_steps)
 
+    def asha_rungs(self) -> tuple[int, ...]:
+        """The steps ASHA compares trials at (Ray's rule for one bracket: grace x rf^k up to max_t,
+        each met by a trial's first report at or after it); () without ASHA."""
+        if self.scheduler.type != "asha":
+            return ()
+        import numpy as np  # Ray counts its rungs with numpy's log; math.log may differ in the last bit
+
+        grace, max_t = self.asha_limits()
+        rf = self.scheduler.reduction_factor
+        n = int(np.log(max_t / grace) / np.log(rf) + 1)
+        return tuple(sorted({math.ceil(grace * rf**k) for k in range(n)}))
+
 
 # --------------------------------------------------------------------------- walking the tree
 
@@ -241,11 +253,14 @@ def _space_error_line(err: ValidationError, source: str) -> str:
 
 
 def base_trial_dict(spec: SearchSpace) -> dict:
-    """`fixed` with the budget applied: steps = max_steps, eval.every = eval_every."""
+    """`fixed` with the budget applied: steps = max_steps, eval.every = eval_every, and the
+    scheduler's: eval.full_at = ASHA's rungs."""
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in spec.fixed.items()}
     data["steps"] = spec.budget.max_steps
     data.setdefault("eval", {})
     data["eval"] = {**data["eval"], "every": spec.budget.eval_every}
+    if rungs := spec.asha_rungs():  # every comparison ASHA makes is on the full evaluation sets
+        data["eval"]["full_at"] = list(rungs)
     return data
 
 
@@ -263,15 +278,16 @@ def check_space(spec: SearchSpace, source: str, n_samples: int) -> None:
 
     known = trial_config_paths()
     fixed_flat = flatten(spec.fixed)
-    for key in ("steps", "eval.every"):
+    set_by = {"steps": "budget.max_steps", "eval.every": "budget.eval_every", "eval.full_at": "the scheduler (ASHA's rungs)"}
+    for key, by in set_by.items():
         if key in fixed_flat:
-            raise SpaceError(f"{source}: fixed.{key}: set it with budget.{'max_steps' if key == 'steps' else 'eval_every'} instead")
+            raise SpaceError(f"{source}: fixed.{key}: set by {by}; remove it from `fixed`")
     for path, _, cond in iter_params(spec.space):
         where = f"space.{cut(path, 60)}" + (f" (when {cut(cond, 60)})" if cond else "")
         if path not in known:
             raise SpaceError(f"{source}: {where}: no such key in the trial config (e.g. model.n_layers, dat.switch_step)")
-        if path in ("steps", "eval.every"):
-            raise SpaceError(f"{source}: {where}: the budget sets this; it cannot be searched")
+        if path in set_by:
+            raise SpaceError(f"{source}: {where}: set by {set_by[path]}; it cannot be searched")
         if path in fixed_flat:
             raise SpaceError(f"{source}: {where}: also set in `fixed`; a key is either fixed or searched")
     try:

@@ -18,6 +18,7 @@ def test_quick_reproduction_writes_table_plot_and_json(tmp_path, run_sweeper):
     assert len(data["results"]) == 4 and all(r["status"] == "completed" for r in data["results"])
     # every evaluation during training is kept: the quick budget evaluates at steps 20 and 40
     assert all([h["step"] for h in r["history"]] == [20, 40] and "acc_3x" in r["history"][-1] for r in data["results"])
+    assert all(h["eval_sequences"] == 32 for r in data["results"] for h in r["history"])  # QUICK: 32 sequences, all
     assert "| DAT's lead |" in md
     # the bar is checked and printed, pass or miss
     assert "hybrid + DAT: mean acc at 3x >= 0.90" in r.stdout
@@ -42,6 +43,11 @@ def test_gap_table_reads_both_hybrids_at_every_interval_and_the_end():
     assert table[2] == "| hybrid, joint: acc 3x | 0.600 | 0.700 |"
     assert table[3] == "| hybrid + DAT: acc 3x | 0.900 | 0.980 |"
     assert table[4] == "| DAT's lead | +0.300 | +0.280 |"
+    assert len(table) == 5  # no evaluation counts recorded: no row for them
+    for r in results:  # the mid-run subsets, then the full sets at the end
+        for h, n in zip(r["history"], (64, 64, 256)):
+            h["eval_sequences"] = float(n)
+    assert gap_table(results, every=1000).splitlines()[5] == "| sequences per length evaluated | 64 | 256 |"
     # a step not every seed reached (a diverged seed) is left out of the mean
     results[1]["history"].pop()
     assert [s for s, _ in curves(results)["hybrid_joint"]] == [500, 1000]

@@ -65,7 +65,7 @@ BROKEN = {
     "fixed_unknown": (("n_heads: 2}", "n_heads: 2, depth: 3}"), "fixed.model.depth: unknown key"),
     "fixed_and_searched": (("n_heads: 2}", "n_heads: 2}\n  dat: {switch_step: 10}"), "space.dat.switch_step: also set in `fixed`"),
     "budget_rule": (("eval_every: 10", "eval_every: 1000"), "`eval_every <= max_steps` must hold"),
-    "steps_in_fixed": (("n_heads: 2}", "n_heads: 2}\n  steps: 50"), "fixed.steps: set it with budget.max_steps"),
+    "steps_in_fixed": (("n_heads: 2}", "n_heads: 2}\n  steps: 50"), "fixed.steps: set by budget.max_steps"),
     "baseline_out_of_range": (("switch_step: 0, model", "switch_step: 5, model"), "searcher.baseline[0].dat.switch_step: 5 is outside"),
     "baseline_unknown": (("{dat.switch_step: 0,", "{dat.nope: 0,"), "searcher.baseline[0].dat.nope: not a searched parameter"),
     "bad_type": (("num_samples: 4", "num_samples: four"), "budget.num_samples: must be a valid integer"),

@@ -173,7 +173,13 @@ class OptimConfig(_Frozen):
 class EvalConfig(_Frozen):
     every: int = Field(250, ge=1, le=MAX_STEPS)  # evaluate (and report, and checkpoint) every N steps
     multipliers: tuple[int, ...] = Field((1, 2, 3, 4), max_length=16)  # evaluation lengths, as multiples of task.max_len
-    n_sequences: int = Field(256, ge=1, le=10_000_000)  # sequences per evaluation length
+    n_sequences: int = Field(256, ge=1, le=10_000_000)  # sequences per evaluation length (the full sets)
+    # evaluations before the last step use only the first N sequences of each set (the same N every
+    # time), at most n_sequences; the last step and the steps of `full_at` use the full sets
+    mid_run_sequences: int = Field(64, ge=1, le=10_000_000)
+    # training steps whose evaluation uses the full sets too: the first evaluation at or after each
+    # (a sweep with ASHA sets them to its rungs, so every comparison it makes is on the full sets)
+    full_at: tuple[int, ...] = Field((), max_length=64)
     batch_size: int = Field(256, ge=1, le=1_000_000)
     seed: int = Field(1_000_003, ge=0, le=MAX_SEED - 64)  # evaluation sets' seed (+k per length); apart from the training seed
 
@@ -183,7 +189,13 @@ class EvalConfig(_Frozen):
             raise ValueError(f"multipliers must be non-empty and within [1, 64], got {brief(list(self.multipliers))}")
         if len(set(self.multipliers)) != len(self.multipliers):
             raise ValueError(f"multipliers must be distinct, got {brief(list(self.multipliers))}")
+        if any(not 1 <= s <= MAX_STEPS for s in self.full_at):
+            raise ValueError(f"full_at must hold training steps within [1, {MAX_STEPS}], got {brief(list(self.full_at))}")
         return self
+
+    def is_full(self, step: int, last_step: int, previous_report: int) -> bool:
+        """Whether the evaluation at `step` (the previous one at `previous_report`) uses the full sets."""
+        return step >= last_step or any(previous_report < s <= step for s in self.full_at)
 
 
 class TrialConfig(_Frozen):

@@ -15,7 +15,7 @@ from typing import Literal
 
 # every report of the loop (trainables/train.py)
 LOOP_METRICS = ("step", "loss", "train_acc", "attention_active", "attn_scale", "switch_step", "lr",
-                "steps_per_s", "diverged")
+                "steps_per_s", "diverged", "eval_sequences")
 
 # evaluation metric families per task, each reported as `{family}_{k}x`
 TASK_FAMILIES: dict[str, tuple[str, ...]] = {

@@ -46,6 +46,10 @@ class SetBatch:
     target: Tensor  # (B, T, V) float32: uniform over unseen set tokens at asked positions, 0 elsewhere
     mask: Tensor  # (B, T) bool: asked positions (inside the sequence)
 
+    def head(self, n: int) -> "SetBatch":
+        """The first `n` sequences (a view)."""
+        return SetBatch(self.tokens[:n], self.target[:n], self.mask[:n])
+
     def to(self, device: torch.device | str) -> "SetBatch":
         return SetBatch(self.tokens.to(device), self.target.to(device), self.mask.to(device))
 

@@ -82,6 +82,11 @@ class Batch:
     # (evaluation sets keep it: a target whose step index is >= max_len lies beyond the training range)
     step_index: Tensor | None = None
 
+    def head(self, n: int) -> "Batch":
+        """The first `n` sequences (a view; the pool's `asked_norm`, if any, is kept as it is)."""
+        steps = self.step_index[:n] if self.step_index is not None else None
+        return Batch(self.tokens[:n], self.targets[:n], self.kinds[:n], self.asked_norm, steps)
+
     def to(self, device: torch.device | str) -> "Batch":
         norm = self.asked_norm.to(device) if self.asked_norm is not None else None
         steps = self.step_index.to(device) if self.step_index is not None else None

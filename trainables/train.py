@@ -11,7 +11,9 @@ Reported metrics (all floats): step, loss, train_acc, the task's evaluation metr
 each length multiplier k (acc_{k}x, state_acc_{k}x, recall_acc_{k}x, seq_acc_{k}x for the
 sequence tasks; acc_{k}x, seen_mass_{k}x, tv_{k}x, loss_{k}x for set_complement; see
 trainables/objectives.py), attention_active, attn_scale, switch_step (-1 before the
-switch), lr, steps_per_s, diverged (0 or 1). With `ema.decay > 0` the evaluation metrics
+switch), lr, steps_per_s (of the interval, its evaluation included), diverged (0 or 1), and
+eval_sequences: how many sequences per length the evaluation used (`eval.n_sequences` at the last
+step and at `eval.full_at`, the first `eval.mid_run_sequences` of them in between). With `ema.decay > 0` the evaluation metrics
 are those of the averaged weights, and the live weights' appear again prefixed `raw_`.
 """
 
@@ -178,7 +180,9 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
     dat = DATSchedule(cfg.dat, has_attention=cfg.model.attention)
     data_gen = torch.Generator().manual_seed(cfg.seed)  # training batches, drawn on the CPU
     batches = objective.train_batches(cfg.optim.batch_size, data_gen)  # padded or bucketed (task.batching)
-    eval_sets = objective.eval_sets(device)
+    eval_sets = objective.eval_sets(device)  # {length multiplier: the full set}
+    mid_run = min(cfg.eval.mid_run_sequences, cfg.eval.n_sequences)
+    mid_run_sets = {k: s.head(mid_run) for k, s in eval_sets.items()}  # their first sequences, between full ones
 
     report = report or (lambda metrics, checkpoint_dir: None)
     step, metrics = 0, {}
@@ -233,11 +237,13 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
         # -- evaluate, report, checkpoint
         if step % cfg.eval.every == 0 or step == cfg.steps:
             n = step - interval_step0
+            full = cfg.eval.is_full(step, cfg.steps, interval_step0)
             metrics = {
                 "step": step,
                 "loss": float(loss_sum) / n,
                 "train_acc": float(hits) / max(1, int(asked)),
-                **_evaluate(objective, model, ema, eval_sets),
+                **_evaluate(objective, model, ema, eval_sets if full else mid_run_sets),
+                "eval_sequences": float(cfg.eval.n_sequences if full else mid_run),
                 "attention_active": float(dat.active),
                 "attn_scale": float(model.attn_scale if dat.active else 0.0),
                 "switch_step": float(dat.state.switch_step if dat.active else -1),
