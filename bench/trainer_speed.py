@@ -18,9 +18,10 @@ does not quite: 1 of its 4 evaluations is the last (on the full sets), against 1
     tokens/s       real tokens / wall time of `train()` (batches, steps, evaluation, checkpoints)
     ms/step        the trainer's own `steps_per_s` (each report's interval, its evaluation included)
                    less the evaluation, timed apart: training only, before and after the switch
-    eval share     1 - (training time of the report intervals) / wall time: the evaluations, the
-                   checkpoints and reports (until 2026-11-23 the evaluations were wrongly counted as
-                   training time, so the shares printed then, 2-4%, left them out)
+    eval share     the evaluations' time (timed around the trainer's `_evaluate`) / wall time; until
+                   2026-11-23 this bench printed 1 - training time / wall time with the evaluations
+                   counted as training: the 2-4% it printed then were set-up, checkpoints and reports
+    set-up+ckpt    the rest: evaluation sets, model, checkpoints, reports
     GFLOP/s        the model's FLOPs (below) over the wall time: `executed` counts every position
                    computed, padding included; `useful` counts real tokens only
 
@@ -113,7 +114,7 @@ def child(steps_total: int, eval_seed: int | None) -> None:
         return forward(self, tokens)
 
     HybridLM.forward = counting_forward
-    import trainables.train as loop
+    loop = sys.modules["trainables.train"]  # the module (an older trainables/__init__ exports a function by its name)
 
     evaluate, eval_s = loop._evaluate, []  # the trainer's steps_per_s includes its interval's evaluation: time it apart
 
@@ -200,7 +201,8 @@ def summary(r: dict, peak: float) -> dict:
     return {
         "tok_s": r["real"] / r["wall_s"],
         "pad": 1 - r["real"] / r["positions"],
-        "eval_share": 1 - r["train_s"] / r["wall_s"],
+        "eval_share": r["eval_s"] / r["wall_s"],
+        "other_share": 1 - (r["train_s"] + r["eval_s"]) / r["wall_s"],  # set-up, checkpoints, reports
         "gflops": flops / r["wall_s"] / 1e9,
         "useful_gflops": useful / r["wall_s"] / 1e9,
         "peak_frac": flops / r["wall_s"] / 1e9 / peak,
@@ -232,7 +234,7 @@ def main() -> None:
         old = baseline_tree(args.baseline)
         print(f"old: {old} ({args.baseline})")
         print(f"run: default hybrid_dat, {args.steps} steps, switch at {args.steps // 4 if args.steps != 6000 else 1500}, "
-              f"eval every 250 on the full sets; {args.rounds} rounds, old/new alternating")
+              f"eval every 250 (each tree its own sets: the full ones at the end); {args.rounds} rounds, old/new alternating")
         for i in range(args.rounds):
             order = ("old", "new") if i % 2 == 0 else ("new", "old")
             for side in order:
@@ -253,13 +255,14 @@ def _ms(x: float | None) -> str:
 
 def _table(rows: dict[str, list[dict]], peak: float) -> None:
     med = {side: {k: statistics.median(r[k] or 0.0 for r in rs) for k in
-                  ("tok_s", "pad", "eval_share", "gflops", "useful_gflops", "peak_frac", "ms_before", "ms_after",
+                  ("tok_s", "pad", "eval_share", "other_share", "gflops", "useful_gflops", "peak_frac", "ms_before", "ms_after",
                    "peak_rss_mib", "wall_s")} for side, rs in rows.items()}
     ratios = [n["tok_s"] / o["tok_s"] for o, n in zip(rows["old"], rows["new"])]
     print("\nmedians            old        new")
     for key, fmt, label in (("tok_s", "{:10.0f}", "real tokens/s"), ("wall_s", "{:10.1f}", "wall s"),
                             ("ms_before", "{:10.1f}", "ms/step before"), ("ms_after", "{:10.1f}", "ms/step after"),
                             ("pad", "{:10.1%}", "PAD share"), ("eval_share", "{:10.1%}", "eval share"),
+                            ("other_share", "{:10.1%}", "set-up+ckpt"),
                             ("gflops", "{:10.1f}", "GFLOP/s exec"), ("useful_gflops", "{:10.1f}", "GFLOP/s useful"),
                             ("peak_frac", "{:10.1%}", "of peak (exec)"), ("peak_rss_mib", "{:10.0f}", "peak RSS MiB")):
         print(f"{label:15s}" + "".join(fmt.format(med[side][key]) for side in ("old", "new")))
