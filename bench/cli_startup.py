@@ -48,7 +48,7 @@ def main() -> None:
         for tree in trees.values():
             wall_s(tree, cmd)  # warm-up
         for r in range(args.rounds):
-            order = list(trees.items()) if r % 2 == 0 else list(reversed(trees.items()))  # old new, new old, ...
+            order = list(trees.items()) if r % 2 == 0 else list(reversed(trees.items()))  # new old, old new, ...
             for label, tree in order:
                 times.setdefault((name, label), []).append(wall_s(tree, cmd))
     print(f"medians of {args.rounds} runs{f'; old = {args.baseline}' if args.baseline else ''}")
