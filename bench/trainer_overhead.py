@@ -1,8 +1,10 @@
-"""Trainer overhead: the real training loop against a bare loop of the same model.
+"""Trainer overhead: the real training loop against a bare loop of the same model on the same batches.
 
-    real  trainables.train.train on the default hybrid config: data generation every step,
+    real  trainables.train.train on the default hybrid config: the batch stream drawn as it goes,
           evaluation + checkpoint + report at the default interval.
-    bare  the same model's forward + backward + clip + AdamW step on batches made beforehand.
+    bare  the same model's forward + loss + backward + clip + AdamW step, nothing else, on the
+          same stream of batches (the config's `task.batching`) drawn beforehand, with the same loss
+          (`objective.step`): what the real loop would cost if training were all it did.
 
 Both run here, side by side, for the same number of steps (bare first, then real, then
 bare again, to even out drift on a shared machine); prints steps/s of each and the ratio.
@@ -17,28 +19,28 @@ import argparse
 import time
 
 import torch
-import torch.nn.functional as F
 
 from trainables.config import TrialConfig
 from trainables.model import HybridLM
-from trainables.tasks import IGNORE, make_task
+from trainables.objectives import make_objective
 from trainables.train import build_optimizer, train
 
 
 def bare_loop(cfg: TrialConfig, steps: int) -> float:
-    task = make_task(cfg.task)
-    torch.manual_seed(cfg.seed)
-    model = HybridLM(cfg.model, task.vocab_size)
+    torch.manual_seed(cfg.seed)  # as train() does: the same initial weights
+    objective = make_objective(cfg)
+    model = HybridLM(cfg.model, objective.vocab_size)
     optimizer = build_optimizer(model, cfg.optim)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    batches = [task.sample_train(cfg.optim.batch_size, gen) for _ in range(steps)]
+    stream = objective.train_batches(cfg.optim.batch_size, torch.Generator().manual_seed(cfg.seed))
+    batches = [stream.next() for _ in range(steps)]  # the batches train() draws, in its order
+    model.train()
     start = time.perf_counter()
     for batch in batches:
-        logits = model(batch.tokens)
-        loss = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=IGNORE)
+        loss = objective.step(model(batch.tokens), batch, state_only=False).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+        if cfg.optim.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
         optimizer.step()
     return steps / (time.perf_counter() - start)
 
@@ -63,7 +65,8 @@ def main() -> None:
     bare_b = bare_loop(cfg, args.steps)
     bare = (bare_a + bare_b) / 2
     print(f"config: default hybrid (d_model={cfg.model.d_model}, n_layers={cfg.model.n_layers}, batch={cfg.optim.batch_size}), "
-          f"eval every {cfg.eval.every} steps on {len(cfg.eval.multipliers)}x{cfg.eval.n_sequences} sequences, "
+          f"eval every {cfg.eval.every} steps on {len(cfg.eval.multipliers)}x{cfg.eval.mid_run_sequences} sequences "
+          f"({cfg.eval.n_sequences} at the last step), batching {cfg.task.batching}, "
           f"{torch.get_num_threads()} threads, {args.steps} steps")
     print(f"bare loop  {bare:8.1f} steps/s  (runs: {bare_a:.1f}, {bare_b:.1f})")
     print(f"real loop  {real:8.1f} steps/s")

@@ -57,7 +57,7 @@ class Sweep:
         self.space.write_text(space)
         self.storage = storage
         self.dir = (storage or self.workdir / "sweeps") / NAME
-        self.groups: list[int] = []  # the drivers started, each the leader of its own session (Ray and its workers join it)
+        self.sessions: list[int] = []  # session ids: each driver started leads its own session (Ray and its workers join it)
 
     @property
     def cmd(self) -> list[str]:
@@ -71,7 +71,7 @@ class Sweep:
         env = {**ENV, "SWEEPER_FAULT": fault} if fault else ENV
         proc = subprocess.Popen(self.cmd, cwd=self.workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
-        self.groups.append(proc.pid)
+        self.sessions.append(proc.pid)
         return proc
 
     def run(self, fault: str | None = None, timeout: float = 480) -> tuple[int, str, str]:
@@ -106,7 +106,7 @@ class Sweep:
         for proc in Path("/proc").iterdir():
             if proc.name.isdigit() and int(proc.name) != os.getpid():
                 try:
-                    if os.getsid(int(proc.name)) in self.groups and not _zombie(proc):
+                    if os.getsid(int(proc.name)) in self.sessions and not _zombie(proc):
                         alive.append(int(proc.name))
                 except (ProcessLookupError, PermissionError):
                     pass

@@ -166,7 +166,7 @@ def test_a_lost_worker_node_costs_its_trial_a_restart_from_checkpoint_on_the_hea
             env.pop("MLFLOW_TRACKING_URI", None)
             proc = subprocess.Popen(sweep.cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True, start_new_session=True)
-            sweep.groups.append(proc.pid)
+            sweep.sessions.append(proc.pid)
             # two trials reporting at once: one on each node (1 CPU each); long enough to be seen on a quiet
             # machine (status.json is written once a second, the tiny model trains hundreds of steps a second)
             running = lambda: [t for t in (sweep.status() or {"trials": []})["trials"] if t["status"] == "running" and 10 <= t["step"] < 450]  # noqa: E731
