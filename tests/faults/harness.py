@@ -67,8 +67,10 @@ class Sweep:
         return sweeper_cmd("launch", self.space, "--tracking-uri", self.url, "--experiment", self.experiment,
                            "--progress", "lines", *extra)
 
-    def start(self, fault: str | None = None) -> subprocess.Popen:
-        env = {**ENV, "SWEEPER_FAULT": fault} if fault else ENV
+    def start(self, fault: str | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """`sweeper launch` in its own session, with `env` (default ENV) and the fault cue, if any."""
+        env = env if env is not None else ENV
+        env = {**env, "SWEEPER_FAULT": fault} if fault else env
         proc = subprocess.Popen(self.cmd, cwd=self.workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
         self.sessions.append(proc.pid)

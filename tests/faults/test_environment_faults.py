@@ -162,11 +162,7 @@ def test_a_lost_worker_node_costs_its_trial_a_restart_from_checkpoint_on_the_hea
         with contextlib.ExitStack() as nodes:
             nodes.enter_context(ray_node(*head, ready=lambda: _answers(f"{dashboard}/api/version") and _alive_nodes(dashboard) == 1))
             worker = nodes.enter_context(ray_node("--address", gcs, "--num-cpus", "1", ready=lambda: _alive_nodes(dashboard) == 2))
-            env = {**CLUSTER_ENV}
-            env.pop("MLFLOW_TRACKING_URI", None)
-            proc = subprocess.Popen(sweep.cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, start_new_session=True)
-            sweep.sessions.append(proc.pid)
+            proc = sweep.start(env={k: v for k, v in CLUSTER_ENV.items() if k != "MLFLOW_TRACKING_URI"})
             # two trials reporting at once: one on each node (1 CPU each); long enough to be seen on a quiet
             # machine (status.json is written once a second, the tiny model trains hundreds of steps a second)
             running = lambda: [t for t in (sweep.status() or {"trials": []})["trials"] if t["status"] == "running" and 10 <= t["step"] < 450]  # noqa: E731
