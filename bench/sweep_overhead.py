@@ -15,6 +15,16 @@ seconds go, from the launch's own output lines stamped as they arrive and status
                 first report is the training part of it)                     beside it)
     tail        after the last trial ended: summary, MLflow, Ray shutdown    (until exit)
 
+and the first reporting trial's side of "to report", from its process (`pid` in its report; psutil's
+start time) and Ray's `time_total_s` (from the driver's first `train()` call on its actor to the report):
+
+    worker up   when the trial's process started (a local Ray starts an idle worker per CPU as it comes up)
+    actor       from then until Ray called the trainable: Ray's and Tune's imports in it, the actor, the
+                Tuner's own start on the driver (whichever is later)
+    trial       from that call to the first report: torch and the trainer imported, the evaluation sets
+                built, the first `eval_every` steps and an evaluation (what a plain process does from its
+                start, printed beside it, imports included)
+
     python bench/sweep_overhead.py [--trials 4] [--steps 500] [--concurrent 2]
 """
 
@@ -23,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import subprocess
 import sys
 import tempfile
@@ -66,12 +77,49 @@ def run_direct(path: Path, trials: int, concurrent: int) -> tuple[float, float]:
     return time.perf_counter() - start, min(firsts)
 
 
+def first_trial_marks(trial: dict, launched_epoch: float, first_report: float) -> dict[str, float]:
+    """Seconds after the launch at which the first reporting trial's process started (`worker`) and Ray
+    first called its trainable (`trainable`): its report's `pid`, whose process must still be running,
+    and `time_total_s`. Empty if either is missing."""
+    import psutil
+
+    metrics = trial.get("metrics", {})
+    try:
+        born = psutil.Process(int(metrics["pid"])).create_time() - launched_epoch
+    except (KeyError, ValueError, psutil.Error):
+        return {}
+    marks = {"worker": born}
+    if "time_total_s" in metrics:
+        marks["trainable"] = first_report - float(metrics["time_total_s"])
+    return marks
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process `pid` and every process below it that is still
+    running: the launch, its Ray (GCS, raylet, workers) and the trials."""
+    import psutil
+
+    total = 0.0
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return float("nan")
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            pass
+    return total
+
+
 def run_sweep(path: Path, workdir: Path) -> tuple[float, float | None, dict[str, float]]:
     """(wall time, seconds from start to the first trial's first report, phase marks in seconds)."""
     import threading
 
     status = workdir / "sweeps" / "overhead" / "status.json"
-    start = time.perf_counter()
+    launched_epoch, start = time.time(), time.perf_counter()
     proc = start_launch(path, workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     marks: dict[str, float] = {}
 
@@ -91,8 +139,11 @@ def run_sweep(path: Path, workdir: Path) -> tuple[float, float | None, dict[str,
                 trials = json.loads(status.read_text())["trials"]
             except (json.JSONDecodeError, KeyError, OSError):
                 continue
-            if first_report is None and any(t["step"] > 0 for t in trials):
+            reported = [t for t in trials if t["step"] > 0]
+            if first_report is None and reported:
                 first_report = time.perf_counter() - start
+                marks["cpu"] = tree_cpu_s(proc.pid)
+                marks.update(first_trial_marks(reported[0], launched_epoch, first_report))
             if len(trials) == TRIALS[0] and all(t["status"] in ("completed", "stopped", "diverged", "failed") for t in trials):
                 marks["ended"] = time.perf_counter() - start
     wall = time.perf_counter() - start
@@ -122,12 +173,22 @@ def main() -> None:
           f"{direct_first:.1f} s after it starts" if first is not None else "first report: not seen")
     names = {"plan": "start-up", "tracking": "Ray and MLflow (side by side)", "ray": "restore", "first": "to the first report",
              "ended": "trials", "exit": "tail"}  # each: the seconds since the previous mark
-    points = sorted((at, key) for key, at in {**marks, "first": first, "exit": sweep}.items() if at is not None)
+    phases = {key: at for key, at in {**marks, "first": first, "exit": sweep}.items() if key in names and at is not None}
+    points = sorted((at, key) for key, at in phases.items())
     last, parts = 0.0, []
     for at, key in points:
         parts.append(f"{names[key]} {at - last:.1f} s")
         last = at
     print("where the sweep's seconds go: " + ", ".join(parts))
+    if first is not None and "worker" in marks:
+        trial = first - marks.get("trainable", first)
+        print(f"the first trial: its process up at {marks['worker']:.1f} s, its trainable called at "
+              f"{marks.get('trainable', float('nan')):.1f} s, then {trial:.1f} s to its first report (torch, the trainer, "
+              f"the steps; a plain process: {direct_first:.1f} s from its start)")
+    if first is not None and "cpu" in marks:
+        cores = os.cpu_count() or 1
+        print(f"CPU used by the launch's processes until the first report: {marks['cpu']:.1f} s on {cores} cores "
+              f"(so the first report cannot come before {marks['cpu'] / cores:.1f} s of that work)")
 
 
 if __name__ == "__main__":

@@ -38,3 +38,36 @@ def test_cli_startup_bench_times_both_commands_of_the_target():
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [ln for ln in proc.stdout.splitlines() if "target <= 1 s" in ln]
     assert [ln.split(" new ")[0].strip() for ln in lines] == ["sweeper --help", "sweeper validate search_spaces/switch_time.yaml"]
+
+
+def test_sweep_overhead_dates_the_first_trial_from_its_process_and_ray_time():
+    import os
+
+    import psutil
+
+    bench = _bench("sweep_overhead")
+    born = psutil.Process().create_time()
+    marks = bench.first_trial_marks({"metrics": {"pid": os.getpid(), "time_total_s": 2.0}}, launched_epoch=born - 1.0,
+                                    first_report=5.0)
+    assert marks["worker"] == pytest.approx(1.0, abs=0.02)  # this process started 1 s after the "launch"
+    assert marks["trainable"] == pytest.approx(3.0)  # Ray's time_total_s counts back from the report
+    assert bench.first_trial_marks({"metrics": {}}, launched_epoch=born, first_report=5.0) == {}  # no pid: no marks
+
+
+def test_sweep_overhead_counts_the_cpu_of_a_process_and_its_children():
+    import os
+    import subprocess
+    import sys
+    import time
+
+    bench = _bench("sweep_overhead")
+    busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", busy])
+    try:
+        deadline = time.monotonic() + 20
+        while bench.tree_cpu_s(os.getpid()) - sum(os.times()[:2]) < 0.25:  # the child's 0.3 s, counted under us
+            assert time.monotonic() < deadline, "the busy child's CPU never showed in tree_cpu_s"
+            time.sleep(0.1)
+    finally:
+        child.kill()
+        child.wait()
