@@ -37,7 +37,9 @@ cores are taken as 2 x 16 x 2, AVX2 cores as 2 x 8 x 2.
 
 `--memory` also runs one full default trial (6000 steps, the reproduction's evaluation seed) of this
 tree alone and prints its RSS at every report, the growth from the first report after the switch to
-the last, and its acc_3x (seed 0 of the reproduction's DAT row, run on this tree's trainer).
+the last mid-run one (reports that follow the same work: an evaluation on the sets' first sequences;
+the last report, after the full sets' evaluation, is printed apart), and its acc_3x (seed 0 of the
+reproduction's DAT row, run on this tree's trainer).
 """
 
 from __future__ import annotations
@@ -129,6 +131,7 @@ def child(steps_total: int, eval_seed: int | None) -> None:
 
     def report(metrics, ckpt):
         reports.append({k: metrics[k] for k in ("step", "steps_per_s", "attention_active", "acc_3x")})
+        reports[-1]["eval_sequences"] = metrics.get("eval_sequences", 0.0)  # absent in trees before subset evaluations
         rss.append(_rss_mib())
 
     start = time.perf_counter()
@@ -145,6 +148,7 @@ def child(steps_total: int, eval_seed: int | None) -> None:
         "ms_before": statistics.mean(before) if before else None, "ms_after": statistics.mean(after) if after else None,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "rss_mib": rss, "report_steps": [r["step"] for r in reports], "acc_3x": reports[-1]["acc_3x"],
+        "eval_sequences": [r["eval_sequences"] for r in reports],
         "switch_step": cfg.dat.switch_step,
     }
     print("RESULT " + json.dumps(out))
@@ -278,9 +282,15 @@ def _memory(peak: float) -> None:
     s = summary(r, peak)
     steps, rss = r["report_steps"], r["rss_mib"]
     print("  " + "  ".join(f"{st}:{m:.0f}" for st, m in zip(steps, rss)))
-    first_after = next(i for i, st in enumerate(steps) if st > r["switch_step"])
-    print(f"  peak RSS {r['peak_rss_mib']:.0f} MiB; RSS {rss[first_after]:.1f} MiB at step {steps[first_after]} -> "
-          f"{rss[-1]:.1f} MiB at step {steps[-1]}: growth {rss[-1] - rss[first_after]:+.1f} MiB")
+    # Growth is read between reports that follow the same work: the mid-run ones (an evaluation on the sets'
+    # first sequences). The last report follows the full sets' evaluation (longer batches, more memory
+    # held by the allocator afterwards): its RSS is printed apart, not read as growth.
+    full = max(r["eval_sequences"])
+    mid = [i for i, (st, n) in enumerate(zip(steps, r["eval_sequences"])) if st > r["switch_step"] and n < full]
+    a, b = (mid[0], mid[-1]) if mid else (0, len(steps) - 1)
+    print(f"  peak RSS {r['peak_rss_mib']:.0f} MiB; RSS {rss[a]:.1f} MiB at step {steps[a]} -> {rss[b]:.1f} MiB at step "
+          f"{steps[b]}: growth {rss[b] - rss[a]:+.1f} MiB over {steps[b] - steps[a]} steps (mid-run reports after the switch); "
+          f"{rss[-1]:.1f} MiB after the last, full evaluation ({full:.0f} sequences per length) at step {steps[-1]}")
     print(f"  the trial: {r['wall_s']:.0f} s, {s['tok_s']:.0f} real tok/s, eval share {s['eval_share']:.1%}, "
           f"ms/step {_ms(r['ms_before'])} | {_ms(r['ms_after'])}, acc_3x {r['acc_3x']:.3f}")
 
