@@ -95,8 +95,8 @@ def first_trial_marks(trial: dict, launched_epoch: float, first_report: float) -
 
 
 def tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) used so far by process `pid` and every process below it that is still
-    running: the launch, its Ray (GCS, raylet, workers) and the trials."""
+    """CPU seconds (user + system) used so far by process `pid`, every process below it that is still
+    running (the launch's Ray: GCS, raylet, agents, the trials' workers) and the children they have waited for."""
     import psutil
 
     total = 0.0

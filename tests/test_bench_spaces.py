@@ -61,7 +61,10 @@ def test_sweep_overhead_counts_the_cpu_of_a_process_and_its_children():
     import time
 
     bench = _bench("sweep_overhead")
-    beside_us = lambda: bench.tree_cpu_s(os.getpid()) - sum(os.times()[:2])  # noqa: E731 (all but this process's own)
+
+    def beside_us() -> float:  # all that tree_cpu_s counts but this process's own CPU
+        return bench.tree_cpu_s(os.getpid()) - sum(os.times()[:2])
+
     before = beside_us()  # children this process already waited for count too
     busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
     child = subprocess.Popen([sys.executable, "-c", busy])
