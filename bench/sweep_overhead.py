@@ -79,19 +79,16 @@ def run_direct(path: Path, trials: int, concurrent: int) -> tuple[float, float]:
 
 def first_trial_marks(trial: dict, launched_epoch: float, first_report: float) -> dict[str, float]:
     """Seconds after the launch at which the first reporting trial's process started (`worker`) and Ray
-    first called its trainable (`trainable`): its report's `pid`, whose process must still be running,
+    first called its trainable (`trainable`), from its report's `pid` (the process must still be running)
     and `time_total_s`. Empty if either is missing."""
     import psutil
 
     metrics = trial.get("metrics", {})
     try:
         born = psutil.Process(int(metrics["pid"])).create_time() - launched_epoch
+        return {"worker": born, "trainable": first_report - float(metrics["time_total_s"])}
     except (KeyError, ValueError, psutil.Error):
         return {}
-    marks = {"worker": born}
-    if "time_total_s" in metrics:
-        marks["trainable"] = first_report - float(metrics["time_total_s"])
-    return marks
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -114,14 +111,16 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
-def run_sweep(path: Path, workdir: Path) -> tuple[float, float | None, dict[str, float]]:
-    """(wall time, seconds from start to the first trial's first report, phase marks in seconds)."""
+def run_sweep(path: Path, workdir: Path) -> tuple[float, float | None, dict[str, float], dict[str, float]]:
+    """(wall time, seconds from start to the first trial's first report, phase marks in seconds, the first
+    reporting trial's marks (`first_trial_marks`) and `cpu`: `tree_cpu_s` of the launch at that report)."""
     import threading
 
     status = workdir / "sweeps" / "overhead" / "status.json"
     launched_epoch, start = time.time(), time.perf_counter()
     proc = start_launch(path, workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     marks: dict[str, float] = {}
+    first_trial: dict[str, float] = {}
 
     def stamp() -> None:  # the launch's lines, timed as they arrive
         for line in proc.stdout:
@@ -142,15 +141,14 @@ def run_sweep(path: Path, workdir: Path) -> tuple[float, float | None, dict[str,
             reported = [t for t in trials if t["step"] > 0]
             if first_report is None and reported:
                 first_report = time.perf_counter() - start
-                marks["cpu"] = tree_cpu_s(proc.pid)
-                marks.update(first_trial_marks(reported[0], launched_epoch, first_report))
+                first_trial = {"cpu": tree_cpu_s(proc.pid), **first_trial_marks(reported[0], launched_epoch, first_report)}
             if len(trials) == TRIALS[0] and all(t["status"] in ("completed", "stopped", "diverged", "failed") for t in trials):
                 marks["ended"] = time.perf_counter() - start
     wall = time.perf_counter() - start
     reader.join(timeout=5)
     if proc.returncode != 0:
         raise SystemExit(f"sweeper launch failed ({proc.returncode}): {proc.stderr.read()[-2000:]}")
-    return wall, first_report, marks
+    return wall, first_report, marks, first_trial
 
 
 def main() -> None:
@@ -164,7 +162,7 @@ def main() -> None:
         tmp = Path(tmp)
         path = overhead_space_file(tmp, args.trials, args.steps, args.concurrent)
         direct, direct_first = run_direct(path, args.trials, args.concurrent)
-        sweep, first, marks = run_sweep(path, tmp)
+        sweep, first, marks, first_trial = run_sweep(path, tmp)
     print(f"{args.trials} trials of the default hybrid, {args.steps} steps each, {args.concurrent} at a time")
     print(f"direct  {direct:7.1f} s  (plain processes)")
     print(f"sweep   {sweep:7.1f} s  (sweeper launch: Ray, Optuna, checkpoints)")
@@ -173,22 +171,20 @@ def main() -> None:
           f"{direct_first:.1f} s after it starts" if first is not None else "first report: not seen")
     names = {"plan": "start-up", "tracking": "Ray and MLflow (side by side)", "ray": "restore", "first": "to the first report",
              "ended": "trials", "exit": "tail"}  # each: the seconds since the previous mark
-    phases = {key: at for key, at in {**marks, "first": first, "exit": sweep}.items() if key in names and at is not None}
-    points = sorted((at, key) for key, at in phases.items())
+    points = sorted((at, key) for key, at in {**marks, "first": first, "exit": sweep}.items() if at is not None)
     last, parts = 0.0, []
     for at, key in points:
         parts.append(f"{names[key]} {at - last:.1f} s")
         last = at
     print("where the sweep's seconds go: " + ", ".join(parts))
-    if first is not None and "worker" in marks:
-        trial = first - marks.get("trainable", first)
-        print(f"the first trial: its process up at {marks['worker']:.1f} s, its trainable called at "
-              f"{marks.get('trainable', float('nan')):.1f} s, then {trial:.1f} s to its first report (torch, the trainer, "
-              f"the steps; a plain process: {direct_first:.1f} s from its start)")
-    if first is not None and "cpu" in marks:
+    if "worker" in first_trial:
+        print(f"the first trial: its process up at {first_trial['worker']:.1f} s, its trainable called at "
+              f"{first_trial['trainable']:.1f} s, then {first - first_trial['trainable']:.1f} s to its first report (torch, "
+              f"the trainer, the steps; a plain process: {direct_first:.1f} s from its start)")
+    if "cpu" in first_trial:
         cores = os.cpu_count() or 1
-        print(f"CPU used by the launch's processes until the first report: {marks['cpu']:.1f} s on {cores} cores "
-              f"(so the first report cannot come before {marks['cpu'] / cores:.1f} s of that work)")
+        print(f"CPU used by the launch's processes until the first report: {first_trial['cpu']:.1f} s on {cores} cores "
+              f"(so the first report cannot come before {first_trial['cpu'] / cores:.1f} s of that work)")
 
 
 if __name__ == "__main__":

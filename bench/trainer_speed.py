@@ -286,10 +286,12 @@ def _memory(peak: float) -> None:
     # first sequences). The last report follows the full sets' evaluation (longer batches, more memory
     # held by the allocator afterwards): its RSS is printed apart, not read as growth.
     full = max(r["eval_sequences"])
-    mid = [i for i, (st, n) in enumerate(zip(steps, r["eval_sequences"])) if st > r["switch_step"] and n < full]
-    a, b = (mid[0], mid[-1]) if mid else (0, len(steps) - 1)
+    after = [i for i, st in enumerate(steps) if st > r["switch_step"]]
+    mid = [i for i in after if r["eval_sequences"][i] < full] or after  # every report full (no subsets): all of them
+    kind = "mid-run reports" if mid is not after else "reports"
+    a, b = mid[0], mid[-1]
     print(f"  peak RSS {r['peak_rss_mib']:.0f} MiB; RSS {rss[a]:.1f} MiB at step {steps[a]} -> {rss[b]:.1f} MiB at step "
-          f"{steps[b]}: growth {rss[b] - rss[a]:+.1f} MiB over {steps[b] - steps[a]} steps (mid-run reports after the switch); "
+          f"{steps[b]}: growth {rss[b] - rss[a]:+.1f} MiB over {steps[b] - steps[a]} steps ({kind} after the switch); "
           f"{rss[-1]:.1f} MiB after the last, full evaluation ({full:.0f} sequences per length) at step {steps[-1]}")
     print(f"  the trial: {r['wall_s']:.0f} s, {s['tok_s']:.0f} real tok/s, eval share {s['eval_share']:.1%}, "
           f"ms/step {_ms(r['ms_before'])} | {_ms(r['ms_after'])}, acc_3x {r['acc_3x']:.3f}")
