@@ -39,7 +39,9 @@ cores are taken as 2 x 16 x 2, AVX2 cores as 2 x 8 x 2.
 tree alone and prints its RSS at every report, the growth from the first report after the switch to
 the last mid-run one (reports that follow the same work: an evaluation on the sets' first sequences;
 the last report, after the full sets' evaluation, is printed apart), and its acc_3x (seed 0 of the
-reproduction's DAT row, run on this tree's trainer).
+reproduction's DAT row, run on this tree's trainer). Beside RSS it prints the growth of the bytes
+malloc holds in use (glibc's `mallinfo2`: live allocations, torch's CPU tensors included): RSS that
+grows while these stay flat is memory the allocator keeps on its free lists, not a leak.
 """
 
 from __future__ import annotations
@@ -127,12 +129,13 @@ def child(steps_total: int, eval_seed: int | None) -> None:
         return out
 
     loop._evaluate = timed_evaluate
-    reports, rss = [], []
+    reports, rss, heap = [], [], []
 
     def report(metrics, ckpt):
         reports.append({k: metrics[k] for k in ("step", "steps_per_s", "attention_active", "acc_3x")})
         reports[-1]["eval_sequences"] = metrics.get("eval_sequences", 0.0)  # absent in trees before subset evaluations
         rss.append(_rss_mib())
+        heap.append(_heap_mib())
 
     start = time.perf_counter()
     train(cfg, report=report)
@@ -147,11 +150,28 @@ def child(steps_total: int, eval_seed: int | None) -> None:
         "wall_s": wall, "steps": steps_total, **count, "train_s": train_time, "eval_s": sum(eval_s),
         "ms_before": statistics.mean(before) if before else None, "ms_after": statistics.mean(after) if after else None,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "rss_mib": rss, "report_steps": [r["step"] for r in reports], "acc_3x": reports[-1]["acc_3x"],
+        "rss_mib": rss, "heap_mib": heap, "report_steps": [r["step"] for r in reports], "acc_3x": reports[-1]["acc_3x"],
         "eval_sequences": [r["eval_sequences"] for r in reports],
         "switch_step": cfg.dat.switch_step,
     }
     print("RESULT " + json.dumps(out))
+
+
+def _heap_mib() -> float | None:
+    """Bytes glibc's malloc holds in use (small blocks and mmapped ones), MiB; None without glibc 2.33+."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    try:
+        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype = MallInfo2
+    info = mallinfo2()
+    return (info.uordblks + info.hblkhd) / 2**20
 
 
 def _rss_mib() -> float:
@@ -293,6 +313,12 @@ def _memory(peak: float) -> None:
     print(f"  peak RSS {r['peak_rss_mib']:.0f} MiB; RSS {rss[a]:.1f} MiB at step {steps[a]} -> {rss[b]:.1f} MiB at step "
           f"{steps[b]}: growth {rss[b] - rss[a]:+.1f} MiB over {steps[b] - steps[a]} steps ({kind} after the switch); "
           f"{rss[-1]:.1f} MiB after the last, full evaluation ({full:.0f} sequences per length) at step {steps[-1]}")
+    heap = r.get("heap_mib") or [None]
+    if heap[0] is not None:
+        print(f"  malloc in use (live allocations) at the same reports: {heap[a]:.1f} -> {heap[b]:.1f} MiB: growth "
+              f"{heap[b] - heap[a]:+.1f} MiB; the rest of RSS's growth is held on the allocator's free lists")
+    else:
+        print("  malloc in use: not readable here (needs glibc 2.33+'s mallinfo2)")
     print(f"  the trial: {r['wall_s']:.0f} s, {s['tok_s']:.0f} real tok/s, eval share {s['eval_share']:.1%}, "
           f"ms/step {_ms(r['ms_before'])} | {_ms(r['ms_after'])}, acc_3x {r['acc_3x']:.3f}")
 

@@ -76,3 +76,20 @@ def test_sweep_overhead_counts_the_cpu_of_a_process_and_its_children():
     finally:
         child.kill()
         child.wait()
+
+
+def test_trainer_speed_reads_mallocs_live_bytes():
+    # the memory run tells growth of live allocations from RSS the allocator keeps: the reading must
+    # follow a tensor's allocation and its release
+    import torch
+
+    heap_mib = _bench("trainer_speed")._heap_mib
+    if heap_mib() is None:
+        pytest.skip("glibc 2.33+'s mallinfo2 is not available here")
+    before = heap_mib()
+    block = torch.ones(64 * 2**20 // 4)  # 64 MiB of float32, touched
+    held = heap_mib()
+    del block
+    after = heap_mib()
+    assert 60 < held - before < 70, (before, held)
+    assert abs(after - before) < 4, (before, after)
