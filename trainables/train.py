@@ -34,6 +34,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from trainables.config import ConfigError, EMAConfig, OptimConfig, TrialConfig
 from trainables.errors import cut
 from trainables.dat import DATSchedule, curriculum_state_only, enable_attention, hold_attention, release_attention
+from trainables.memory import release_free_memory
 from trainables.model import HybridLM
 from trainables.objectives import make_objective
 from trainables.switch import Signals
@@ -254,6 +255,7 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
             with tempfile.TemporaryDirectory(prefix="dat-ckpt-") as ckpt:
                 save_checkpoint(ckpt, cfg, step, model, optimizer, dat, batches, ema, metrics)
                 report(metrics, ckpt)
+            release_free_memory()  # what the evaluation and checkpoint freed goes back to the OS: RSS stays flat
             loss_sum.zero_(), hits.zero_(), asked.zero_()
             interval_start, interval_step0 = time.perf_counter(), step
 
