@@ -15,12 +15,12 @@ def test_free_pages_held_by_malloc_go_back_to_the_os():
         assert release_free_memory() is False  # nothing to ask: a no-op that says so
         return
     release_free_memory()
-    # 128 MiB in 16 KiB tensors (below malloc's mmap threshold: they live on its heap), touched; then
+    # 128 MiB in 64 KiB tensors (below malloc's mmap threshold: they live on its heap), touched; then
     # every other one freed, the last kept, so free() alone cannot shrink the heap from its top
-    blocks = [torch.ones(4096) for _ in range(8192)]
+    blocks = [torch.ones(16384) for _ in range(2048)]
     del blocks[::2]
     held = _rss_mib()
     assert release_free_memory() is True
     after = _rss_mib()
-    assert held - after > 40, (held, after)  # ~64 MiB of free 16 KiB holes; pages of them went back
-    assert all(float(b[0]) == 1.0 for b in blocks[:: 512])  # the live tensors are untouched
+    assert held - after > 40, (held, after)  # ~64 MiB of free 64 KiB holes: their whole pages went back
+    assert all(float(b[0]) == 1.0 for b in blocks[::128])  # the live tensors are untouched
