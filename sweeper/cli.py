@@ -40,6 +40,23 @@ def count(text: str) -> int:
     return 0 if text.strip() == "0" else positive_int(text)
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, which a container's cpuset narrows)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cpus(text: str) -> int:
+    """A whole number from 1 to the CPUs this machine gives the process (threads, worker processes)."""
+    value = positive_int(text)
+    have = usable_cpus()
+    if value > have:
+        raise argparse.ArgumentTypeError(f"must be at most the {have} CPU{'s' * (have != 1)} of this machine, got {value}")
+    return value
+
+
 def port(text: str) -> int:
     value = positive_int(text)
     if value > 65535:
@@ -68,7 +85,7 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=positive_int, help="shorthand for --set steps=N")
     p.add_argument("--out", help="directory for metrics.jsonl, result.json and the latest checkpoint")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
-    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=cpus, default=None, help="torch CPU threads, at most this machine's CPUs (default: torch's choice)")
     p.set_defaults(func=_lazy("sweeper.commands.trial"))
 
 
@@ -170,10 +187,10 @@ def _add_reproduce(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reproduce", help="train the DAT paper's four systems over seeds and write the results table",
                        description="Train the DAT paper's four systems (DAT hybrid, joint hybrid, pure LSTM, pure "
                                    "Transformer) over seeds, check the old bar, write the table, plot and JSON "
-                                   "(dat_reproduction_4systems.md). Issue 15's pre-registered factorial reproduction "
+                                   "(dat_reproduction_4systems.md). The pre-registered factorial reproduction "
                                    "is `python -m experiments.dat_reproduction run|report`.")
     p.add_argument("--seeds", type=positive_int, default=3, help="training seeds per system (default 3)")
-    p.add_argument("--workers", type=positive_int, default=None, help="processes at once (default: all cores)")
+    p.add_argument("--workers", type=cpus, default=None, help="processes at once, at most this machine's CPUs (default: all of them)")
     p.add_argument("--systems", nargs="+", choices=list(SYSTEMS), help="a subset of the systems")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a trial-config field for every system (dat.* only for the DAT hybrid)")

@@ -1,30 +1,98 @@
-"""Can we write there? Asked before anything starts, without leaving anything behind."""
+"""Can we write there, read that? Asked before anything starts, without leaving anything behind.
+
+Permission bits alone do not tell (root ignores them; a read-only mount or a full disk does not
+show in them), so `check_writable` writes: PROBE_BYTES of real data, flushed to the disk with
+fsync, in a probe file it then removes. An empty probe file would pass on a full disk (making a
+file needs an inode, not a block). Every refusal is one ConfigError line naming the flag and the
+path.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 from trainables.errors import ConfigError, cut
 
+PROBE_BYTES = 64 * 1024  # more than a file system's reserve of a few blocks; what a first report needs
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and not path.is_symlink():
+        path = path.parent
+    return path
+
 
 def check_writable(path: str | Path, what: str) -> None:
     """Raise a one-line ConfigError unless `path` (a folder, existing or not) could be created and
-    written: a temporary file is made and removed in the nearest existing ancestor. Permission
-    bits alone do not tell (root ignores them; a read-only mount does not), so this writes."""
+    written: PROBE_BYTES are written, fsynced and removed in the nearest existing ancestor."""
     target = Path(path).expanduser()
     try:
         target = target.resolve()
-        probe_dir = target
-        while not probe_dir.exists():
-            probe_dir = probe_dir.parent
+        if len(str(target)) > 3000 or any(len(part.encode()) > 255 for part in target.parts):
+            raise ConfigError(f"{what} {cut(str(path), 120)}: path too long for the file system")
+        probe_dir = _nearest_existing(target)
         if not probe_dir.is_dir():
-            raise ConfigError(f"{what} {cut(str(path), 120)}: {probe_dir} is a file, not a folder")
+            raise ConfigError(f"{what} {cut(str(path), 120)}: {cut(str(probe_dir), 80)} is a file, not a folder")
         fd, name = tempfile.mkstemp(prefix=".sweeper-probe-", dir=probe_dir)
-        os.close(fd)
-        os.unlink(name)
+        try:
+            block = b"\0" * PROBE_BYTES
+            written = 0
+            while written < PROBE_BYTES:
+                written += os.write(fd, block[written:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(name)
     except OSError as err:
         raise ConfigError(f"{what} {cut(str(path), 120)}: cannot write there ({err.strerror or err})") from None
-    if len(str(target)) > 3000 or any(len(part.encode()) > 255 for part in target.parts):
-        raise ConfigError(f"{what} {cut(str(path), 120)}: path too long for the file system")
+
+
+def check_output_file(path: str | Path, what: str) -> None:
+    """A file this command will write (or replace): not a folder, not a link, not a device or
+    FIFO, and its folder writable (`check_writable`). The file itself may be missing."""
+    p = Path(path).expanduser()
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    except OSError as err:
+        raise ConfigError(f"{what} {cut(str(path), 120)}: cannot be checked ({err.strerror or err})") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{what} {cut(str(path), 120)}: is a folder; a file is written there")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{what} {cut(str(path), 120)}: not a regular file (a link, a device or a FIFO)")
+    check_writable(p.parent, what)
+
+
+def read_limited(path: str | Path, what: str, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`, or one ConfigError line: no such file,
+    a folder, a FIFO or device (which would block or never end), too large, unreadable."""
+    p = Path(path).expanduser()
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {cut(str(path), 120)}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} {cut(str(path), 120)}: is a folder; a file is expected") from None
+    except OSError as err:
+        raise ConfigError(f"{what} {cut(str(path), 120)}: cannot be read ({err.strerror or err})") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise ConfigError(f"{what} {cut(str(path), 120)}: is a folder; a file is expected")
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{what} {cut(str(path), 120)}: not a regular file")
+        if st.st_size > max_bytes:
+            raise ConfigError(f"{what} {cut(str(path), 120)}: {st.st_size:,} bytes; at most {max_bytes:,} are read")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as err:
+        raise ConfigError(f"{what} {cut(str(path), 120)}: cannot be read ({err.strerror or err})") from None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise ConfigError(f"{what} {cut(str(path), 120)}: more than {max_bytes:,} bytes; at most that many are read")
+    return data

@@ -32,7 +32,7 @@ import yaml
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from trainables.config import ConfigError, EMAConfig, OptimConfig, TrialConfig
-from trainables.errors import cut
+from trainables.errors import brief, cut
 from trainables.dat import DATSchedule, curriculum_state_only, enable_attention, hold_attention, release_attention
 from trainables.memory import release_free_memory
 from trainables.model import HybridLM
@@ -127,11 +127,29 @@ def save_checkpoint(directory: str | Path, cfg: TrialConfig, step: int, model, o
     (directory / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
 
 
-def read_checkpoint(directory: str | Path) -> dict:
+CHECKPOINT_SLACK = 16 * 2**20  # a checkpoint's bytes beyond its tensors: RNG states, the data stream, pickle framing
+
+
+def checkpoint_limit(cfg: TrialConfig) -> int:
+    """The most bytes a checkpoint of `cfg` can take: the weights, the EMA's copy and AdamW's two
+    moments (float32, 4 x the parameters) with room to spare, plus the small states."""
+    from trainables.footprint import n_parameters
+
+    return 6 * 4 * n_parameters(cfg) + CHECKPOINT_SLACK
+
+
+def read_checkpoint(directory: str | Path, max_bytes: int | None = None) -> dict:
     """The state `save_checkpoint` wrote, read with `weights_only=True`: tensors and plain values
     only. A checkpoint may sit on shared storage (a cluster volume, a bucket); a pickled object in
-    it would run code in every trial that resumes, so one is refused with a one-line ConfigError."""
+    it would run code in every trial that resumes, so one is refused with a one-line ConfigError,
+    as is a file that is not a regular one, one over `max_bytes`, and a `step` that is not a whole
+    number >= 0."""
     path = Path(directory) / CHECKPOINT_FILE
+    if not path.is_file():  # a FIFO would block torch.load forever
+        raise ConfigError(f"{path}: not a regular file" if path.exists() else f"{path}: no such file")
+    size = path.stat().st_size
+    if max_bytes is not None and size > max_bytes:
+        raise ConfigError(f"{path}: {size:,} bytes; a checkpoint of this config takes at most {max_bytes:,}")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
@@ -142,6 +160,14 @@ def read_checkpoint(directory: str | Path) -> dict:
         raise ConfigError(f"{path}: not a readable checkpoint: {cut(str(err), 120)}") from None
     if not isinstance(state, dict) or "step" not in state:
         raise ConfigError(f"{path}: not a checkpoint of this trainer (no `step`)")
+    step = state["step"]
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ConfigError(f"{path}: step: must be a whole number >= 0, got {brief(step)}")
+    metrics = state.get("metrics", {})
+    if not isinstance(metrics, dict):
+        raise ConfigError(f"{path}: metrics: must be a mapping, got {brief(metrics)}")
+    if "step" in metrics and metrics["step"] != step:
+        raise ConfigError(f"{path}: step: the checkpoint says {step}, the report it was taken with {brief(metrics['step'])}")
     return state
 
 
@@ -150,22 +176,50 @@ def checkpoint_step(directory: str | Path) -> int:
     return int(read_checkpoint(directory)["step"])
 
 
-def load_checkpoint(directory: str | Path, model, optimizer, dat: DATSchedule, data_gen, ema=None) -> tuple[int, dict]:
+def load_checkpoint(directory: str | Path, model, optimizer, dat: DATSchedule, data_gen, ema=None,
+                    max_bytes: int | None = None) -> tuple[int, dict]:
     """Restore everything `save_checkpoint` wrote; returns the step to continue from and the
-    metrics reported with the checkpoint."""
-    state = read_checkpoint(directory)
-    model.load_state_dict(state["model"])
-    if ema is not None:
-        if state.get("ema") is None:
-            raise ConfigError(f"{directory}: ema.decay: the checkpoint has no EMA weights to resume (it was trained with ema.decay 0)")
-        ema.load_state_dict(state["ema"])
-    optimizer.load_state_dict(state["optimizer"])
-    dat.load_state_dict(state["dat"])
-    data_gen.set_state(state["data_gen"])
-    torch.set_rng_state(state["torch_rng"])
-    if state["cuda_rng"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    metrics reported with the checkpoint. A checkpoint that does not fit these objects (another
+    model size, a missing part, a value of the wrong kind) is one ConfigError line."""
+    state = read_checkpoint(directory, max_bytes)
+    if ema is not None and state.get("ema") is None:
+        raise ConfigError(f"{directory}: ema.decay: the checkpoint has no EMA weights to resume (it was trained with ema.decay 0)")
+    try:
+        model.load_state_dict(state["model"])
+        if ema is not None:
+            ema.load_state_dict(state["ema"])
+        optimizer.load_state_dict(state["optimizer"])
+        dat.load_state_dict(state["dat"])
+        data_gen.set_state(state["data_gen"])
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as err:
+        what = f"no `{err.args[0]}`" if isinstance(err, KeyError) and err.args else cut(str(err), 120)
+        raise ConfigError(f"{Path(directory) / CHECKPOINT_FILE}: does not fit this config: {what}") from None
     return int(state["step"]), state.get("metrics", {})
+
+
+def check_resume(cfg: TrialConfig, directory: str | Path) -> int:
+    """Everything `train(cfg, resume_from=directory)` would load, loaded into throwaway objects on
+    the CPU, so that a checkpoint that cannot be resumed is refused before the caller writes
+    anything. Returns the checkpoint's step, which must lie in [0, cfg.steps]."""
+    path = Path(directory) / CHECKPOINT_FILE
+    step = int(read_checkpoint(directory, checkpoint_limit(cfg))["step"])
+    if step > cfg.steps:
+        raise ConfigError(f"{path}: step: must be within [0, steps={cfg.steps}], got {step}; "
+                          f"a resumed run continues to a budget at or past its checkpoint")
+    rng = torch.get_rng_state()
+    try:
+        objective = make_objective(cfg)
+        model = HybridLM(cfg.model, objective.vocab_size)
+        batches = objective.train_batches(cfg.optim.batch_size, torch.Generator().manual_seed(cfg.seed))
+        load_checkpoint(directory, model, build_optimizer(model, cfg.optim),
+                        DATSchedule(cfg.dat, has_attention=cfg.model.attention), batches, make_ema(model, cfg.ema),
+                        max_bytes=checkpoint_limit(cfg))
+    finally:
+        torch.set_rng_state(rng)
+    return step
 
 
 # --------------------------------------------------------------------------- the loop
@@ -188,7 +242,7 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
     report = report or (lambda metrics, checkpoint_dir: None)
     step, metrics = 0, {}
     if resume_from is not None:
-        step, metrics = load_checkpoint(resume_from, model, optimizer, dat, batches, ema)
+        step, metrics = load_checkpoint(resume_from, model, optimizer, dat, batches, ema, max_bytes=checkpoint_limit(cfg))
         if step >= cfg.steps and metrics:  # resumed from the final checkpoint: the run is done, nothing new
             return TrainResult("completed", step, metrics)  # to report (Ray's adapter repeats the last report itself)
     if dat.active:  # resumed after the switch: the checkpoint holds attention's optimizer state

@@ -1,18 +1,38 @@
-"""`sweeper trial`: train one configuration in this process, no Ray, and print its progress."""
+"""`sweeper trial`: train one configuration in this process, no Ray, and print its progress.
+
+With `--out DIR` the run keeps its folder:
+
+    DIR/config.yaml       the trial config
+    DIR/metrics.jsonl     every report, one JSON object a line, in step order
+    DIR/checkpoint        a link to checkpoint-STEP, the newest checkpoint (swapped atomically)
+    DIR/result.json       how the run ended
+
+`--resume` continues such a folder. Everything is checked before a byte is written: the
+folder's files are regular files read under size limits and parsed into typed records, the
+saved config must be the requested one (only `steps` may change), and the checkpoint must be
+this run's, hold tensors and plain values only, load into this config's model, and sit at a
+step in [0, steps] that is at most one report behind metrics.jsonl (the one a kill between a
+report and its checkpoint leaves, which the resume trains again). A refusal is one line.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
+import stat
 from pathlib import Path
+
+from dataclasses import dataclass
 
 import yaml
 
+from sweeper.fs import check_writable, read_limited
 from trainables import footprint
-from trainables.config import ConfigError, TrialConfig, load_trial_config, with_overrides
-from trainables.errors import cut
+from trainables.config import ConfigError, TrialConfig, load_trial_config, trial_config_from_dict, with_overrides
+from trainables.errors import brief, cut, short_path
 from trainables.safe_yaml import load_yaml_text
 
 
@@ -28,20 +48,6 @@ def parse_overrides(items: list[str]) -> dict:
         except ConfigError:
             out[key.strip()] = raw
     return out
-
-
-def _drop_reports_after(path: Path, step: int) -> None:
-    """A run killed between a report and its checkpoint logged reports the resume will redo."""
-    if path.exists():
-        kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
-        path.write_text("".join(line + "\n" for line in kept))
-
-
-def _last_reported_step(path: Path) -> int:
-    if not path.exists():
-        return -1
-    lines = path.read_text().splitlines()
-    return int(json.loads(lines[-1])["step"]) if lines else -1
 
 
 def keep_checkpoint(out: Path, checkpoint_dir: str, step: int) -> None:
@@ -66,6 +72,163 @@ def keep_checkpoint(out: Path, checkpoint_dir: str, step: int) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
+CONFIG, REPORTS, CHECKPOINT = "config.yaml", "metrics.jsonl", "checkpoint"
+MAX_REPORTS_BYTES = 64 * 2**20  # metrics.jsonl read back: ~30,000 reports of ~2 KB
+
+
+@dataclass(frozen=True)
+class Report:
+    """One line of metrics.jsonl: its step, its metrics, and its bytes as they were written."""
+
+    step: int
+    metrics: dict[str, float]
+    line: bytes
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What `--resume` continues: the checkpoint folder and its step, and the reports kept."""
+
+    checkpoint: Path
+    step: int
+    reports: list[Report]  # those up to the checkpoint's step
+    rewrite: bool  # metrics.jsonl holds more: a report after the checkpoint (trained again) or a line cut short
+
+
+def parse_reports(data: bytes, source: str) -> tuple[list[Report], bool]:
+    """metrics.jsonl as typed records, and whether a last line was cut short. A last line
+    without its newline that does not parse is a write a kill cut short, and is left out; any
+    other line that is not a report is refused."""
+    lines = data.split(b"\n")
+    last = lines.pop()  # b"" when the file ends with a newline
+    reports: list[Report] = []
+    for number, raw in enumerate(lines, 1):
+        reports.append(_report(raw, f"{source} line {number}", reports[-1].step if reports else -1))
+    if last:
+        try:  # whole but without its newline: kept (and written again with one)
+            reports.append(_report(last, f"{source} line {len(lines) + 1}", reports[-1].step if reports else -1))
+        except ConfigError:
+            return reports, True  # cut short by a kill: not a report
+    return reports, False
+
+
+def _report(raw: bytes, where: str, previous: int) -> Report:
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        raise ConfigError(f"{where}: not a JSON report: {brief(raw.decode('utf-8', 'replace'), 40)}") from None
+    if not isinstance(obj, dict) or not obj:
+        raise ConfigError(f"{where}: a report must be a JSON object of metrics, got {brief(obj, 40)}")
+    step = obj.get("step")
+    if isinstance(step, float) and math.isfinite(step) and step == int(step):
+        step = int(step)
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise ConfigError(f"{where}: step: must be a whole number, got {brief(step, 40)}")
+    for key, value in obj.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{where}: {cut(key, 40)}: a metric must be a number, got {brief(value, 40)}")
+    if step <= previous or step < 0:
+        raise ConfigError(f"{where}: step: must be >= 0 and above the line before's {previous}, got {step}")
+    return Report(step, obj, raw + b"\n")
+
+
+def _regular_or_absent(path: Path, what: str) -> bool:
+    """True for a regular file, False when absent; a link, folder, FIFO or device is refused."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISREG(st.st_mode):
+        return True
+    kind = "a link" if stat.S_ISLNK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+    raise ConfigError(f"{what} {short_path(path, 120)}: {kind}; a run folder holds regular files there")
+
+
+def check_fresh(out: Path) -> None:
+    """A new run's folder: missing, or a folder without a run in it."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {cut(str(out), 80)}: not a folder")
+    if any(os.path.lexists(out / name) for name in (REPORTS, CHECKPOINT)):
+        raise ConfigError(f"--out {cut(str(out), 80)}: already holds a run; pass --resume to continue it or choose another directory")
+
+
+def check_resume(out: Path, cfg: TrialConfig) -> Resume:
+    """Everything `--resume` relies on, read and checked; nothing is written (module docstring)."""
+    from trainables.train import CHECKPOINT_FILE, check_resume as check_checkpoint
+
+    where = f"--resume {cut(str(out), 80)}"
+    link = out / CHECKPOINT
+    if not (link / CHECKPOINT_FILE).exists():
+        raise ConfigError(f"{where}: holds no checkpoint to continue from; "
+                          "run without --resume to start (in an empty directory)")
+    folder = link.resolve()
+    if link.is_symlink() and (folder.parent != out.resolve() or not folder.name.startswith(f"{CHECKPOINT}-")):
+        raise ConfigError(f"{where}: checkpoint: must name a checkpoint-STEP folder of this run, "
+                          f"names {short_path(folder, 100)}")
+    for name in (CONFIG, REPORTS, "result.json"):
+        _regular_or_absent(out / name, "--resume")
+    saved = [path for path in (folder / CONFIG, out / CONFIG) if _regular_or_absent(path, "--resume")]
+    if not saved:
+        raise ConfigError(f"{where}: holds no config.yaml to compare the requested config with")
+    for path in saved:
+        _same_run(load_trial_config(path), cfg, short_path(path, 100))
+    step = check_checkpoint(cfg, folder)
+    if folder.name.startswith(f"{CHECKPOINT}-") and folder.name != f"{CHECKPOINT}-{step}":
+        raise ConfigError(f"{where}: {folder.name}: holds a checkpoint of step {step}; a run's checkpoint-STEP "
+                          "folder holds the checkpoint of that step")
+    data, reports, cut_short = b"", [], False
+    if _regular_or_absent(out / REPORTS, "--resume"):
+        data = read_limited(out / REPORTS, "--resume", MAX_REPORTS_BYTES)
+        reports, cut_short = parse_reports(data, short_path(out / REPORTS, 100))
+    kept = [r for r in reports if r.step <= step]
+    after = [r.step for r in reports if r.step > step]
+    if (after and step not in {r.step for r in kept}) or len(after) + cut_short > 1:
+        raise ConfigError(f"{where}: the checkpoint is at step {step}, but metrics.jsonl goes on to step "
+                          f"{after[-1] if after else '?'} ({len(after)} report{'s' * (len(after) != 1)} after it); a run's "
+                          "checkpoint is at most one report behind, so resuming would drop reports: refused")
+    return Resume(folder, step, kept, rewrite=b"".join(r.line for r in kept) != data)
+
+
+def _same_run(saved: TrialConfig, asked: TrialConfig, source: str) -> None:
+    """The requested config must be the saved one; only `steps` may change."""
+    a, b = _flat(saved.model_dump(mode="json")), _flat(asked.model_dump(mode="json"))
+    for key in sorted(a.keys() | b.keys()):
+        if key != "steps" and a.get(key) != b.get(key):
+            raise ConfigError(f"--resume: {source}: {key}: the run was trained with {brief(a.get(key), 40)}, this "
+                              f"command asks {brief(b.get(key), 40)}; a resumed run may change only `steps`")
+
+
+def _flat(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """`path` holds `data` whole, or is as it was: a temporary file beside it, fsync, rename."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def append_line(path: Path, line: bytes) -> None:
+    """Append one report; a link planted in its place is not followed."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
 def format_progress(m: dict) -> str:
     def by_length(prefix: str) -> str:
         return " ".join(f"{k.removeprefix(prefix)}={v:.3f}" for k, v in m.items() if k.startswith(prefix))
@@ -87,45 +250,45 @@ def run(args: argparse.Namespace) -> int:
 
     import torch  # heavy: only once the config is known to be good
 
-    from trainables.train import CHECKPOINT_FILE, checkpoint_step, resolve_device, train
+    from trainables.train import resolve_device, train
 
     resolve_device(cfg.device, source=args.config)  # device: cuda on a machine without one is refused here
+    out = Path(args.out) if args.out else None
+    resume = None
+    if out is not None:  # everything is checked before the first byte is written
+        resume = check_resume(out, cfg) if args.resume else None
+        if resume is None:
+            check_fresh(out)
+        check_writable(out, "--out")
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    out = Path(args.out) if args.out else None
-    resume_from = None
     if out is not None:
-        ckpt = out / "checkpoint"
-        if args.resume and not (ckpt / CHECKPOINT_FILE).exists():
-            raise ConfigError(f"--resume: {cut(str(out), 80)} holds no checkpoint to continue from; "
-                              "run without --resume to start (in an empty directory)")
-        if args.resume:
-            resume_from = ckpt.resolve()
-            _drop_reports_after(out / "metrics.jsonl", checkpoint_step(resume_from))
-        elif (out / "metrics.jsonl").exists() or ckpt.exists():
-            raise ConfigError(f"--out {cut(str(out), 80)}: already holds a run; pass --resume to continue it or choose another directory")
         try:
             out.mkdir(parents=True, exist_ok=True)
-            (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+            write_atomic(out / CONFIG, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False).encode())
+            if resume is not None and resume.rewrite:
+                write_atomic(out / REPORTS, b"".join(r.line for r in resume.reports))
         except OSError as err:
             raise ConfigError(f"--out {cut(str(out), 80)}: cannot write there: {err.strerror or err}") from None
+    last_step = resume.reports[-1].step if resume is not None and resume.reports else -1
 
     def report(metrics: dict, checkpoint_dir: str | None) -> None:
+        nonlocal last_step
         print(format_progress(metrics) if not metrics.get("diverged") else f"step {metrics['step']}: diverged (non-finite loss)", flush=True)
         if out is None:
             return
-        if metrics["step"] > _last_reported_step(out / "metrics.jsonl"):  # a resumed finished run re-reports its end
-            with open(out / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(metrics) + "\n")
+        if metrics["step"] > last_step:  # a resumed finished run re-reports its end
+            append_line(out / REPORTS, json.dumps(metrics).encode() + b"\n")
+            last_step = metrics["step"]
         if checkpoint_dir is not None:
             keep_checkpoint(out, checkpoint_dir, int(metrics["step"]))
 
-    if resume_from is not None:
-        print(f"resuming from {resume_from}")
-    result = train(cfg, report=report, resume_from=resume_from)
+    if resume is not None:
+        print(f"resuming from {resume.checkpoint} (step {resume.step})")
+    result = train(cfg, report=report, resume_from=resume.checkpoint if resume is not None else None)
     summary = {"status": result.status, "step": result.step, "metrics": result.metrics}
     if out is not None:
-        (out / "result.json").write_text(json.dumps(summary, indent=2))
+        write_atomic(out / "result.json", json.dumps(summary, indent=2).encode())
     print(f"{result.status} after {result.step} steps" + (f"; acc_3x={result.metrics['acc_3x']:.3f}" if "acc_3x" in result.metrics else ""))
     return 0 if result.status == "completed" else 1

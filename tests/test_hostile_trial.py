@@ -1,0 +1,258 @@
+"""`sweeper trial --out DIR --resume` on a run folder someone damaged or planted: one line, exit 2,
+and the folder exactly as it was (config.yaml, metrics.jsonl, the checkpoint: nothing rewritten,
+nothing dropped). What a kill can leave (a report after the checkpoint, a line cut short) resumes.
+
+The run folder is made once, in this process, by the real command (tiny preset, 40 steps: reports
+and checkpoints at 20 and 40); each case copies it and runs the installed `sweeper` on the copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sweeper.cli import main as sweeper_main
+from sweeper.cli import usable_cpus
+from sweeper.commands.trial import check_resume, parse_reports
+from tests.hostile import assert_refused, snapshot, sweeper
+from trainables.config import load_trial_config, with_overrides
+from trainables.errors import MAX_LINE, ConfigError
+
+RESUME = ("trial", "tiny", "--steps", "60", "--out", "run", "--resume", "--threads", "1")
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("made")
+    threads = torch.get_num_threads()
+    try:
+        assert sweeper_main(["trial", "tiny", "--steps", "40", "--out", str(root / "run"), "--threads", "1"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return root / "run"
+
+
+@pytest.fixture
+def run_dir(finished_run, tmp_path) -> Path:
+    """A copy of the finished run in tmp_path/run (the command runs in tmp_path)."""
+    shutil.copytree(finished_run, tmp_path / "run", symlinks=True)
+    return tmp_path / "run"
+
+
+def edit_checkpoint(run: Path, change) -> None:
+    path = run / "checkpoint" / "state.pt"
+    state = torch.load(path, weights_only=True)
+    change(state)
+    torch.save(state, path)
+
+
+def refused(tmp_path: Path, *expect: str, args=RESUME) -> str:
+    before = snapshot(tmp_path)
+    return assert_refused(sweeper(*args, cwd=tmp_path), *expect, root=tmp_path, before=before)
+
+
+# --------------------------------------------------------------------------- the saved config
+
+
+def test_a_resume_with_another_model_keeps_config_yaml_byte_identical(run_dir, tmp_path):
+    refused(tmp_path, "model.d_model", "16", "32", "only `steps`",
+            args=(*RESUME, "--set", "model.d_model=32"))
+
+
+def test_a_resume_with_another_seed_is_refused(run_dir, tmp_path):
+    refused(tmp_path, "seed", args=(*RESUME, "--set", "seed=7"))
+
+
+def test_a_damaged_saved_config_is_refused(run_dir, tmp_path):
+    (run_dir / "config.yaml").write_text("model: [\n")
+    refused(tmp_path, "config.yaml", "invalid YAML")
+
+
+def test_a_saved_config_that_is_a_link_is_refused_and_its_target_untouched(run_dir, tmp_path):
+    target = tmp_path / "elsewhere.yaml"
+    shutil.copy(run_dir / "config.yaml", target)
+    (run_dir / "config.yaml").unlink()
+    (run_dir / "config.yaml").symlink_to(target)
+    refused(tmp_path, "config.yaml", "a link")
+
+
+# --------------------------------------------------------------------------- the checkpoint
+
+
+def test_a_negative_checkpoint_step_is_refused_and_metrics_jsonl_kept(run_dir, tmp_path):
+    edit_checkpoint(run_dir, lambda s: s.update(step=-5, metrics={}))
+    refused(tmp_path, "state.pt", "step", "-5")
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2  # both reports still there
+
+
+@pytest.mark.parametrize("step, expect", [(400, "[0, steps=60]"), (True, "whole number"), (2.5, "whole number"),
+                                          ("40", "whole number"), (20, "checkpoint of step 20")])
+def test_a_checkpoint_step_out_of_range_or_of_another_kind_is_refused(run_dir, tmp_path, step, expect):
+    edit_checkpoint(run_dir, lambda s: s.update(step=step, metrics={}))
+    refused(tmp_path, "step", expect)
+
+
+def test_steps_below_the_checkpoint_are_refused(run_dir, tmp_path):
+    refused(tmp_path, "[0, steps=30]", "40", args=("trial", "tiny", "--steps", "30", "--out", "run", "--resume"))
+
+
+def test_a_checkpoint_that_does_not_fit_the_model_is_refused(run_dir, tmp_path):
+    def shrink(state):
+        name = next(iter(state["model"]))
+        state["model"][name] = torch.zeros(3)
+    edit_checkpoint(run_dir, shrink)
+    refused(tmp_path, "state.pt", "does not fit this config")
+
+
+def test_a_checkpoint_missing_a_part_is_refused(run_dir, tmp_path):
+    edit_checkpoint(run_dir, lambda s: s.pop("optimizer"))
+    refused(tmp_path, "state.pt", "no `optimizer`")
+
+
+def test_a_truncated_checkpoint_is_refused(run_dir, tmp_path):
+    path = run_dir / "checkpoint" / "state.pt"
+    path.write_bytes(path.read_bytes()[:5000])
+    refused(tmp_path, "state.pt", "not a readable checkpoint")
+
+
+def test_a_checkpoint_far_larger_than_its_config_allows_is_refused_unread(run_dir, tmp_path):
+    os.truncate(run_dir / "checkpoint" / "state.pt", 2**40)  # sparse: 1 TiB that takes no disk
+    refused(tmp_path, "state.pt", "at most")
+
+
+def test_a_checkpoint_that_is_a_fifo_is_refused_without_blocking(run_dir, tmp_path):
+    path = run_dir / "checkpoint" / "state.pt"
+    path.unlink()
+    os.mkfifo(path)
+    refused(tmp_path, "state.pt", "not a regular file")
+
+
+def test_a_checkpoint_link_out_of_the_run_folder_is_refused(run_dir, tmp_path):
+    shutil.copytree(run_dir / "checkpoint-40", tmp_path / "planted")
+    (run_dir / "checkpoint").unlink()
+    (run_dir / "checkpoint").symlink_to(tmp_path / "planted")
+    refused(tmp_path, "checkpoint-STEP folder of this run")
+
+
+# --------------------------------------------------------------------------- metrics.jsonl
+
+
+def test_a_line_that_is_not_a_report_is_refused(run_dir, tmp_path):
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    (run_dir / "metrics.jsonl").write_text(lines[0] + "\nnot json\n" + lines[1] + "\n")
+    refused(tmp_path, "metrics.jsonl line 2", "not a JSON report")
+
+
+@pytest.mark.parametrize("line, expect", [('{"step": "20"}', "whole number"), ('{"step": 10}', "above the line before"),
+                                          ('[1, 2]', "JSON object"), ('{"step": 60, "loss": "low"}', "loss")])
+def test_a_report_of_the_wrong_kind_is_refused(run_dir, tmp_path, line, expect):
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write(line + "\n")
+    refused(tmp_path, "metrics.jsonl line 3", expect)
+
+
+def test_reports_far_past_the_checkpoint_are_not_dropped(run_dir, tmp_path):
+    # two reports after the checkpoint: a run's checkpoint is at most one report behind
+    last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({**last, "step": 50}) + "\n" + json.dumps({**last, "step": 60}) + "\n")
+    refused(tmp_path, "checkpoint is at step 40", "would drop reports")
+
+
+def test_a_metrics_file_over_the_limit_is_refused_unread(run_dir, tmp_path):
+    os.truncate(run_dir / "metrics.jsonl", 2**36)  # sparse
+    refused(tmp_path, "metrics.jsonl", "at most")
+
+
+def test_a_metrics_file_that_is_a_link_is_refused_and_its_target_untouched(run_dir, tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_text("not a run's\n")
+    (run_dir / "metrics.jsonl").unlink()
+    (run_dir / "metrics.jsonl").symlink_to(target)
+    refused(tmp_path, "metrics.jsonl", "a link")
+    assert target.read_text() == "not a run's\n"
+
+
+# --------------------------------------------------------------------------- --threads, --out
+
+
+def test_more_threads_than_cpus_are_refused(tmp_path):
+    n = usable_cpus() + 1
+    refused(tmp_path, "--threads", f"got {n}", args=("trial", "tiny", "--threads", str(n)))
+
+
+def test_an_out_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "run").write_text("a file\n")
+    refused(tmp_path, "--out", args=("trial", "tiny", "--steps", "40", "--out", "run"))
+
+
+# --------------------------------------------------------------------------- what a kill leaves resumes
+
+
+@pytest.mark.integration  # trains 20-40 steps in a subprocess
+def test_a_report_after_the_checkpoint_is_trained_again(run_dir, tmp_path):
+    # a kill between report 40 and its checkpoint: the link still names checkpoint-20
+    (run_dir / "checkpoint").unlink()
+    shutil.copytree(run_dir / "checkpoint-40", run_dir / "checkpoint-20")
+    (run_dir / "checkpoint").symlink_to("checkpoint-20")
+    shutil.rmtree(run_dir / "checkpoint-40")
+    edit_checkpoint(run_dir, lambda s: s.update(step=20, metrics={}))
+    r = sweeper(*RESUME, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [20, 40, 60]
+
+
+@pytest.mark.integration  # trains 20-40 steps in a subprocess
+def test_a_report_cut_short_by_a_kill_is_left_out(run_dir, tmp_path):
+    with open(run_dir / "metrics.jsonl", "ab") as f:
+        f.write(b'{"step": 6')
+    r = sweeper(*RESUME, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [20, 40, 60]
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=40), st.builds(lambda s: json.dumps({"step": s}).encode(),
+                                                                 st.one_of(st.integers(-5, 100), st.floats(), st.text(max_size=3)))),
+                max_size=8))
+def test_metrics_lines_parse_into_increasing_whole_steps_or_one_line(lines):
+    data = b"\n".join(lines)
+    try:
+        reports, _ = parse_reports(data, "metrics.jsonl")
+    except ConfigError as err:
+        assert "\n" not in str(err) and len(str(err)) <= MAX_LINE
+        return
+    steps = [r.step for r in reports]
+    assert all(isinstance(s, int) and s >= 0 for s in steps) and steps == sorted(set(steps))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(step=st.one_of(st.integers(-2**70, 2**70), st.floats(), st.none(), st.text(max_size=5), st.booleans()))
+def test_any_checkpoint_step_resumes_only_at_its_own_report(finished_run, tmp_path, step):
+    run = tmp_path / f"run{abs(hash(repr(step))) % 10**9}"
+    if run.exists():
+        shutil.rmtree(run)
+    shutil.copytree(finished_run, run, symlinks=True)
+    edit_checkpoint(run, lambda s: s.update(step=step, metrics={}))
+    before = snapshot(run)
+    cfg = with_overrides(load_trial_config("tiny"), {"steps": 60})
+    try:
+        resume = check_resume(run, cfg)
+    except ConfigError as err:
+        assert "\n" not in str(err)
+    else:
+        assert resume.step == 40 and step == 40
+    assert snapshot(run) == before
+    shutil.rmtree(run)
