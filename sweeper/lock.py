@@ -2,6 +2,11 @@
 
 `flock` locks belong to the open file: the kernel drops them when the process ends, however
 it ends (SIGKILL included), so a lock left by a dead driver never blocks the next launch.
+
+A lock file sits in a folder others may write to (a shared `--storage`), and the driver writes
+its pid into it, so it is opened without following a link (O_NOFOLLOW): a lock file planted as a
+link, to a file the user can write, is refused in one line and its target never opened for
+writing; so is a lock path that is a folder, a FIFO or a device.
 """
 
 from __future__ import annotations
@@ -11,13 +16,32 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import IO, Iterator
 
-from trainables.errors import ConfigError
+from trainables.errors import ConfigError, cut
 
 _held: list[IO] = []  # the sweep locks of this process, open for its lifetime
+
+
+def open_lock_file(path: Path) -> IO:
+    """`path` opened for reading and writing, created if missing, never through a link; one
+    ConfigError line for a link or anything but a regular file."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        if os.path.islink(path):
+            raise ConfigError(f"lock file {path}: a link (to {cut(os.readlink(path), 80)}); a lock file is never "
+                              "followed through a link: remove the link") from None
+        raise ConfigError(f"lock file {path}: cannot be opened ({err.strerror or err})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ConfigError(f"lock file {path}: not a regular file; remove it")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "r+")
 
 
 def sweep_lock_path(sweep_dir: Path) -> Path:
@@ -30,17 +54,18 @@ def hold_sweep_lock(sweep_dir: Path, name: str) -> None:
     driver that holds it."""
     path = sweep_lock_path(sweep_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    f = open(path, "a+")
+    f = open_lock_file(path)
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         f.seek(0)
         try:
-            holder = json.loads(f.read() or "{}")
-        except ValueError:
+            holder = json.loads(f.read(4096) or "{}")  # what the holder wrote: a short JSON object
+        except (ValueError, RecursionError):
             holder = {}
         f.close()
-        pid, host = holder.get("pid", "?"), holder.get("host", "?")
+        holder = holder if isinstance(holder, dict) else {}
+        pid, host = cut(str(holder.get("pid", "?")), 20), cut(str(holder.get("host", "?")), 60)
         raise ConfigError(f"sweep {name} is already running (driver pid {pid} on {host}); "
                           f"wait for it, or stop it (Ctrl-C there, or kill -INT {pid}) and run this again") from None
     f.seek(0)
@@ -55,7 +80,7 @@ def file_lock(path: Path, timeout_s: float = 120.0) -> Iterator[None]:
     """An exclusive lock on `path` for the block (waits up to `timeout_s`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
+    with open_lock_file(path) as f:
         deadline = time.monotonic() + timeout_s
         while True:
             try:

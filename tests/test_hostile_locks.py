@@ -1,0 +1,79 @@
+"""Lock files planted as links, folders or FIFOs: refused in one line, never followed, their
+targets never written (sweeper/lock.py opens them with O_NOFOLLOW)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sweeper.lock import file_lock, hold_sweep_lock, sweep_lock_path
+from tests.hostile import ROOT, assert_refused, snapshot, sweeper
+from trainables.errors import ConfigError
+
+SMOKE = ROOT / "search_spaces" / "smoke.yaml"
+
+
+def test_a_sweep_lock_that_is_a_link_is_refused_and_its_target_untouched(tmp_path):
+    (tmp_path / "sweeps").mkdir()
+    target = tmp_path / "precious.txt"
+    target.write_text("the user's file\n")
+    (tmp_path / "sweeps" / ".smoke.lock").symlink_to(target)
+    before = snapshot(tmp_path)
+    r = sweeper("launch", SMOKE, cwd=tmp_path)
+    assert_refused(r, ".smoke.lock", "a link", root=tmp_path, before=before)
+    assert target.read_text() == "the user's file\n"
+
+
+def test_a_dangling_lock_link_creates_nothing_at_its_target(tmp_path):
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / ".smoke.lock").symlink_to(tmp_path / "would_be_created")
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("launch", SMOKE, cwd=tmp_path), "a link", root=tmp_path, before=before)
+    assert not (tmp_path / "would_be_created").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_sweep_lock_that_is_not_a_regular_file_is_refused(tmp_path, kind):
+    (tmp_path / "sweeps").mkdir()
+    lock = tmp_path / "sweeps" / ".smoke.lock"
+    os.mkfifo(lock) if kind == "fifo" else lock.mkdir()
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("launch", SMOKE, cwd=tmp_path), ".smoke.lock", root=tmp_path, before=before)
+
+
+def test_file_lock_refuses_a_link(tmp_path):
+    target = tmp_path / "target"
+    target.write_text("x")
+    (tmp_path / "store.lock").symlink_to(target)
+    with pytest.raises(ConfigError, match="a link"):
+        with file_lock(tmp_path / "store.lock", timeout_s=1):
+            pass
+    assert target.read_text() == "x"
+
+
+def test_a_lock_holding_garbage_still_names_its_holder_in_one_line(tmp_path):
+    # another process holds the lock and its file holds no JSON object: the refusal is still one short line
+    import subprocess
+    import sys
+
+    sweep = tmp_path / "sweeps" / "s"
+    code = ("import sys, fcntl, time; f = open(sys.argv[1], 'w'); f.write('[' * 100000); f.flush(); "
+            "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)")
+    sweep.parent.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", code, str(sweep_lock_path(sweep))], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError) as err:
+            hold_sweep_lock(sweep, "s")
+        assert "already running" in str(err.value) and len(str(err.value)) < 300
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_regular_lock_file_still_locks(tmp_path):
+    path: Path = tmp_path / "x.lock"
+    with file_lock(path, timeout_s=1):
+        assert path.is_file()
