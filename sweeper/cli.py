@@ -57,6 +57,16 @@ def cpus(text: str) -> int:
     return value
 
 
+def experiment_name(text: str) -> str:
+    """An MLflow experiment name under the sweep-name rules (it lands in folders and search filters)."""
+    from sweeper.space import check_name
+
+    try:
+        return check_name(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def port(text: str) -> int:
     value = positive_int(text)
     if value > 65535:
@@ -110,7 +120,7 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--restart", action="store_true", help="delete the sweep's directory and start over")
     p.add_argument("--tracking-uri", help="MLflow tracking server (http://HOST:5000); default $MLFLOW_TRACKING_URI "
                                           "or the embedded ./mlflow.db")
-    p.add_argument("--experiment", help="MLflow experiment name (default: the sweep's name)")
+    p.add_argument("--experiment", type=experiment_name, help="MLflow experiment name (default: the sweep's name)")
     _add_progress(p)
     p.set_defaults(func=_lazy("sweeper.commands.launch"))
 
@@ -133,7 +143,7 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", help="where trial results go: s3://, gs://, or an absolute path on the cluster")
     p.add_argument("--shared-storage", action="store_true", help="confirm that a --storage path is shared by all nodes")
     p.add_argument("--tracking-uri", help="MLflow server the cluster reaches (default $MLFLOW_TRACKING_URI)")
-    p.add_argument("--experiment", help="MLflow experiment name (default: the sweep's name)")
+    p.add_argument("--experiment", type=experiment_name, help="MLflow experiment name (default: the sweep's name)")
     p.add_argument("--restart", action="store_true", help="start the sweep over instead of resuming it")
     p.add_argument("--follow", action="store_true", help="print the job's logs until it ends; exit with its outcome")
     for old in ("status", "logs", "stop"):  # moved to `sweeper job`; kept to say so in one line

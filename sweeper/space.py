@@ -24,7 +24,7 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trainables import footprint
 from trainables.config import MAX_SEED, MAX_STEPS, ConfigError, TrialConfig, format_validation_error, read_yaml, set_dotted, trial_config_from_dict
@@ -33,6 +33,25 @@ from trainables.metrics import direction, reported_metrics
 
 N_VALIDATION_SAMPLES = 200
 MAX_INT = 10**15  # ends of an int range; beyond any sensible setting, within a float's exact range
+# A sweep's name becomes a folder, a lock file beside it, an MLflow experiment and run name, a Ray job id and a
+# quoted value in MLflow's search filters: letters, digits, `_`, `-`, `.`, not first a dot or dash, and short
+NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+MAX_NAME = 80
+
+
+def check_name(value: str) -> str:
+    """`value` if it is a safe sweep name, else ValueError stating the rule and a cut value."""
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, got {brief(value, 40)}")
+    if not value or len(value) > MAX_NAME:
+        raise ValueError(f"must be 1 to {MAX_NAME} characters (it names a folder and MLflow runs), "
+                         f"got {len(value):,}: {brief(value, 40)}")
+    bad = next((c for c in value if c not in NAME_CHARS), None)
+    if bad is not None:
+        raise ValueError(f"may hold only letters, digits, `_`, `-` and `.`, got {bad!r} in {brief(value, 40)}")
+    if value[0] in ".-":
+        raise ValueError(f"must start with a letter, a digit or `_`, got {brief(value, 40)}")
+    return value
 
 
 class SpaceError(ConfigError):
@@ -149,7 +168,7 @@ class Resources(_Frozen):
 
 
 class SearchSpace(_Frozen):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=80)  # also a directory name
+    name: str  # also a folder, a lock file, MLflow names and filters: check_name
     description: str = Field("", max_length=10_000)
     metric: str = Field("acc_3x", max_length=100)  # a metric the trials report (trainables/metrics.py)
     mode: Literal["max", "min"] | None = None  # default: the metric's own direction; None only when it has none (refused)
@@ -159,6 +178,11 @@ class SearchSpace(_Frozen):
     scheduler: Scheduler = Scheduler()
     searcher: Searcher = Searcher()
     resources: Resources = Resources()
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _name(cls, value: Any) -> str:
+        return check_name(value)
 
     @model_validator(mode="before")
     @classmethod

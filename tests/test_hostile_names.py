@@ -1,0 +1,61 @@
+"""Sweep names that would escape their folder, break an MLflow filter or run on: one line naming
+the file, the key, the rule and a cut value; nothing written. A name that passes is safe as a
+folder name, a lock-file name and a quoted filter value."""
+
+from __future__ import annotations
+
+import string
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sweeper.space import MAX_NAME, check_name
+from tests.hostile import assert_refused, snapshot, sweeper
+
+SPACE = "name: {name}\nspace:\n  optim.lr: {{type: float, low: 0.001, high: 0.01}}\n"
+
+
+@pytest.mark.parametrize("name, rule", [
+    ('"it\'s"', "only letters, digits"),
+    ('"a\\"b"', "only letters, digits"),
+    ("a/b", "only letters, digits"),
+    ("../up", "only letters, digits"),
+    ("'.hidden'", "must start with"),
+    ("'-flag'", "must start with"),
+    ('"a b"', "only letters, digits"),
+    ('"tab\\there"', "only letters, digits"),
+    ('"nul\\0"', "only letters, digits"),
+    ("sweep\u00e9", "only letters, digits"),
+    ("x" * 5000, f"1 to {MAX_NAME} characters"),
+    ("''", f"1 to {MAX_NAME} characters"),
+    ("123", "must be a string"),
+    ("[a, b]", "must be a string"),
+])
+def test_an_unsafe_name_is_one_line_through_validate_and_launch(tmp_path, name, rule):
+    (tmp_path / "s.yaml").write_text(SPACE.format(name=name), encoding="utf-8")
+    for verb in ("validate", "launch"):
+        before = snapshot(tmp_path)
+        line = assert_refused(sweeper(verb, "s.yaml", cwd=tmp_path), "s.yaml", "name:", rule, root=tmp_path, before=before)
+        assert len(line) < 200  # the value is cut, never the whole name
+
+
+def test_an_unsafe_experiment_flag_is_one_line(tmp_path):
+    (tmp_path / "s.yaml").write_text(SPACE.format(name="ok"))
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("launch", "s.yaml", "--experiment", "x' OR name LIKE '%", cwd=tmp_path), "--experiment",
+                   root=tmp_path, before=before)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(max_size=120))
+def test_a_name_either_is_refused_or_is_a_safe_folder_and_filter_value(name):
+    try:
+        check_name(name)
+    except ValueError as err:
+        assert "\n" not in str(err) and len(str(err)) < 250
+        return
+    assert 1 <= len(name) <= MAX_NAME
+    assert set(name) <= set(string.ascii_letters + string.digits + "_-.")
+    assert name[0] not in ".-" and name not in (".", "..")
+    assert len(f".{name}.lock".encode()) <= 255
