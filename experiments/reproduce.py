@@ -9,13 +9,14 @@ Every (system, seed) trains in its own process, one torch thread each, `--worker
 time. Prints a table of mean and min over seeds at each evaluation length (the state and
 recall halves too), checks the bar of the reproduction issue, and writes
 docs/results/dat_reproduction_4systems.md with a plot (never dat_reproduction.md: that file holds
-issue 15's pre-registered factorial reproduction, run by `python -m experiments.dat_reproduction`).
+the pre-registered factorial reproduction, run by `python -m experiments.dat_reproduction`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing as mp
 import os
 import subprocess
@@ -24,7 +25,8 @@ import time
 from pathlib import Path
 from statistics import mean
 
-from trainables.config import TrialConfig, load_trial_config, with_overrides
+from trainables.config import MAX_SEED, ConfigError, TrialConfig, load_trial_config, with_overrides
+from trainables.errors import brief, cut, short_path
 
 SYSTEMS = {"lstm": "pure LSTM", "transformer": "pure Transformer", "hybrid_joint": "hybrid, joint", "hybrid_dat": "hybrid + DAT"}
 # the order the pool takes the runs in (higher first; on a quiet 2-core machine, 2026-11-23: Transformer
@@ -136,7 +138,7 @@ def gap_table(results: list[dict], every: int = 1000) -> str:
 
 
 def check_bar(table: dict) -> list[tuple[str, bool, str]]:
-    """The reproduction issue's bar, row by row: (row, passed, measured)."""
+    """The reproduction's bars, row by row: (row, passed, measured)."""
     get = lambda s, k: table.get(s, {}).get(k, {}).get("mean")  # noqa: E731
     rows = []
     dat3, joint1, joint3 = get("hybrid_dat", "acc_3x"), get("hybrid_joint", "acc_1x"), get("hybrid_joint", "acc_3x")
@@ -236,6 +238,94 @@ before the switch) and position-free hybrids gave: [dat_exploration.md](dat_expl
 """)
 
 
+MAX_REUSE_BYTES = 64 * 2**20  # an earlier run's JSON: 12 runs with their histories take ~1 MB
+
+
+def read_reuse(path: str) -> list[dict]:
+    """An earlier run's results (`--reuse`), read under a size limit and checked field by field:
+    what the table, the bars and the plot read of each result must be there and of its kind."""
+    from sweeper.fs import read_limited
+
+    where = f"--reuse {short_path(path, 100)}"
+    raw = read_limited(path, "--reuse", MAX_REUSE_BYTES)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise ConfigError(f"{where}: not JSON this command reads: nested too deep") from None
+    except (UnicodeDecodeError, ValueError) as err:
+        raise ConfigError(f"{where}: not JSON: {cut(str(err), 80)}") from None
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list):
+        raise ConfigError(f"{where}: results: must be a list of runs (the JSON `sweeper reproduce` writes), got {brief(results, 40)}")
+    for i, r in enumerate(results):
+        at = f"{where}: results[{i}]"
+        if not isinstance(r, dict):
+            raise ConfigError(f"{at}: must be a mapping, got {brief(r, 40)}")
+        if r.get("system") not in SYSTEMS:
+            raise ConfigError(f"{at}.system: must be one of {', '.join(SYSTEMS)}, got {brief(r.get('system'), 40)}")
+        if not isinstance(r.get("seed"), int) or isinstance(r.get("seed"), bool) or not 0 <= r["seed"] <= MAX_SEED:
+            raise ConfigError(f"{at}.seed: must be a whole number in [0, {MAX_SEED}], got {brief(r.get('seed'), 40)}")
+        _check_metrics(r.get("metrics"), f"{at}.metrics")
+        history = r.get("history", [])
+        if not isinstance(history, list):
+            raise ConfigError(f"{at}.history: must be a list, got {brief(history, 40)}")
+        for j, h in enumerate(history):
+            _check_metrics(h, f"{at}.history[{j}]")
+            if not isinstance(h.get("step"), int) or isinstance(h.get("step"), bool) or h["step"] < 0:
+                raise ConfigError(f"{at}.history[{j}].step: must be a whole number >= 0, got {brief(h.get('step'), 40)}")
+    return results
+
+
+def _check_metrics(m, at: str) -> None:
+    if not isinstance(m, dict):
+        raise ConfigError(f"{at}: must be a mapping of metrics, got {brief(m, 40)}")
+    for key, value in m.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise ConfigError(f"{at}.{cut(str(key), 40)}: must be a finite number, got {brief(value, 40)}")
+        if "acc_" in key and not 0 <= value <= 1:
+            raise ConfigError(f"{at}.{cut(key, 40)}: an accuracy must lie in [0, 1], got {value}")
+
+
+def output_paths(out: Path, quick: bool) -> list[Path]:
+    md = out / ("dat_reproduction_quick.md" if quick else "dat_reproduction_4systems.md")
+    return [md.with_suffix(".json"), md, md.with_suffix(".png")]
+
+
+def check_out(out: Path, quick: bool) -> None:
+    """`--out` before any training: a folder (or one that can be made) where real bytes can be
+    written, and none of the files it will hold a folder, a link or a device."""
+    from sweeper.fs import check_writable
+
+    where = f"--out {short_path(out, 100)}"
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{where}: is a file; a folder is expected (the table, plot and JSON go in it)")
+    for path in output_paths(out, quick):
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            kind = "a link" if path.is_symlink() else "a folder" if path.is_dir() else "not a regular file"
+            raise ConfigError(f"{where}: {path.name} is {kind}; a file is written there")
+    check_writable(out, "--out")
+
+
+def save(out: Path, quick: bool, results: list[dict], table: dict, write_rest) -> Path:
+    """The results JSON first (the runs themselves), then the table and plot. Should the disk fail
+    now, after the training, the JSON goes to the temporary folder instead and the line says where."""
+    json_path = output_paths(out, quick)[0]
+    payload = json.dumps({"results": results, "table": table}, indent=1)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(payload)
+        write_rest()
+    except OSError as err:
+        import tempfile
+
+        fd, kept = tempfile.mkstemp(prefix="dat_reproduction-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(payload)
+        raise ConfigError(f"--out {short_path(out, 80)}: cannot write there after the runs ({err.strerror or err}); "
+                          f"the results are in {kept} (use it with --reuse)") from None
+    return json_path
+
+
 def run(args: argparse.Namespace) -> int:
     from sweeper.commands.trial import parse_overrides
 
@@ -243,6 +333,10 @@ def run(args: argparse.Namespace) -> int:
     systems = args.systems or list(SYSTEMS)
     for s in systems:
         system_config(s, 0, overrides, args.device)  # fail fast on a bad override
+    # every input and output is checked before the first run trains (a full run takes 16-26 min)
+    kept = [r for r in read_reuse(args.reuse) if r["system"] not in systems] if args.reuse else []
+    if args.out:
+        check_out(Path(args.out), args.quick)
     workers = args.workers or os.cpu_count() or 1
     print(f"reproduce: {len(systems)} systems x {args.seeds} seeds, {workers} workers, overrides {overrides}")
     commit = _commit()  # the code the runs start from
@@ -250,7 +344,6 @@ def run(args: argparse.Namespace) -> int:
     results = run_all(systems, args.seeds, overrides, workers, args.device)
     wall = time.perf_counter() - start
     if args.reuse:  # the other systems' results from an earlier run, as they were
-        kept = [r for r in json.loads(Path(args.reuse).read_text())["results"] if r["system"] not in systems]
         print(f"reusing {len(kept)} results of other systems from {args.reuse}")
         results = kept + results
     table = summarise(results)
@@ -266,11 +359,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"wall time {wall / 60:.1f} min")
     if args.out:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        md = out / ("dat_reproduction_quick.md" if args.quick else "dat_reproduction_4systems.md")
-        plot(table, load_trial_config("hybrid_dat").task.max_len, md.with_suffix(".png"), training=curves(results))
-        write_markdown(md, table, bar, "sweeper " + " ".join(sys.argv[1:]), wall, overrides, args.seeds,
-                       gaps, commit)
-        (md.with_suffix(".json")).write_text(json.dumps({"results": results, "table": table}, indent=1))
+        _, md, png = output_paths(out, args.quick)
+
+        def write_rest() -> None:
+            write_markdown(md, table, bar, "sweeper " + " ".join(sys.argv[1:]), wall, overrides, args.seeds, gaps, commit)
+            plot(table, load_trial_config("hybrid_dat").task.max_len, png, training=curves(results))
+
+        save(out, args.quick, results, table, write_rest)
         print(f"wrote {md}")
     return 0

@@ -1,0 +1,115 @@
+"""Outputs that cannot take the results, inputs that are not what they claim: answered in one
+line before anything trains (`sweeper reproduce` runs 16-26 minutes; its --out and --reuse are
+checked first), nothing written or deleted.
+
+A full disk is a real one: a 1 MiB tmpfs filled to the last block (root only; skipped elsewhere).
+An empty probe file still fits there (an inode, no block), so only a probe of real bytes sees it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from sweeper.fs import PROBE_BYTES, check_writable
+from tests.hostile import ROOT, assert_refused, snapshot, sweeper
+from trainables.errors import ConfigError
+
+QUICK = ("reproduce", "--quick", "--seeds", "1", "--systems", "lstm")
+FAST_S = 30  # a refusal before training, on a loaded 2-core machine; the training it spares takes minutes
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A folder on a file system with no free block left."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        with open(mount / "fill", "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_check_writable_sees_a_full_disk_an_empty_probe_would_miss(full_disk):
+    (full_disk / "empty-probe").touch()  # the check that used to pass: an inode is still free
+    (full_disk / "empty-probe").unlink()
+    with pytest.raises(ConfigError, match="No space left"):
+        check_writable(full_disk / "sweeps", "--storage")
+    assert sorted(p.name for p in full_disk.iterdir()) == ["fill"]
+
+
+def test_check_writable_leaves_nothing_behind(tmp_path):
+    check_writable(tmp_path / "a" / "b", "--out")
+    assert list(tmp_path.iterdir()) == [] and PROBE_BYTES >= 4096
+
+
+@pytest.mark.parametrize("command", [("trial", "tiny", "--out", "run"), (*QUICK, "--out", "results"),
+                                     ("launch", ROOT / "search_spaces" / "smoke.yaml")])
+def test_a_full_disk_is_one_line_naming_the_flag_and_path(full_disk, command):
+    before = snapshot(full_disk)
+    start = time.monotonic()
+    line = assert_refused(sweeper(*command, cwd=full_disk), "No space left", root=full_disk, before=before)
+    assert time.monotonic() - start < FAST_S
+    assert "--out" in line or "sweep directory" in line
+
+
+# --------------------------------------------------------------------------- reproduce --out, --reuse
+
+
+def _reuse(tmp_path: Path, content) -> str:
+    path = tmp_path / "earlier.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return path.name
+
+
+RESULT = {"system": "hybrid_dat", "seed": 0, "metrics": {"acc_3x": 0.5}, "history": [{"step": 20, "acc_3x": 0.4}]}
+
+
+@pytest.mark.parametrize("setup, args, expect", [
+    (lambda d: (d / "results").write_text("x"), ("--out", "results"), "a folder is expected"),
+    (lambda d: (d / "file").write_text("x"), ("--out", "file/results"), "not a folder"),
+    (lambda d: (d / "results" / "dat_reproduction_quick.json").mkdir(parents=True), ("--out", "results"), "is a folder"),
+    (lambda d: ((d / "results").mkdir(), (d / "results" / "dat_reproduction_quick.md").symlink_to(d / "precious")),
+     ("--out", "results"), "is a link"),
+    (lambda d: None, ("--reuse", "missing.json"), "no such file"),
+    (lambda d: (d / "adir").mkdir(), ("--reuse", "adir"), "is a folder"),
+    (lambda d: _reuse(d, "{not json"), ("--reuse", "earlier.json"), "not JSON"),
+    (lambda d: _reuse(d, "[" * 100_000), ("--reuse", "earlier.json"), "nested too deep"),
+    (lambda d: _reuse(d, "\xff\xfe"), ("--reuse", "earlier.json"), "not JSON"),
+    (lambda d: _reuse(d, {"results": 3}), ("--reuse", "earlier.json"), "results: must be a list"),
+    (lambda d: _reuse(d, {"results": [{**RESULT, "system": "gpt"}]}), ("--reuse", "earlier.json"), "results[0].system"),
+    (lambda d: _reuse(d, {"results": [{**RESULT, "seed": -1}]}), ("--reuse", "earlier.json"), "results[0].seed"),
+    (lambda d: _reuse(d, {"results": [{**RESULT, "metrics": {"acc_3x": 7}}]}), ("--reuse", "earlier.json"), "[0, 1]"),
+    (lambda d: _reuse(d, {"results": [{**RESULT, "metrics": {"acc_3x": "high"}}]}), ("--reuse", "earlier.json"), "finite number"),
+    (lambda d: _reuse(d, {"results": [{**RESULT, "history": [{"acc_3x": 0.1}]}]}), ("--reuse", "earlier.json"), "history[0].step"),
+])
+def test_reproduce_refuses_its_outputs_and_inputs_before_training(tmp_path, setup, args, expect):
+    setup(tmp_path)
+    before = snapshot(tmp_path)
+    start = time.monotonic()
+    r = sweeper(*QUICK, *args, cwd=tmp_path, timeout=FAST_S * 4)
+    assert_refused(r, args[0], expect, root=tmp_path, before=before)
+    assert time.monotonic() - start < FAST_S  # answered before any training
+
+
+def test_a_reuse_file_over_the_limit_is_refused_unread(tmp_path):
+    import os
+
+    (tmp_path / "big.json").touch()
+    os.truncate(tmp_path / "big.json", 2**36)  # sparse
+    before = snapshot(tmp_path)
+    assert_refused(sweeper(*QUICK, "--reuse", "big.json", cwd=tmp_path), "--reuse", "at most", root=tmp_path, before=before)
