@@ -1,4 +1,4 @@
-"""Issue 15's pre-registered factorial reproduction: run it as sweeps, and rebuild its results.
+"""The pre-registered factorial reproduction: run it as sweeps, and rebuild its results.
 
 The experiment is built on the service, not part of it: each group of arms is one grid sweep
 (experiments/dat_reproduction_spaces/*.yaml, run by `sweeper launch`, which keeps finished runs
@@ -16,7 +16,6 @@ every table says how many seeds each arm has (n); a bar whose seeds are not all 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import subprocess
@@ -24,6 +23,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean, stdev
+
+from trainables.errors import ConfigError, brief, cut, one_line, short_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACES = Path(__file__).resolve().parent / "dat_reproduction_spaces"
@@ -75,6 +76,64 @@ def arm_of(group: str, params: dict) -> str | None:
     return None
 
 
+MAX_STATUS_BYTES = 64 * 2**20  # a sweep's status.json: a few KB per trial
+MAX_TIMESTAMP = 253402300799  # 9999-12-31: beyond it no date can be printed
+
+
+def read_status(path: Path) -> dict:
+    """A group's status.json, read under a size limit, with every field this report reads checked:
+    `trials` a list of mappings; a trial's `status` text and `step` a whole number >= 0; a
+    completed trial's `params` a mapping with a whole-number `seed` and its `metrics` finite
+    numbers (accuracies in [0, 1]); `started` a time a date can be printed for. One line if not."""
+    from sweeper.fs import read_limited
+
+    where = short_path(path, 100)
+    raw = read_limited(path, "status", MAX_STATUS_BYTES)
+    try:
+        status = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deep to be a sweep's status") from None
+    except (UnicodeDecodeError, ValueError) as err:
+        raise ConfigError(f"{where}: not JSON: {cut(str(err), 80)}") from None
+    if not isinstance(status, dict):
+        raise ConfigError(f"{where}: must be a JSON object, got {brief(status, 40)}")
+    started = status.get("started")
+    if started is not None and (not _number(started) or not 0 <= started <= MAX_TIMESTAMP):
+        raise ConfigError(f"{where}: started: must be a time in seconds since 1970, got {brief(started, 40)}")
+    trials = status.get("trials", [])
+    if not isinstance(trials, list):
+        raise ConfigError(f"{where}: trials: must be a list, got {brief(trials, 40)}")
+    for i, t in enumerate(trials):
+        at = f"{where}: trials[{i}]"
+        if not isinstance(t, dict):
+            raise ConfigError(f"{at}: must be a mapping, got {brief(t, 40)}")
+        if not isinstance(t.get("status", ""), str):
+            raise ConfigError(f"{at}.status: must be text, got {brief(t['status'], 40)}")
+        step = t.get("step", 0)
+        if not _number(step) or step < 0 or step != int(step):
+            raise ConfigError(f"{at}.step: must be a whole number >= 0, got {brief(step, 40)}")
+        if t.get("status") != "completed":
+            continue
+        params, metrics = t.get("params"), t.get("metrics")
+        if not isinstance(params, dict):
+            raise ConfigError(f"{at}.params: must be a mapping, got {brief(params, 40)}")
+        seed = params.get("seed")
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= 2**32 - 1:
+            raise ConfigError(f"{at}.params.seed: must be a whole number in [0, 2**32-1], got {brief(seed, 40)}")
+        if not isinstance(metrics, dict):
+            raise ConfigError(f"{at}.metrics: must be a mapping, got {brief(metrics, 40)}")
+        for key, value in metrics.items():
+            if not _number(value):
+                raise ConfigError(f"{at}.metrics.{cut(str(key), 40)}: must be a finite number, got {brief(value, 40)}")
+            if "acc_" in key and not 0 <= value <= 1:
+                raise ConfigError(f"{at}.metrics.{cut(key, 40)}: an accuracy must lie in [0, 1], got {value}")
+    return status
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def finished_runs(sweeps_dir: Path) -> tuple[list[Run], dict[str, tuple[int, int]]]:
     """Every completed run (all STEPS trained) of every group, and per group (finished, planned)."""
     runs, progress = [], {}
@@ -82,7 +141,7 @@ def finished_runs(sweeps_dir: Path) -> tuple[list[Run], dict[str, tuple[int, int
         path = sweeps_dir / SWEEP_NAME[group] / "status.json"
         if not path.exists():
             continue
-        status = json.loads(path.read_text())
+        status = read_status(path)
         done = 0
         for t in status.get("trials", []):
             if t.get("status") != "completed" or t.get("step", 0) < STEPS:
@@ -410,17 +469,48 @@ def started_at(sweeps_dir: Path) -> str:
     out = []
     for g in GROUPS:
         path = sweeps_dir / SWEEP_NAME[g] / "status.json"
-        if path.exists() and (t := json.loads(path.read_text()).get("started")):
+        if path.exists() and (t := read_status(path).get("started")):
             out.append(f"{g} {dt.datetime.fromtimestamp(t, dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
     return ", ".join(out) or "none yet"
 
 
+MAX_RESULTS_BYTES = 4 * 2**20  # the results page this report rewrites
+
+
+def report_outputs(out: Path) -> list[Path]:
+    return [out, out.with_name("dat_reproduction_runs.json"), out.with_suffix(".png"), out.with_name(out.stem + "_front.png")]
+
+
+def check_report_paths(sweeps_dir: Path, out: Path) -> str:
+    """Before anything is read into the report or written: `--sweeps` a folder; `--out` a results
+    page (a regular file under the size limit whose results markers, if any, come in pairs) in a
+    folder where real bytes can be written; the files written beside it not folders or links.
+    Returns the page's text."""
+    from sweeper.fs import check_writable, read_limited
+
+    if not sweeps_dir.is_dir():
+        raise ConfigError(f"--sweeps {short_path(sweeps_dir, 100)}: "
+                          f"{'not a folder' if sweeps_dir.exists() else 'no such folder'}; the report would have no runs")
+    try:
+        text = read_limited(out, "--out", MAX_RESULTS_BYTES).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"--out {short_path(out, 100)}: not UTF-8 text (byte {err.start})") from None
+    if text.count(BEGIN) > 1 or (BEGIN in text and END not in text[text.index(BEGIN):]):
+        raise ConfigError(f"--out {short_path(out, 100)}: its results section is damaged (each marker "
+                          f"{cut(BEGIN, 40)} needs one {END} after it)")
+    for path in report_outputs(out)[1:]:
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise ConfigError(f"--out {short_path(out, 100)}: {path.name} beside it is not a regular file; it is written there")
+    check_writable(out.parent, "--out")
+    return text
+
+
 def report(sweeps_dir: Path, out: Path) -> None:
+    text = check_report_paths(sweeps_dir, out)
     runs, progress = finished_runs(sweeps_dir)
     base = baselines()
     section = results_section(runs, progress, base, _commit()).replace(
         "\n![accuracy", f"\nSweeps (re)started: {started_at(sweeps_dir)}.\n\n![accuracy", 1)
-    text = out.read_text()
     if BEGIN in text:
         text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END):]
     else:  # the first report replaces the "Pending" line of the Results section
@@ -457,18 +547,24 @@ def run(groups: list[str]) -> int:
     return 0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    from sweeper.cli import Parser
+
+    ap = Parser(prog="python -m experiments.dat_reproduction", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="verb", required=True)
     r = sub.add_parser("run", help="launch or resume the groups' sweeps, one after another")
     r.add_argument("--groups", nargs="+", choices=GROUPS, default=list(GROUPS))
     rep = sub.add_parser("report", help="rebuild the results section, JSON and plot from the finished runs")
     rep.add_argument("--sweeps", type=Path, default=ROOT / "sweeps")
     rep.add_argument("--out", type=Path, default=RESULTS)
-    args = ap.parse_args()
-    if args.verb == "run":
-        return run(args.groups)
-    report(args.sweeps, args.out)
+    args = ap.parse_args(argv)
+    try:
+        if args.verb == "run":
+            return run(args.groups)
+        report(args.sweeps, args.out)
+    except ConfigError as err:
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
+        return 2
     return 0
 
 

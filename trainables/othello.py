@@ -54,7 +54,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainables.config import TaskConfig
+from trainables.config import MAX_SEED, TaskConfig
+from trainables.errors import brief, one_line
 from trainables.othello_game import MAX_MOVES, START_BLACK, START_WHITE, Games, game_notation, generate_games, unpack
 from trainables.set_complement import SetBatch, evaluate_set_complement
 
@@ -112,22 +113,37 @@ def evaluate_othello(model: nn.Module, eval_sets: dict[int, SetBatch], batch_siz
 # --------------------------------------------------------------------------- the sample command
 
 
+MAX_SAMPLE = 10_000  # games `sample` prints: ~10 s on one loaded core; more is a typo (or a job for a script)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2
-        print(f"othello: {message}", file=sys.stderr)
+        print(f"othello: {one_line(message, 280)}", file=sys.stderr)
         raise SystemExit(2)
+
+
+def _bounded(low: int, high: int):
+    """An argparse type: a whole number in [low, high]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {brief(text, 40)}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high:,}], got {brief(value, 40)}")
+        return value
+
+    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="python -m trainables.othello", description="Print random Othello games.")
     sub = parser.add_subparsers(dest="command", required=True)
     sample = sub.add_parser("sample", help="print N random games, one a line")
-    sample.error = parser.error  # subparsers build their own parser: keep errors on one line
-    sample.add_argument("--n", type=int, default=10, help="games to print (default 10)")
-    sample.add_argument("--seed", type=int, default=0, help="seed of the torch.Generator (default 0)")
+    sample.add_argument("--n", type=_bounded(1, MAX_SAMPLE), default=10, help=f"games to print (default 10, at most {MAX_SAMPLE:,})")
+    sample.add_argument("--seed", type=_bounded(0, MAX_SEED), default=0, help="seed of the torch.Generator (default 0)")
     args = parser.parse_args(argv)
-    if args.n < 1:
-        parser.error(f"--n: must be >= 1, got {args.n}")
     games = generate_games(args.n, torch.Generator().manual_seed(args.seed), MAX_MOVES)
     for moves, passed, n in zip(games.moves.tolist(), games.passed.tolist(), games.length.tolist()):
         print(game_notation(moves[:n], passed[:n]))

@@ -1,0 +1,124 @@
+"""The experiments' own entry points on damaged inputs and out-of-range numbers: one line, exit 2,
+nothing written. `python -m experiments.dat_reproduction report` rebuilds a results page from the
+sweeps' status.json files; `python -m trainables.othello sample` prints random games.
+
+(Only `report` and argument errors are run here: `run` launches the real sweeps.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from experiments import dat_reproduction as rep
+from tests.hostile import assert_refused, module, snapshot
+from trainables.errors import MAX_LINE, ConfigError
+
+PAGE = "# t\n\n## Results\n\nPending.\n"
+
+
+def _trial(**change) -> dict:
+    t = {"status": "completed", "step": 6000, "params": {"dat.mode": "fixed", "curriculum.state_only_steps": 0, "seed": 2027},
+         "metrics": {"acc_1x": 0.9, "acc_3x": 0.5}}
+    return {**t, **change}
+
+
+def _workdir(tmp_path: Path, status) -> Path:
+    d = tmp_path / "sweeps" / rep.SWEEP_NAME["hybrids"]
+    d.mkdir(parents=True)
+    (d / "status.json").write_text(status if isinstance(status, str) else json.dumps(status))
+    (tmp_path / "page.md").write_text(PAGE)
+    return tmp_path
+
+
+@pytest.mark.parametrize("status, expect", [
+    ("{not json", "not JSON"),
+    ("[" * 100_000, "nested too deep"),
+    ("\xff", "not JSON"),
+    ([1, 2], "must be a JSON object"),
+    ({"trials": {"a": 1}}, "trials: must be a list"),
+    ({"trials": [7]}, "trials[0]: must be a mapping"),
+    ({"trials": [_trial(step=-1)]}, "trials[0].step"),
+    ({"trials": [_trial(step=1e400)]}, "trials[0].step"),
+    ({"trials": [_trial(params={"seed": -3})]}, "params.seed"),
+    ({"trials": [_trial(params={"seed": 2**40})]}, "params.seed"),
+    ({"trials": [_trial(params={"seed": "2027"})]}, "params.seed"),
+    ({"trials": [_trial(metrics={"acc_3x": 7.0})]}, "[0, 1]"),
+    ({"trials": [_trial(metrics={"acc_3x": "NaN"})]}, "finite number"),
+    ({"trials": [_trial(metrics=[1])]}, "metrics: must be a mapping"),
+    ({"started": 1e30, "trials": []}, "started"),
+    ({"started": -5, "trials": []}, "started"),
+])
+def test_a_damaged_status_file_is_one_line_and_the_page_is_kept(tmp_path, status, expect):
+    root = _workdir(tmp_path, status)
+    before = snapshot(root)
+    r = module("experiments.dat_reproduction", "report", "--sweeps", "sweeps", "--out", "page.md", cwd=root)
+    assert_refused(r, "status.json", expect, root=root, before=before)
+
+
+@pytest.mark.parametrize("setup, args, expect", [
+    (lambda d: None, ("--sweeps", "missing"), "no such folder"),
+    (lambda d: (d / "afile").write_text("x"), ("--sweeps", "afile"), "not a folder"),
+    (lambda d: None, ("--out", "missing.md"), "no such file"),
+    (lambda d: None, ("--out", "sweeps"), "is a folder"),
+    (lambda d: (d / "page.md").write_text(rep.BEGIN + "\nno end\n"), (), "damaged"),
+    (lambda d: (d / "page.md").write_bytes(b"\xff\xfe"), (), "not UTF-8"),
+    (lambda d: os.truncate(d / "page.md", 2**36), (), "at most"),
+    (lambda d: (d / "dat_reproduction_runs.json").mkdir(), (), "not a regular file"),
+    (lambda d: (d / "page.png").symlink_to(d / "elsewhere.png"), (), "not a regular file"),
+])
+def test_report_checks_its_folder_and_page_before_writing(tmp_path, setup, args, expect):
+    root = _workdir(tmp_path, {"trials": [_trial()]})
+    (root / "page.md").write_text(PAGE)
+    setup(root)
+    before = snapshot(root)
+    argv = {"--sweeps": "sweeps", "--out": "page.md"}
+    argv.update(dict(zip(args[::2], args[1::2])))
+    r = module("experiments.dat_reproduction", "report", *[x for kv in argv.items() for x in kv], cwd=root)
+    assert_refused(r, expect, root=root, before=before)
+
+
+@pytest.mark.parametrize("argv", [("report", "--bogus"), (), ("run", "--groups", "no_such_group")])
+def test_argument_errors_are_one_line(tmp_path, argv):
+    before = snapshot(tmp_path)
+    assert_refused(module("experiments.dat_reproduction", *argv, cwd=tmp_path), "dat_reproduction", root=tmp_path, before=before)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                        st.sampled_from(["trials", "status", "step", "params", "seed", "metrics", "acc_3x", "started"]),
+                        inner, max_size=4), max_leaves=12))
+def test_any_status_document_is_read_whole_or_refused_in_one_line(tmp_path, doc):
+    path = tmp_path / "status.json"
+    path.write_text(json.dumps(doc))
+    try:
+        status = rep.read_status(path)
+    except ConfigError as err:
+        assert "\n" not in str(err) and len(str(err)) <= MAX_LINE
+        return
+    for t in status.get("trials", []):  # what the report reads of a counted trial is there and of its kind
+        if t.get("status") == "completed":
+            assert isinstance(t["params"]["seed"], int) and all(isinstance(v, (int, float)) for v in t["metrics"].values())
+
+
+# --------------------------------------------------------------------------- othello sample
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (("sample", "--n", "-1"), "--n"), (("sample", "--n", "10000001"), "--n"), (("sample", "--n", "1e9"), "whole number"),
+    (("sample", "--n", "9" * 5000), "--n"), (("sample", "--seed", "-1"), "--seed"),
+    (("sample", "--seed", str(2**64)), "--seed"), (("sample", "--bogus"), "unrecognized"), ((), "required"),
+])
+def test_othello_sample_out_of_range_is_one_line(tmp_path, argv, expect):
+    before = snapshot(tmp_path)
+    r = module("trainables.othello", *argv, cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and len(line) <= MAX_LINE + 10 and expect in line, line
+    assert snapshot(tmp_path) == before
