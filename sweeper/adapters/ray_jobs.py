@@ -1,22 +1,78 @@
 """Ray's job API, the client side: the one module that imports ray.job_submission.
 
 `sweeper submit` sends a sweep to a remote cluster as a Ray job; `sweeper job status|logs|stop`
-looks after it. Every failure to reach the job server is one line (a ConfigError).
+looks after it. Every failure to reach the job server is one line (a ConfigError), and so is
+every answer that is not a Ray job server's: an HTTP error (500, 502 from a proxy), an HTML page,
+JSON of another shape, a job status Ray does not define. Ray's client sets no timeout on its
+requests, so each call runs in a thread of its own and is given up after CALL_TIMEOUT_S: a server
+that accepts the connection and never answers costs one line after that bound, not a hang.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from trainables.errors import ConfigError
+from trainables.errors import ConfigError, cut, one_line
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+CALL_TIMEOUT_S = 15.0  # one request to the job server; a head under load answers within a few seconds
+
+
+class JobServerError(ConfigError):
+    """An answer of the job server that is not usable, as one line; `status` is its HTTP code, if any."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+def ask(address: str, what: str, fn, /, *args, bound_s: float = CALL_TIMEOUT_S, **kwargs):
+    """`fn(*args, **kwargs)`, a call of Ray's job client, bounded by `bound_s` seconds and with any
+    failure turned into one JobServerError line naming the address and the request."""
+    box: dict = {}
+
+    def call() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as err:  # noqa: BLE001  (handed to the caller's thread)
+            box["error"] = err
+
+    worker = threading.Thread(target=call, name=f"ray-jobs {what}", daemon=True)  # a hung request dies with us
+    worker.start()
+    worker.join(bound_s)
+    if worker.is_alive():
+        raise JobServerError(f"--address {address}: no answer to {what} within {bound_s:.0f} s; is the "
+                             "cluster's dashboard up, and is the address its port 8265?")
+    if "error" not in box:
+        return box["value"]
+    err = box["error"]
+    if isinstance(err, (ConfigError, KeyboardInterrupt, SystemExit)):
+        raise err
+    raise describe(address, what, err) from None
+
+
+def describe(address: str, what: str, err: BaseException) -> JobServerError:
+    """One line for a failed call of Ray's job client."""
+    text = one_line(str(err) or type(err).__name__, 2000)
+    code = re.search(r"status code (\d{3})", text)
+    if code:
+        status = int(code.group(1))
+        return JobServerError(f"--address {address}: the job server answered {what} with HTTP {status}"
+                              f"{' (not found)' if status == 404 else ''}", status)
+    if isinstance(err, (ConnectionError, OSError)) and not isinstance(err, ValueError):  # (requests' JSON error is both)
+        return JobServerError(f"--address {address}: Ray job server unreachable during {what} ({cut(text, 100)})")
+    if "does not exist" in text:
+        return JobServerError(f"--address {address}: {what}: {cut(text, 120)}", 404)
+    return JobServerError(f"--address {address}: the answer to {what} is not a Ray job server's "
+                          f"({type(err).__name__}: {cut(text, 100)})")
 
 
 def check_job_server(address: str, timeout_s: float = 5.0) -> None:
@@ -50,10 +106,7 @@ def client_for(address: str):
     check_job_server(address)  # before ray is imported: Ray reads RAY_AUTH_MODE once, at import
     from ray.job_submission import JobSubmissionClient
 
-    try:
-        return JobSubmissionClient(address)
-    except (ConnectionError, RuntimeError) as err:
-        raise ConfigError(f"--address {address}: {str(err).splitlines()[0]}") from None
+    return ask(address, "the version check", JobSubmissionClient, address)
 
 
 AGENT_WAIT_S = 60.0  # a head that just started answers before its job agent is up
@@ -84,10 +137,11 @@ def submit_job(client, timeout_s: float = AGENT_WAIT_S, **kwargs) -> str:
 def alive_nodes(address: str) -> int:
     from ray.util.state import list_nodes
 
-    return len(list_nodes(address=address, filters=[("state", "=", "ALIVE")], timeout=10))
+    nodes = ask(address, "the list of nodes", list_nodes, address=address, filters=[("state", "=", "ALIVE")], timeout=10)
+    return len(nodes)
 
 
-def follow(client, job_id: str) -> int:
+def follow(client, job_id: str, address: str) -> int:
     """Print the job's logs as they come until it ends; its outcome is the exit code."""
 
     async def tail() -> None:
@@ -99,26 +153,34 @@ def follow(client, job_id: str) -> int:
     except KeyboardInterrupt:
         print(f"\nstopped following; the job runs on (sweeper job stop {job_id} to stop it)", file=sys.stderr)
         return 130
-    info = wait(client, job_id, timeout_s=30)
+    except Exception as err:  # noqa: BLE001  (the log stream's own errors: websocket, HTTP, a cut connection)
+        raise describe(address, "the log stream", err) from None
+    info = wait(client, job_id, 30, address)
     print(f"job {job_id}: {info.status.value}", file=sys.stderr)
     if info.status.value == "SUCCEEDED":
         return 0
     return 2 if info.driver_exit_code == 2 else 1  # 2: the launch on the cluster refused its input
 
 
-def wait(client, job_id: str, timeout_s: float):
+def job_info(client, job_id: str, address: str):
+    """The job's details (a status Ray does not define, or any other shape, is one line)."""
+    return ask(address, "the job's status", client.get_job_info, job_id)
+
+
+def wait(client, job_id: str, timeout_s: float, address: str):
+    """The job's details once it has ended, or after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
-    info = client.get_job_info(job_id)
+    info = job_info(client, job_id, address)
     while info.status.value not in TERMINAL and time.monotonic() < deadline:
         time.sleep(0.5)
-        info = client.get_job_info(job_id)
+        info = job_info(client, job_id, address)
     return info
 
 
 def known_job(client, job_id: str, address: str):
     try:
-        return client.get_job_info(job_id)
-    except RuntimeError as err:
-        if "404" in str(err) or "does not exist" in str(err):
-            raise ConfigError(f"{job_id}: no such job on {address}") from None
+        return job_info(client, job_id, address)
+    except JobServerError as err:
+        if err.status == 404:
+            raise ConfigError(f"{cut(job_id, 80)}: no such job on {address}") from None
         raise

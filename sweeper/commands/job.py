@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from trainables.errors import ConfigError
+from trainables.errors import ConfigError, one_line
 
-from sweeper.adapters.ray_jobs import TERMINAL, client_for, follow, known_job, wait
+from sweeper.adapters.ray_jobs import TERMINAL, ask, client_for, follow, known_job, wait
 
 
 def address(args: argparse.Namespace) -> str:
@@ -24,7 +24,7 @@ def address(args: argparse.Namespace) -> str:
 def status(args: argparse.Namespace) -> int:
     where = address(args)
     info = known_job(client_for(where), args.job, where)
-    print(f"{args.job}: {info.status.value}" + (f" ({info.message})" if info.message else ""))
+    print(f"{args.job}: {info.status.value}" + (f" ({one_line(str(info.message), 200)})" if info.message else ""))
     return 0
 
 
@@ -33,8 +33,11 @@ def logs(args: argparse.Namespace) -> int:
     client = client_for(where)
     known_job(client, args.job, where)
     if args.follow:
-        return follow(client, args.job)
-    print(client.get_job_logs(args.job), end="")
+        return follow(client, args.job, where)
+    text = ask(where, "the job's logs", client.get_job_logs, args.job)
+    if not isinstance(text, str):
+        raise ConfigError(f"--address {where}: the answer to the job's logs is not text")
+    print(text, end="")
     return 0
 
 
@@ -42,7 +45,7 @@ def stop(args: argparse.Namespace) -> int:
     where = address(args)
     client = client_for(where)
     known_job(client, args.job, where)
-    client.stop_job(args.job)
-    info = wait(client, args.job, timeout_s=60)
+    ask(where, "the stop", client.stop_job, args.job)
+    info = wait(client, args.job, 60, where)
     print(f"{args.job}: {info.status.value}")
     return 0 if info.status.value in TERMINAL else 1

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from trainables.config import ConfigError
 
-from sweeper.adapters.ray_jobs import alive_nodes, client_for, follow, submit_job
+from sweeper.adapters.ray_jobs import AGENT_WAIT_S, CALL_TIMEOUT_S, alive_nodes, ask, client_for, follow, submit_job
 from sweeper.sweep_dir import is_uri
 from sweeper.space import load_space
 
@@ -77,15 +77,15 @@ def submit(args: argparse.Namespace) -> int:
                                 uri, args.experiment, args.restart)
     with tempfile.TemporaryDirectory() as upload:  # the job's working directory: just the space file
         shutil.copyfile(args.file, Path(upload) / Path(args.file).name)
-        job_id = submit_job(client, entrypoint=entrypoint, runtime_env={"working_dir": upload},
-                            submission_id=f"sweep-{spec.name}-{uuid.uuid4().hex[:8]}",
-                            metadata={"sweep": spec.name})
+        job_id = ask(args.address, "the submission", submit_job, client, bound_s=AGENT_WAIT_S + CALL_TIMEOUT_S,
+                     entrypoint=entrypoint, runtime_env={"working_dir": upload},
+                     submission_id=f"sweep-{spec.name}-{uuid.uuid4().hex[:8]}", metadata={"sweep": spec.name})
     print(job_id)
     print(f"submitted sweep {spec.name} to {args.address} ({nodes} node{'s' * (nodes != 1)}): {entrypoint}", file=sys.stderr)
     if not args.follow:
         print(f"follow it: sweeper job logs {job_id} --follow --address {args.address}", file=sys.stderr)
         return 0
-    return follow(client, job_id)
+    return follow(client, job_id, args.address)
 
 
 def run(args: argparse.Namespace) -> int:
