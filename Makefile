@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 # `make TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" ...` avoids CUDA.
 TORCH_PIP_ARGS ?=
 
-.PHONY: install test-deps sweep trial test faults bench reproduce docker-smoke docker-cluster test-docker k8s-render k8s-spaces k8s-apply clean
+.PHONY: install test-deps lint sweep trial test faults bench reproduce docker-smoke docker-cluster test-docker k8s-render k8s-spaces k8s-apply clean
 
 $(BIN)/sweeper: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,8 +45,12 @@ test-deps:
 # ../shared/kuberay-crds); without them they are skipped with the reason.
 	@command -v kubectl >/dev/null || echo "note: kubectl missing: the k8s/ manifest tests will be skipped"
 
-test: install test-deps
+test: install test-deps lint
 	$(BIN)/python -m pytest
+
+# The linter (rules in pyproject.toml, [tool.ruff]); part of `make test`.
+lint: install
+	$(BIN)/ruff check .
 
 # The whole fault-injection matrix (tests/faults/, docs/reliability.md): every cue of sweeper/faults.py with
 # SIGKILL, SIGINT and SIGTERM, an MLflow outage, a lost worker node, a read-only storage path, two drivers

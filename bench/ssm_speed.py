@@ -6,7 +6,7 @@ HybridLM(d_model 64, 2 layers, 4 heads, attention on), a training batch of 64 x 
 default hybrid's longest training sequences), vocabulary 100, one thread. Prints ms per step (forward,
 backward, AdamW step) for the LSTM, for the SSM mixer at its defaults (d_state 16, expand 2) with each
 transition family (`decay`, `signed`, `rotation`; CPU scan: _StepScan), for `decay` on the old chunked
-parallel scan (`_ChunkedScan`, chunk 2: the path before issue 16), and for a small SSM (d_state 8,
+parallel scan (`_ChunkedScan`, chunk 2: the earlier path), and for a small SSM (d_state 8,
 expand 1); each with its ratio to the LSTM. The models take turns, step by step, so that drift on a
 shared machine hits them alike; the median step counts, in CPU time of this process (wall time on a
 busy machine also counts the other processes). `--profile` prints torch.profiler's top operators of

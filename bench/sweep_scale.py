@@ -91,12 +91,11 @@ def run(n: int, scheduler: str, workdir: Path, profile_dir: Path | None = None) 
         raise SystemExit(f"{spec['name']}: sweeper launch exited {proc.returncode}: {err[-1000:]}")
     sweep_dir = workdir / "sweeps" / spec["name"]
     trial_time, reports = 0.0, 0
-    for result in sweep_dir.glob("*/result.json"):
-        lines = [json.loads(x) for x in result.read_text().splitlines() if x.strip()]
-        reports += len(lines)
-        trial_time += max((x.get("time_total_s", 0.0) for x in lines), default=0.0)
-    sizes = {f: (sweep_dir / f).stat().st_size for f in ("status.json", "optuna.db", "mlflow_runs.json") if (sweep_dir / f).exists()}
-    sizes["experiment_state"] = sum(p.stat().st_size for p in sweep_dir.glob("experiment_state*.json"))
+    for reports_file in sweep_dir.glob("trials/*/metrics.jsonl"):  # each trial's own reports
+        reports += sum(1 for x in reports_file.read_text().splitlines() if x.strip())
+    for trial in json.loads((sweep_dir / "status.json").read_text())["trials"]:  # Ray's time_total_s of its last report
+        trial_time += float(trial["metrics"].get("time_total_s", 0.0))
+    sizes = {f: (sweep_dir / f).stat().st_size for f in ("status.json", "optuna.db") if (sweep_dir / f).exists()}
     ideal = trial_time / spec["budget"]["max_concurrent"]
     return {"n": n, "scheduler": scheduler, "wall_s": wall, "ideal_s": ideal, "overhead": wall / ideal if ideal else float("nan"),
             "driver_cpu_s": cpu, "cpu_per_trial_s": cpu / n, "cpu_per_report_ms": 1000 * cpu / max(reports, 1),
@@ -157,9 +156,7 @@ def main() -> None:
                 print(f"{scheduler:>4} N={n:<4} wall {row['wall_s']:7.1f} s  ideal {row['ideal_s']:7.1f} s  overhead "
                       f"{row['overhead']:5.2f}x  driver CPU {row['driver_cpu_s']:7.1f} s = {row['cpu_per_trial_s']:.3f} s/trial, "
                       f"{row['cpu_per_report_ms']:.1f} ms/report ({row['reports']} reports)  state: status.json "
-                      f"{s.get('status.json', 0) / 1024:.0f} KiB, optuna.db {s.get('optuna.db', 0) / 1024:.0f} KiB, "
-                      f"mlflow_runs.json {s.get('mlflow_runs.json', 0) / 1024:.0f} KiB, experiment state "
-                      f"{s['experiment_state'] / 1024:.0f} KiB", flush=True)
+                      f"{s.get('status.json', 0) / 1024:.0f} KiB, optuna.db {s.get('optuna.db', 0) / 1024:.0f} KiB", flush=True)
     for scheduler in args.schedulers:
         mine = [r for r in rows if r["scheduler"] == scheduler]
         if len(mine) > 1:

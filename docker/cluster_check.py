@@ -6,8 +6,8 @@
            and MLflow holds the parent run and one run per trial
 
 Where a trial ran is read twice, independently: Ray's state API (the node of each actor of the
-trainable) and the trial's own result.json on the shared volume (Ray Tune writes the node's IP
-into every result; the head is 127.0.0.2, the worker 127.0.0.3). Ray's token comes from
+trainable) and the sweep's ledger on the shared volume (each trial's `node_ip`, from the IP Ray
+Tune writes into every result; the head is 127.0.0.2, the worker 127.0.0.3). Ray's token comes from
 $RAY_AUTH_TOKEN with RAY_AUTH_MODE=token, as for `sweeper submit`.
 """
 
@@ -34,11 +34,6 @@ def count_nodes(dashboard: str) -> int:
         return 0
 
 
-def last_result(trial_dir: Path) -> dict:
-    lines = (trial_dir / "result.json").read_text().splitlines()
-    return json.loads(lines[-1]) if lines else {}
-
-
 def report(dashboard: str, sweep_dir: Path, mlflow_uri: str) -> int:
     from mlflow import MlflowClient
     from ray.util.state import list_actors
@@ -54,17 +49,22 @@ def report(dashboard: str, sweep_dir: Path, mlflow_uri: str) -> int:
     per_node = Counter(role.get(a.node_id, a.node_id[:12]) for a in actors)
     print("trial actors per node (Ray state API): " + ", ".join(f"{k} {v}" for k, v in sorted(per_node.items())))
 
+    import optuna
+
     summary = json.loads((sweep_dir / "summary.json").read_text())
-    print(f"trials ({sweep_dir}/*/result.json, the last result of each):")
+    study = optuna.load_study(study_name=summary["name"], storage=f"sqlite:///{sweep_dir / 'optuna.db'}")
+    print(f"trials ({sweep_dir}/optuna.db, the sweep's ledger):")
     ran_on = Counter()
-    for trial_dir in sorted(p.parent for p in sweep_dir.glob("*/result.json")):
-        r = last_result(trial_dir)
-        where = by_ip.get(r.get("node_ip"), str(r.get("node_ip")))  # None: the trial never reported
+    for t in study.trials:
+        if "duplicate_of" in t.user_attrs:
+            continue
+        ip = t.user_attrs.get("node_ip")
+        where = by_ip.get(ip, str(ip))  # None: the trial never reported
         ran_on[where] += 1
-        params = {k.split(".")[-1]: v for k, v in r.get("config", {}).items() if k in ("dat.switch_step", "optim.lr")}
-        print(f"  {r.get('trial_id', trial_dir.name)}  {where:6} ({r.get('node_ip')})  "
-              f"step {r.get('step', r.get('training_iteration'))}  acc_3x {r.get('acc_3x', float('nan')):.3f}  {params}")
-    print("trials per node (result.json): " + ", ".join(f"{k} {v}" for k, v in sorted(ran_on.items())))
+        last = max(t.intermediate_values, default=None)
+        print(f"  t{t.number:04d}  {where:6} ({ip})  {t.state.name}  step {last}  "
+              f"acc_3x {t.intermediate_values.get(last, float('nan')):.3f}  {t.params}")
+    print("trials per node (ledger): " + ", ".join(f"{k} {v}" for k, v in sorted(ran_on.items())))
 
     client = MlflowClient(mlflow_uri)
     exp = client.get_experiment_by_name(summary["name"])

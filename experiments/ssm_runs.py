@@ -1,4 +1,4 @@
-"""Issue 16's runs: certify the SSM transition families on the modular sum, then ask the DAT question.
+"""The SSM runs: certify the SSM transition families on the modular sum, then ask the DAT question.
 
     python experiments/ssm_runs.py run explore     # lr per arm, exploration seed 100 (m = 10)
     python experiments/ssm_runs.py run certify     # each arm, m = 2 and 10, fresh seeds 1, 2, 3

@@ -2,49 +2,89 @@
 
 `ray.init()` on a laptop starts a GCS server, a raylet, agents and workers as children of the
 driver. A driver that exits normally stops them; one killed with SIGKILL cannot, and some (the
-dashboard and runtime-env agents) run on forever. `record` writes the driver's descendants to
-`<sweep dir>/ray_processes.json` (pid and start time: a pid reused by another program is not
-ours); `end_orphans`, called by the next launch of the sweep while it holds the sweep's lock
-(so the recorded driver is gone), ends every recorded process still running, and its children.
+dashboard and runtime-env agents) run on forever. `record` writes the driver's descendants (pid and
+start time) to `<sweep dir>/ray_processes.json`, signed with a key of this user's that never lives
+in a sweep folder (`key_path`, mode 0600); `end_orphans`, called by the next launch of the sweep
+while it holds the sweep's lock (so the recorded driver is gone), ends every recorded process still
+running with its recorded start time, and their children. A record whose signature does not check
+(planted, edited, or another user's) ends nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import secrets
 from pathlib import Path
 
 import psutil
 
 PROCESSES_FILE = "ray_processes.json"
+MAX_FILE_BYTES = 1 << 20
+
+
+def key_path() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "dat-sweeper" / "process-record.key"
+
+
+def _key() -> bytes:
+    """This user's signing key, made on first use (readable by this user only)."""
+    path = key_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    except FileExistsError:
+        pass
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd) as f:
+        return f.read(256).strip().encode()
+
+
+def _signature(processes: list[dict]) -> str:
+    body = json.dumps(processes, sort_keys=True).encode()
+    return hmac.new(_key(), body, hashlib.sha256).hexdigest()
 
 
 def record(sweep_dir: Path) -> int:
-    """Write this driver's descendants (its local Ray). Returns how many."""
-    me = psutil.Process()
+    """Write this driver's descendants (its local Ray), signed. Returns how many."""
     procs = []
-    for p in me.children(recursive=True):
+    for p in psutil.Process().children(recursive=True):
         try:
             procs.append({"pid": p.pid, "started": p.create_time(), "name": p.name()})
         except psutil.Error:
             continue
     tmp = Path(sweep_dir) / (PROCESSES_FILE + ".tmp")
-    tmp.write_text(json.dumps({"driver": os.getpid(), "processes": procs}))
+    tmp.write_text(json.dumps({"driver": os.getpid(), "processes": procs, "signature": _signature(procs)}))
     os.replace(tmp, Path(sweep_dir) / PROCESSES_FILE)
     return len(procs)
+
+
+def _recorded(path: Path) -> list[tuple[int, float]]:
+    """(pid, start time) of a record whose signature checks; [] for anything else."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return []
+        with open(path, "rb") as f:
+            data = json.loads(f.read(MAX_FILE_BYTES))
+        procs = data["processes"]
+        if not hmac.compare_digest(str(data.get("signature", "")), _signature(procs)):
+            return []
+        return [(int(p["pid"]), float(p["started"])) for p in procs]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []  # cut by a kill, or not a record of ours: nothing we can safely call ours
 
 
 def end_orphans(sweep_dir: Path, grace_s: float = 5.0) -> list[str]:
     """End the recorded processes of an earlier driver of this sweep that still run (SIGTERM, then
     SIGKILL after `grace_s`). Call only while holding the sweep's lock. Returns their names."""
     path = Path(sweep_dir) / PROCESSES_FILE
-    try:
-        data = json.loads(path.read_text())
-        recorded = [(int(p["pid"]), float(p["started"])) for p in data["processes"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        return []  # nothing recorded (or a file cut by a kill): nothing we can safely call ours
     alive = []
-    for pid, started in recorded:
+    for pid, started in _recorded(path):
         try:
             proc = psutil.Process(pid)
             if abs(proc.create_time() - started) < 0.01 and pid != os.getpid():
@@ -70,5 +110,6 @@ def end_orphans(sweep_dir: Path, grace_s: float = 5.0) -> list[str]:
             proc.kill()
         except psutil.Error:
             continue
-    path.unlink(missing_ok=True)
+    if path.is_file() and not path.is_symlink():
+        path.unlink()
     return names

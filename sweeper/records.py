@@ -52,26 +52,6 @@ def is_per_length(metric: str) -> bool:
     return _PER_LENGTH.fullmatch(metric) is not None
 
 
-def classify(ray_status: str, metrics: dict, max_steps: int) -> Status:
-    """Our status from Ray's trial status and the last report.
-
-    completed: ran all max_steps; stopped: ended earlier by the scheduler (ASHA);
-    diverged: the trainer hit a non-finite loss (a finished trial with score 0);
-    failed: raised, even after retries. Ray also marks TERMINATED the trials it was running when
-    the sweep was interrupted (Ctrl-C, SIGTERM); the caller tells those apart (`interrupted`:
-    Ray ended them without an end event), see ray_tune.SweepMonitor.
-    """
-    if ray_status == "ERROR":
-        return "failed"
-    if ray_status == "TERMINATED":
-        if metrics.get("diverged"):
-            return "diverged"
-        return "completed" if metrics.get("step", 0) >= max_steps else "stopped"
-    if ray_status == "RUNNING":
-        return "running"
-    return "pending"
-
-
 def score(record: TrialRecord, metric: str) -> float | None:
     """The trial's score: its last reported value of `metric` (None if it never reported)."""
     value = record.metrics.get(metric)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from sweeper.faults import fault_point
-from sweeper.records import TrialRecord, length_family, ranked, score
+from sweeper.records import TrialRecord, length_family, ranked, score, trainer_metrics
 from trainables.errors import ConfigError, cut
 
 STATUS_FILE, SUMMARY_FILE, SPACE_FILE = "status.json", "summary.json", "space.yaml"
@@ -56,7 +56,11 @@ def counts_line(records: list[TrialRecord], num_samples: int) -> str:
     return ", ".join(parts) or "no trials yet"
 
 
-def best_line(records: list[TrialRecord], metric: str, mode: str) -> str:
+def best_line(records: list[TrialRecord], metric: str, mode: str, best: dict | None = None) -> str:
+    """The best judged value (status.json's `best`: at a rung or an end, never going down) when
+    known, else the best trial's latest value."""
+    if isinstance(best, dict) and isinstance(best.get("value"), (int, float)):
+        return f"best {metric} {best['value']:.3f} ({best.get('trial_id', '?')}, step {best.get('step', '?')})"
     top = ranked(records, metric, mode)
     if not top:
         return f"best {metric}: -"
@@ -64,25 +68,91 @@ def best_line(records: list[TrialRecord], metric: str, mode: str) -> str:
     return f"best {metric} {score(b, metric):.3f} ({b.trial_id}, step {b.step})"
 
 
-class SweepListener:
-    """Receives trial records from the driver: keeps status.json current (which the live view,
-    sweeper/live.py, draws from) and hands each report to the tracker.
-    Picklable: Ray stores it with the experiment and brings it back on resume."""
+STATUS_EVERY_S = 0.5  # status.json after a report: at most this often (it holds every trial: O(N) to write)
 
-    def __init__(self, sweep_dir: Path, name: str, metric: str, mode: str, num_samples: int, tracker=None):
-        self.sweep_dir, self.name, self.metric, self.mode = Path(sweep_dir), name, metric, mode
-        self.num_samples = num_samples
+
+class SweepViews:
+    """The views of a running sweep, rebuilt from the ledger and the trials' reports: status.json
+    (which the live view, sweeper/live.py, draws from) and the MLflow mirror (`tracker`). The
+    ledger tells it of each start, report and end; nothing here is read back by the sweep."""
+
+    def __init__(self, sweep_dir: Path, spec, ledger, trials_root: str, tracker=None, clock=time.monotonic):
+        self.sweep_dir, self.spec, self.ledger, self.trials_root = Path(sweep_dir), spec, ledger, trials_root
+        self.clock = clock
         self.tracker = tracker  # SweepTracker or None
-        self.reset()
+        self.tracking_failed = False
+        self.launched = time.time()
+        self._metrics: dict[int, dict] = {}  # trial number -> its last report (this launch's, or its folder's)
+        self._json: dict[int, tuple] = {}  # trial number -> (its record's key, its JSON): made once per change
+        self._written, self._dirty = 0.0, False
 
-    def __getstate__(self) -> dict:  # Ray pickles the listener with the experiment: not the JSON cache
-        return {k: v for k, v in self.__dict__.items() if k != "_json"}
+    # -- records -------------------------------------------------------------------------------
 
-    def on_result(self, record: TrialRecord) -> None:
-        self._track("on_result", record)
+    def _dir(self, number: int) -> str:
+        from sweeper.adapters.optuna_ledger import trial_name
 
-    def on_end(self, record: TrialRecord) -> None:
-        self._track("on_end", record)
+        return str(Path(self.trials_root) / trial_name(number))
+
+    def last_metrics(self, number: int) -> dict:
+        if number not in self._metrics:
+            from trainables.run_dir import RunDir
+
+            last = RunDir(self._dir(number)).last_report() or {}
+            self._metrics[number] = _numbers(last)
+        return self._metrics[number]
+
+    def record(self, number: int) -> TrialRecord:
+        t = self.ledger.trials[number]
+        metrics = self.last_metrics(number)
+        return TrialRecord(trial_id=t.name, params=dict(t.params), status=t.status,
+                           step=int(metrics.get("step", t.last_step)), metrics=metrics, path=self._dir(number))
+
+    def records(self) -> list[TrialRecord]:
+        return [self.record(n) for n in sorted(self.ledger.trials) if not self.ledger.trials[n].duplicate]
+
+    def best(self) -> dict | None:
+        """The best judged value any trial reached: at a rung, or at its end. It never goes down."""
+        best = None
+        sign = 1 if self.spec.mode == "max" else -1
+        for t in self.ledger.trials.values():
+            if t.duplicate:
+                continue
+            judged = dict(t.rungs())
+            if t.status in ("completed", "diverged", "stopped") and t.values:
+                judged[t.last_step] = t.values[t.last_step]
+            for step, value in judged.items():
+                if best is None or sign * value > sign * best["value"]:
+                    best = {"value": value, "step": step, "trial_id": t.name}
+        return best
+
+    # -- events from the ledger's writer --------------------------------------------------------
+
+    def on_start(self, number: int) -> None:
+        self.write("running")
+
+    def on_report(self, number: int, result: dict) -> None:
+        self._metrics[number] = {**_numbers(trainer_metrics(result)), **_numbers({"time_total_s": result.get("time_total_s")})}
+        self._track("on_result", self.record(number))
+        fault_point("logged")
+        self._dirty = True
+        self.flush()
+
+    def on_end(self, number: int) -> None:
+        self._track("on_end", self.record(number))
+        self.write("running")
+
+    def on_error(self, number: int | None, message: str) -> None:
+        """A trial failed after its retries: the error's last line goes to the ledger and the terminal."""
+        if number is None or number not in self.ledger.trials:
+            return
+        if self.ledger.trials[number].status != "failed":  # the study takes no attribute of an ended trial
+            self.ledger.set_trial_attr(number, "error", message[:500])
+        print(f"warning: trial {self.ledger.trials[number].name} failed after its retries: {message[:300]}",
+              file=sys.stderr, flush=True)
+
+    def flush(self) -> None:
+        if self._dirty and self.clock() - self._written >= STATUS_EVERY_S:
+            self.write("running")
 
     def _track(self, method: str, record: TrialRecord) -> None:
         """Tracking trouble (a server gone mid-sweep) is reported, never allowed to stop the sweep."""
@@ -96,43 +166,31 @@ class SweepListener:
                       "the sweep goes on, status.json stays current", file=sys.stderr, flush=True)
             self.tracking_failed = True
 
-    def reset(self) -> None:
-        """At the start of the sweep, and again on each resume."""
-        self.started = time.time()
-        self.records: list[TrialRecord] = []
-        self.tracking_failed = False
-
-    def final_statuses(self) -> dict[str, str]:
-        """Trials an earlier run of this sweep saw end (status.json), by id: they stay ended."""
-        from sweeper.records import FINAL
-
-        try:
-            _, records = load_records(self.sweep_dir)
-        except (ConfigError, OSError):
-            return {}
-        return {r.trial_id: r.status for r in records if r.status in FINAL}
-
-    def __call__(self, records: list[TrialRecord], final: bool) -> None:
-        self.records = records
-        self.write_status("finished" if final else "running")
-
-    def write_status(self, state: str) -> None:
-        """status.json, atomically. Each trial's JSON is made once per change of its record (a
-        sweep of N trials rewrites N entries per event otherwise), then joined."""
+    def write(self, state: str) -> None:
+        """status.json, atomically. Each trial's JSON is made once per change of its record."""
+        self._written, self._dirty = self.clock(), False
         head = json.dumps({
-            "name": self.name, "metric": self.metric, "mode": self.mode, "num_samples": self.num_samples,
-            "state": state, "started": self.started, "updated": time.time(),
-            "driver": {"host": socket.gethostname(), "pid": os.getpid()},
+            "name": self.spec.name, "metric": self.spec.metric, "mode": self.spec.mode,
+            "num_samples": self.spec.budget.num_samples, "state": state,
+            "started": self.ledger.attr("sweeper.started", self.launched), "updated": time.time(),
+            "elapsed_before_s": float(self.ledger.attr("sweeper.elapsed_s", 0.0)), "launched": self.launched,
+            "best": self.best(), "driver": {"host": socket.gethostname(), "pid": os.getpid()},
         }, indent=2, default=str)
-        cache = self.__dict__.setdefault("_json", {})
         trials = []
-        for r in self.records:
-            key = (r.status, r.step, r.path, len(r.metrics))
-            hit = cache.get(r.trial_id)
+        for number in sorted(self.ledger.trials):
+            if self.ledger.trials[number].duplicate:
+                continue
+            r = self.record(number)
+            key = (r.status, r.step, len(r.metrics))
+            hit = self._json.get(number)
             if hit is None or hit[0] != key:
-                hit = cache[r.trial_id] = (key, json.dumps(r.to_dict(), default=str))
+                hit = self._json[number] = (key, json.dumps(r.to_dict(), default=str))
             trials.append(hit[1])
         write_text_atomic(self.sweep_dir / STATUS_FILE, head[:-2] + ',\n  "trials": [' + ", ".join(trials) + "]\n}")
+
+
+def _numbers(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def mark_state(sweep_dir: Path, state: str) -> None:
@@ -203,6 +261,45 @@ def write_summary(sweep_dir: Path, name: str, metric: str, mode: str, records: l
     return summary
 
 
+def driver_running(sweep_dir: Path) -> bool:
+    """Whether a driver holds the sweep's lock now (the kernel drops it when the driver ends)."""
+    import fcntl
+
+    from sweeper.lock import sweep_lock_path
+
+    path = sweep_lock_path(sweep_dir)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def ensure_status(sweep_dir: Path) -> bool:
+    """status.json is a view: when it is gone and no driver runs, rebuild it from the ledger and the
+    trials' folders. Returns True if it was rebuilt."""
+    from sweeper.sweep_dir import OPTUNA_DB
+
+    sweep_dir = Path(sweep_dir)
+    if (sweep_dir / STATUS_FILE).exists() or not (sweep_dir / OPTUNA_DB).is_file() or driver_running(sweep_dir):
+        return False
+    from sweeper.adapters.optuna_ledger import Ledger, read_only_url
+    from sweeper.space import load_space
+
+    spec = load_space(sweep_dir / SPACE_FILE)
+    ledger = Ledger(read_only_url(sweep_dir / OPTUNA_DB), spec, create=False)
+    views = SweepViews(sweep_dir, spec, ledger, str(sweep_dir / "trials"))
+    done = ledger.counted() >= spec.budget.num_samples and not ledger.unfinished()
+    views.write("finished" if done else "interrupted")
+    return True
+
+
 def print_status(sweep_dir: Path, out: TextIO = sys.stdout) -> None:
     data, records = load_records(sweep_dir)
     state = data["state"]
@@ -211,7 +308,7 @@ def print_status(sweep_dir: Path, out: TextIO = sys.stdout) -> None:
     age = time.time() - data["updated"]
     print(f"sweep {data['name']}: {state}, updated {age:.0f}s ago", file=out)
     print(f"trials: {counts_line(records, data['num_samples'])}", file=out)
-    print(best_line(records, data["metric"], data["mode"]), file=out)
+    print(best_line(records, data["metric"], data["mode"], data.get("best")), file=out)
     if data["state"] == "running" or any(r.status in ("running", "pending", "interrupted") for r in records):
         print(_progress_line(sweep_dir, records, running=state == "running"), file=out)
     print(format_table(records, data["metric"], data["mode"]), file=out)

@@ -1,4 +1,4 @@
-"""Issue 15's reproduction report: arms from sweep records, paired statistics, bars, the results file."""
+"""The pre-registered reproduction's report: arms from sweep records, paired statistics, bars, the results file."""
 
 import json
 import math

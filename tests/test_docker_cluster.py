@@ -45,8 +45,8 @@ def test_the_image_runs_the_smoke_sweep_as_a_two_node_cluster(tmp_path):
     assert r.returncode == 0, out[-6000:]
     assert "nodes: 2 alive" in out, out[-3000:]
     assert re.search(r"job sweep-smoke-\w+: SUCCEEDED", out), out[-3000:]
-    # where the trials ran, read from each trial's result.json (the worker's node IP is 127.0.0.2)
-    per_node = dict(re.findall(r"(head|worker) (\d+)", re.search(r"trials per node \(result.json\): (.*)", out)[1]))
+    # where the trials ran, read from the sweep's ledger (each trial's node_ip)
+    per_node = dict(re.findall(r"(head|worker) (\d+)", re.search(r"trials per node \(ledger\): (.*)", out)[1]))
     assert set(per_node) == {"head", "worker"} and sum(map(int, per_node.values())) == 6, out[-3000:]
     assert re.search(r"experiment smoke: 1 parent run, 6 trial runs", out), out[-3000:]
     # torn down: none of the script's containers is left

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +133,8 @@ def test_credentials_reach_no_file_param_tag_or_artifact(smoke_sweep, mlflow_ser
             assert not any(canary in str(v) for v in {**r.data.params, **r.data.tags}.values()), r.info.run_id
         # the sweep's directory, and the MLflow server's store and artifacts (all under the session's temp root)
         assert not _files_with(tmp_path_factory.getbasetemp(), canary.encode()), canary
+        # Ray's session folders (logs of the runtime-env agent, the raylet, the workers): the canaries are this
+        # test session's own, so a hit in any session folder on the machine is the smoke sweep's leak
+        ray_temp = Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray"
+        for session in ray_temp.glob("session_2*"):
+            assert not _files_with(session, canary.encode()), (canary, session)

@@ -1,14 +1,14 @@
 """The layout keeps its promises: frameworks only in their adapters, a trainer that runs without
-them, one module per CLI verb, and the framework internals the adapters rely on still there."""
+them, one module per CLI verb, and no private part of a library used anywhere."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FRAMEWORKS = ("ray", "optuna", "mlflow", "optuna_dashboard")
@@ -39,7 +39,8 @@ def test_only_the_adapters_import_ray_optuna_or_mlflow():
 
 
 def test_each_adapter_imports_its_framework():
-    expected = {"ray_tune": "ray", "ray_trainable": "ray", "ray_jobs": "ray", "optuna_search": "optuna", "mlflow_tracking": "mlflow"}
+    expected = {"ray_tune": "ray", "ray_search": "ray", "ray_trainable": "ray", "ray_jobs": "ray", "optuna_search": "optuna",
+                "optuna_ledger": "optuna", "mlflow_store": "mlflow", "mlflow_tracking": "mlflow"}
     found = {p.stem: imported_roots(p) for p in ADAPTERS.glob("*.py") if p.stem != "__init__"}
     assert set(found) == set(expected), f"adapters changed: {sorted(found)}"
     for stem, framework in expected.items():
@@ -97,49 +98,63 @@ def test_every_verb_is_one_module_under_commands():
             assert owner.split(".")[-1] in modules
 
 
-def test_the_optuna_and_ray_internals_the_adapters_use_still_exist():
-    """The pinned Ray and Optuna have no public API for these; when an upgrade moves them, this fails
-    here instead of in the middle of a sweep (sweeper/adapters/ray_tune.py, optuna_search.py)."""
-    optuna = pytest.importorskip("optuna")
-    from sweeper.adapters.ray_tune import StepAwareOptunaSearch
-
-    search = StepAwareOptunaSearch(space=lambda trial: {"x": trial.suggest_float("x", 0, 1)}, metric="m", mode="max",
-                                   max_steps=10, storage=optuna.storages.InMemoryStorage())
-    assert search.suggest("t0") is not None
-    for name in ("_ot_trials", "_ot_study", "_completed_trials"):
-        assert hasattr(search, name), f"OptunaSearch.{name} is gone"
-    ot_trial = search._ot_trials["t0"]
-    assert isinstance(ot_trial._trial_id, int)
-    assert search._ot_study._storage.get_trial(ot_trial._trial_id).state == optuna.trial.TrialState.RUNNING
-    dist = optuna.distributions.IntDistribution(0, 10, step=2)
-    assert dist._contains(dist.to_internal_repr(4)) and not dist._contains(dist.to_internal_repr(5))
+FOREIGN_LIBRARIES = ("ray", "optuna", "mlflow")
+PRIVATE_FILES = ("tuner.pkl", "experiment_state", "searcher-state", "search_gen_state", "driver_artifacts",
+                 "alembic_version", "trial_values", "trial_intermediate_values", "study_user_attributes")
+RAW_SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b.+\b(FROM|INTO|SET)\b", re.IGNORECASE | re.DOTALL)
+SOURCE_FILES = sorted(p for folder in ("sweeper", "trainables", "experiments", "bench", "docker", "docs", "k8s")
+                      for p in (ROOT / folder).rglob("*.py"))
 
 
-def _one_float(trial) -> dict:  # a space that pickles, as the searcher's snapshot needs
-    return {"x": trial.suggest_float("x", 0, 1)}
+def own_private_names(files: list[Path]) -> set[str]:
+    """Every `_name` the project defines: its functions, classes, attributes, variables and arguments."""
+    names = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+    return {n for n in names if n.startswith("_")}
 
 
-def test_a_retrained_step_is_told_to_the_study_once_and_without_a_warning(tmp_path, recwarn):
-    """A resumed trial repeats the steps since its last checkpoint (a large sweep's period, or a snapshot
-    older than its last report): the study keeps the first value, and Optuna is not asked again."""
-    optuna = pytest.importorskip("optuna")
-    from sweeper.adapters.ray_tune import StepAwareOptunaSearch
+def private_uses(files: list[Path], own: set[str]) -> list[str]:
+    """`x._name` the project did not define, a private keyword argument, a private import from a
+    library, SQL, or a library's private file named in a string."""
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.name}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                stdlib = isinstance(node.value, ast.Name) and node.value.id in sys.stdlib_module_names
+                if node.attr not in own and not stdlib:
+                    found.append(f"{where}: .{node.attr}")
+            elif isinstance(node, ast.keyword) and node.arg and node.arg.startswith("_"):
+                found.append(f"{where}: keyword {node.arg}=")
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in FOREIGN_LIBRARIES:
+                if any(part.startswith("_") for part in node.module.split(".")) or any(a.name.startswith("_") for a in node.names):
+                    found.append(f"{where}: from {node.module} import {', '.join(a.name for a in node.names)}")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if RAW_SQL.search(node.value) or any(name in node.value for name in PRIVATE_FILES):
+                    found.append(f"{where}: {node.value[:60]!r}")
+    return found
 
-    def searcher():
-        return StepAwareOptunaSearch(space=_one_float, metric="m", mode="max", max_steps=40, storage=optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db"),
-                                     study_name="s")
 
-    search = searcher()
-    search.suggest("t0")
-    for step, m in ((10, 0.1), (20, 0.2)):
-        search.on_trial_result("t0", {"m": m, "step": step})
-    search.save(str(tmp_path / "searcher.pkl"))
-    search.on_trial_result("t0", {"m": 0.3, "step": 30})  # after the snapshot, then a kill
+def test_no_private_part_of_ray_optuna_or_mlflow_is_used():
+    """Public APIs only, in the service, the trainer, the experiments, the benchmarks and the scripts."""
+    found = private_uses(SOURCE_FILES, own_private_names(SOURCE_FILES))
+    assert not found, "private parts of a library: " + "; ".join(found)
 
-    resumed = searcher()
-    resumed.restore(str(tmp_path / "searcher.pkl"))
-    for step, m in ((20, 0.2), (30, 0.3), (40, 0.4)):  # retrained from the step-10 checkpoint's successor
-        resumed.on_trial_result("t0", {"m": m, "step": step})
-    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
-    assert study.trials[0].intermediate_values == {10: 0.1, 20: 0.2, 30: 0.3, 40: 0.4}
-    assert not [w for w in recwarn if "already reported" in str(w.message)]
+
+def test_the_private_part_scan_finds_what_it_looks_for(tmp_path):
+    """The scan above can fail: each kind of private use it names is found in a planted file."""
+    planted = tmp_path / "planted.py"
+    planted.write_text("import optuna\nfrom ray._private import utils\nstudy._storage.get_trial(1)\n"
+                       "ray.init(_node_ip_address='127.0.0.1')\nq = 'SELECT study_id FROM studies'\np = 'tuner.pkl'\n")
+    found = " ".join(private_uses([planted], own_private_names(SOURCE_FILES)))
+    for expected in ("._storage", "_node_ip_address=", "ray._private", "SELECT study_id", "tuner.pkl"):
+        assert expected in found, expected

@@ -1,6 +1,6 @@
-"""Lost state files of a finished sweep: status.json and the run mapping are rebuilt (from Ray's
-snapshot and from MLflow), without a wrong label or a second run; a lost Optuna study is refused
-in one line before Ray starts."""
+"""A sweep's views are safe to delete: `sweeper status` and the next launch rebuild them from the
+ledger (the Optuna study) and the trials' folders, without a wrong label, a retrained step or a
+second MLflow run; a lost study is refused in one line before Ray starts."""
 
 from __future__ import annotations
 
@@ -54,15 +54,22 @@ def test_lost_state_files_are_rebuilt_or_refused(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     before = _statuses(sweep_dir)
     assert len(before) == 3 and {s for s, _ in before.values()} <= {"completed", "stopped"}
+    assert {p.name for p in sweep_dir.iterdir()} >= {"space.yaml", "optuna.db", "trials", "status.json", "summary.json"}
+    reports = {p.parent.name: p.read_text() for p in sweep_dir.glob("trials/*/metrics.jsonl")}
+    assert sorted(reports) == sorted(before)
 
-    (sweep_dir / "status.json").unlink()  # rebuilt from Ray's snapshot: same statuses, nothing trained again
-    r = launch()
-    assert r.returncode == 0, r.stderr[-3000:]
+    views = [p for p in sweep_dir.iterdir() if p.name not in ("space.yaml", "optuna.db", "trials", "ray_processes.json")]
+    for view in views:  # every view, deleted: `sweeper status` rebuilds status.json, same statuses
+        view.unlink()
+    r = subprocess.run(sweeper_cmd("status", "lost"), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "rebuilt" in r.stdout, r.stdout + r.stderr
     assert _statuses(sweep_dir) == before
 
-    (sweep_dir / "mlflow_runs.json").unlink()  # the parent is found again in MLflow, the children by trial id
-    r = launch()
+    r = launch()  # the next launch: nothing trained again, the views all back, one parent run in MLflow
     assert r.returncode == 0, r.stderr[-3000:]
+    assert _statuses(sweep_dir) == before
+    assert {p.parent.name: p.read_text() for p in sweep_dir.glob("trials/*/metrics.jsonl")} == reports
+    assert {v.name for v in views} <= {p.name for p in sweep_dir.iterdir()}
     parents, children = _runs(tmp_path)
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert sorted(c.data.tags["trial_id"] for c in children) == sorted(before)

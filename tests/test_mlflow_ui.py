@@ -89,7 +89,7 @@ def test_ui_shows_the_sweep_nested_trials_and_compares_two(smoke_sweep, mlflow_s
 
 
 def test_sweeper_ui_lands_on_the_trials_best_first(smoke_sweep, mlflow_server, browser):
-    from sweeper.adapters.mlflow_tracking import charts_url, experiment_url
+    from sweeper.adapters.mlflow_store import charts_url, experiment_url
 
     client = MlflowClient(mlflow_server)
     exp = client.get_experiment_by_name("smoke")

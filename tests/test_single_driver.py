@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from tests.conftest import ROOT, sweeper_cmd, sweeper_env
@@ -19,13 +20,15 @@ SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 
 
 def test_a_second_launch_of_a_running_sweep_refuses_in_one_line(tmp_path):
-    first = subprocess.Popen(sweeper_cmd("launch", SMOKE), cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # the first driver freezes itself at its first report (SWEEPER_FAULT ...:STOP), holding the sweep's
+    # lock with a trial mid-run, for as long as the test needs: no race with its end
+    first = subprocess.Popen(sweeper_cmd("launch", SMOKE), cwd=tmp_path, env={**ENV, "SWEEPER_FAULT": "report:1:STOP"},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     lock = tmp_path / "sweeps" / ".smoke.lock"
     try:
-        deadline = time.time() + 120
-        while not (lock.exists() and lock.read_text()):
-            assert first.poll() is None and time.time() < deadline, "the first launch never took the lock"
+        deadline = time.time() + 300
+        while psutil.Process(first.pid).status() != psutil.STATUS_STOPPED:
+            assert first.poll() is None and time.time() < deadline, "the first launch never reached its first report"
             time.sleep(0.2)
         assert json.loads(lock.read_text())["pid"] == first.pid
         second = subprocess.run(sweeper_cmd("launch", SMOKE), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)

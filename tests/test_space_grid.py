@@ -92,7 +92,7 @@ def test_grid_points_are_the_product_of_the_choices(tmp_path):
 
 @pytest.mark.parametrize("path", EXPERIMENT_SPACES, ids=lambda p: p.stem)
 def test_the_reproduction_grids_train_exactly_the_presets(path):
-    """Every grid point of issue 15's sweeps is an arm's preset with only the seed, the evaluation
+    """Every grid point of the pre-registered reproduction's sweeps is an arm's preset with only the seed, the evaluation
     seed and the device changed (so the sweep runs what docs/results/dat_reproduction.md names)."""
     from experiments import dat_reproduction as rep
     from trainables.config import load_trial_config, with_overrides
@@ -116,22 +116,30 @@ def test_the_reproduction_grids_train_exactly_the_presets(path):
         assert params["seed"] in rep.SEEDS
 
 
-def test_ray_tunes_optuna_searcher_walks_the_whole_grid_without_raising(tmp_path):
-    """Through the searcher the sweep really uses (Ray's OptunaSearch, ask and tell): every point
-    once, each told COMPLETE. (Optuna's own GridSampler calls study.stop at the last tell, which
-    raises outside study.optimize; Ray catches that and logs a warning; ours does not call it:
-    test_a_grid_sweep_draws_every_point_exactly_once tells directly and would raise.)"""
-    from sweeper.adapters.ray_tune import StepAwareOptunaSearch
+class _NoViews:
+    def on_start(self, number): pass
+    def on_report(self, number, result): pass
+    def on_end(self, number): pass
+
+
+def test_the_sweep_s_searcher_walks_the_whole_grid_without_raising(tmp_path):
+    """Through the searcher the sweep really uses (ask and tell on the ledger): every point once, each
+    told COMPLETE, then the searcher says it has finished. (Optuna's own GridSampler calls study.stop at
+    the last tell, which raises outside study.optimize; ours does not call it.)"""
+    from ray.tune.search import Searcher
+
+    from sweeper.adapters.optuna_ledger import Ledger
+    from sweeper.adapters.ray_search import LedgerSearcher
 
     spec = load_space(_space(tmp_path))
-    searcher = StepAwareOptunaSearch(space=define_by_run(spec), metric=spec.metric, mode=spec.mode, sampler=make_sampler(spec),
-                                     study_name=spec.name, storage=optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'o.db'}"),
-                                     max_steps=spec.budget.max_steps)
+    ledger = Ledger(f"sqlite:///{tmp_path / 'o.db'}", spec, create=True)
+    searcher = LedgerSearcher(ledger, _NoViews(), spec.budget.num_samples, spec.budget.max_steps, spec.metric, spec.mode)
     seen = []
     for i in range(spec.budget.num_samples):
-        params = searcher.suggest(f"t{i}")
+        params = searcher.suggest(f"t{i}")["params"]
         seen.append((params["seed"], params["dat.mode"]))
         searcher.on_trial_complete(f"t{i}", {spec.metric: 0.5, "step": spec.budget.max_steps})
+    assert searcher.suggest("one more") == Searcher.FINISHED
     assert sorted(seen, key=str) == sorted(itertools.product([1, 2, 3], ["none", "fixed"]), key=str)
     study = optuna.load_study(study_name=spec.name, storage=f"sqlite:///{tmp_path / 'o.db'}")
     states = {t.state for t in study.get_trials(deepcopy=False)}

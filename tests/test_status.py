@@ -3,23 +3,14 @@
 import json
 import os
 
-from sweeper.records import TrialRecord, classify, ranked
-from sweeper.status import (STATUS_FILE, SweepListener, counts_line, driver_alive, format_table, load_records,
+from sweeper.records import TrialRecord, ranked
+from sweeper.status import (STATUS_FILE, counts_line, driver_alive, format_table, load_records,
                             mark_state, write_summary)
 
 
 def rec(i, status, step, acc3, **params):
     return TrialRecord(trial_id=f"t{i}", params=params, status=status, step=step,
                        metrics={"step": step, "acc_1x": 1.0, "acc_3x": acc3})
-
-
-def test_classify_tells_completed_stopped_diverged_and_failed_apart():
-    assert classify("TERMINATED", {"step": 100}, 100) == "completed"
-    assert classify("TERMINATED", {"step": 40}, 100) == "stopped"  # ended early: ASHA
-    assert classify("TERMINATED", {"step": 40, "diverged": 1.0}, 100) == "diverged"
-    assert classify("ERROR", {"step": 40}, 100) == "failed"
-    assert classify("RUNNING", {}, 100) == "running"
-    assert classify("PENDING", {}, 100) == "pending"
 
 
 def test_ranked_orders_by_metric_and_mode_and_skips_unreported():
@@ -33,17 +24,58 @@ def test_counts_line_counts_unsampled_trials():
     assert counts_line(rs, 5) == "1 running, 1 completed, 3 to sample"
 
 
-def test_listener_writes_status_and_leaves_the_terminal_to_the_live_view(tmp_path, capsys):
-    listener = SweepListener(tmp_path, "s", "acc_3x", "max", num_samples=3)
-    listener([rec(1, "running", 10, 0.2, lr=0.1)], final=False)
+def test_views_write_status_from_the_ledger_and_leave_the_terminal_to_the_live_view(tmp_path, capsys):
+    from sweeper.adapters.optuna_ledger import Ledger
+    from sweeper.space import SearchSpace
+    from sweeper.status import SweepViews
+
+    spec = SearchSpace.model_validate({
+        "name": "s", "metric": "acc_3x", "mode": "max",
+        "space": {"optim.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
+        "budget": {"num_samples": 3, "max_concurrent": 1, "max_steps": 20, "eval_every": 10},
+        "scheduler": {"type": "fifo"},
+    })
+    ledger = Ledger(f"sqlite:///{tmp_path}/optuna.db", spec, create=True)
+    views = SweepViews(tmp_path, spec, ledger, str(tmp_path / "trials"))
+    number = ledger.new_trial()
+    views.on_start(number)
+    assert load_records(tmp_path)[1][0].status == "pending"
+    ledger.report(number, 10, 0.2)
+    views.on_report(number, {"step": 10, "acc_3x": 0.2, "time_total_s": 1.0})
+    views.write("running")  # (a report is written at most every STATUS_EVERY_S; the Ray callback flushes)
     assert load_records(tmp_path)[1][0].status == "running"
-    listener([rec(1, "completed", 20, 0.7, lr=0.1)], final=True)
+    ledger.report(number, 20, 0.7)
+    views.on_report(number, {"step": 20, "acc_3x": 0.7})
+    ledger.end(number, "completed", 0.7)
+    views.on_end(number)
+    views.write("finished")
     assert capsys.readouterr().out == ""  # sweeper/live.py draws from status.json
     data, records = load_records(tmp_path)
-    assert data["state"] == "finished" and records[0].status == "completed"
-    assert data["started"] == listener.started <= data["updated"]  # the view's elapsed time
+    assert data["state"] == "finished" and records[0].status == "completed" and records[0].step == 20
+    assert data["best"] == {"value": 0.7, "step": 20, "trial_id": records[0].trial_id}
+    assert data["started"] <= data["updated"]  # the view's elapsed time
     mark_state(tmp_path, "interrupted")
     assert json.loads((tmp_path / STATUS_FILE).read_text())["state"] == "interrupted"
+
+
+def test_best_is_the_best_judged_value_and_never_goes_down(tmp_path):
+    from sweeper.adapters.optuna_ledger import Ledger
+    from sweeper.space import SearchSpace
+    from sweeper.status import SweepViews
+
+    spec = SearchSpace.model_validate({
+        "name": "s", "metric": "acc_3x", "mode": "max",
+        "space": {"optim.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
+        "budget": {"num_samples": 3, "max_concurrent": 1, "max_steps": 40, "eval_every": 10},
+    })
+    ledger = Ledger(f"sqlite:///{tmp_path}/optuna.db", spec, create=True)
+    views = SweepViews(tmp_path, spec, ledger, str(tmp_path / "trials"))
+    number = ledger.new_trial()
+    ledger.report(number, 20, 0.66)
+    ledger.record_rung(number, 20, 0.66)
+    assert views.best() == {"value": 0.66, "step": 20, "trial_id": ledger.trials[number].name}
+    ledger.report(number, 30, 0.59)  # its latest value went down; the judged best did not
+    assert views.best()["value"] == 0.66
 
 
 def test_summary_names_the_best_trial(tmp_path):
@@ -75,3 +107,36 @@ def test_tables_show_the_scored_metric_at_every_length():
     rec = TrialRecord("t1", {"ema.decay": 0.99}, "completed", 10, {"tv_1x": 0.1, "tv_2x": 0.2, "tv_3x": 0.3, "tv_4x": 0.4, "acc_3x": 0.9})
     table = format_table([rec], "tv_3x", "min")
     assert "tv_3x" in table.splitlines()[0] and "0.3" in table.splitlines()[2] and "acc_3x" not in table
+
+
+def test_a_report_reaches_status_json_within_the_write_interval(tmp_path):
+    """status.json is written at most every STATUS_EVERY_S after a report, and the flush between Ray's
+    steps writes a pending report once that interval has passed (a clock of our own: no sleeping)."""
+    from sweeper.adapters.optuna_ledger import Ledger
+    from sweeper.space import SearchSpace
+    from sweeper.status import STATUS_EVERY_S, SweepViews
+
+    spec = SearchSpace.model_validate({
+        "name": "s", "metric": "acc_3x", "mode": "max",
+        "space": {"optim.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
+        "budget": {"num_samples": 1, "max_concurrent": 1, "max_steps": 40, "eval_every": 10},
+    })
+    now = [100.0]
+    ledger = Ledger(f"sqlite:///{tmp_path}/optuna.db", spec, create=True)
+    views = SweepViews(tmp_path, spec, ledger, str(tmp_path / "trials"), clock=lambda: now[0])
+    number = ledger.new_trial()
+    views.on_start(number)  # written at once
+    step_of = lambda: load_records(tmp_path)[1][0].step  # noqa: E731
+    ledger.report(number, 10, 0.1)
+    views.on_report(number, {"step": 10, "acc_3x": 0.1})
+    assert step_of() == 0  # within the interval of the last write: held back
+    now[0] += STATUS_EVERY_S / 2
+    views.flush()
+    assert step_of() == 0
+    now[0] += STATUS_EVERY_S / 2
+    views.flush()
+    assert step_of() == 10  # the interval passed: the flush wrote it
+    now[0] += 10 * STATUS_EVERY_S
+    ledger.report(number, 20, 0.2)
+    views.on_report(number, {"step": 20, "acc_3x": 0.2})
+    assert step_of() == 20  # a report after a quiet spell is written at once

@@ -2,12 +2,12 @@
 driver's path, survives a server outage, and never drops a report silently."""
 
 import json
-import pickle
 
+from sweeper.adapters.mlflow_store import BackgroundLog, client, unreachable
+from sweeper.adapters.mlflow_tracking import SweepTracker, summary_csv
+from sweeper.adapters.optuna_ledger import Ledger
 from sweeper.records import TrialRecord
 from sweeper.space import load_space
-from sweeper.adapters.mlflow_tracking import (RUNS_FILE, UNLOGGED_FILE, BackgroundLog, SweepTracker, client, summary_csv,
-                                              unreachable)
 from sweeper.commands.launch import check_same_store
 from trainables.errors import ConfigError
 
@@ -18,33 +18,32 @@ def _record(step: int) -> TrialRecord:
     return TrialRecord("t0", {"dat.switch_step": 10, "optim.lr": 3e-3}, "running", step, {"step": step, "acc_3x": step / 1000, "loss": 1.0})  # the trainer reports its step
 
 
-def test_a_restored_tracker_takes_the_last_logged_step_from_mlflow(tmp_path):
+def _ledger(sweep_dir, spec) -> Ledger:
+    return Ledger(f"sqlite:///{sweep_dir / 'optuna.db'}", spec, create=True)
+
+
+def _reports(trial_dir, steps, cut: str = "") -> None:
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    (trial_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "acc_3x": s / 1000, "loss": 1.0}) + "\n" for s in steps) + cut)
+
+
+def test_a_resumed_sweep_s_tracker_takes_the_last_logged_step_from_mlflow(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    spec = load_space(ROOT / "search_spaces" / "smoke.yaml")
-    sweep_dir = tmp_path / "sweep"
-    sweep_dir.mkdir()
-    (sweep_dir / "space.yaml").write_text("name: smoke\n")
-    live = SweepTracker(uri, spec, sweep_dir)
+    spec, sweep_dir = _sweep(tmp_path, uri)
+    ledger = _ledger(sweep_dir, spec)
+    live = SweepTracker(uri, spec, sweep_dir, ledger=ledger)
     live.start(sweep_dir / "space.yaml")
     live.on_result(_record(20))
     live.on_result(_record(40))
     assert live.drain() == []
     run_id = live.state["trials"]["t0"]["run_id"]
 
-    # a kill between logging step 40 and saving the mapping: the file still says 20
-    runs_file = sweep_dir / RUNS_FILE
-    mapping = json.loads(runs_file.read_text())
-    mapping["trials"]["t0"]["last_step"] = 20
-    runs_file.write_text(json.dumps(mapping))
-
-    fresh = SweepTracker(uri, spec, sweep_dir)  # the one `finish` builds: reads the file, asks MLflow nothing
-    assert fresh.state["trials"]["t0"]["last_step"] == 20
-
-    restored = pickle.loads(pickle.dumps(live))  # the resumed sweep's callback
-    assert restored.state["trials"]["t0"]["last_step"] == 40
-    restored.on_result(_record(40))  # Ray re-reports the step the kill interrupted
-    restored.on_result(_record(60))
-    assert restored.drain() == []
+    resumed = SweepTracker(uri, spec, sweep_dir, ledger=ledger)  # the next launch: nothing on disk but the ledger
+    assert resumed.start(sweep_dir / "space.yaml") == live.state["parent_run_id"]
+    resumed.on_result(_record(40))  # the trial re-reports the step its checkpoint holds
+    resumed.on_result(_record(60))
+    assert resumed.drain() == []
+    assert resumed.state["trials"]["t0"]["run_id"] == run_id
     history = client(uri).get_metric_history(run_id, "acc_3x")
     assert [m.step for m in history] == [20, 40, 60]
 
@@ -94,7 +93,8 @@ def test_a_server_outage_neither_blocks_the_driver_nor_loses_a_report(tmp_path):
     url, proc = start_mlflow_server(root, f"sqlite:///{root / 'mlflow.db'}")
     port = int(url.rsplit(":", 1)[1])
     spec, sweep_dir = _sweep(tmp_path, url)
-    tracker = SweepTracker(url, spec, sweep_dir)
+    ledger = _ledger(sweep_dir, spec)
+    tracker = SweepTracker(url, spec, sweep_dir, ledger=ledger)
     tracker.start(sweep_dir / "space.yaml")
     tracker.on_result(_record(10))
     time.sleep(1)
@@ -110,51 +110,55 @@ def test_a_server_outage_neither_blocks_the_driver_nor_loses_a_report(tmp_path):
         run_id = tracker.state["trials"]["t0"]["run_id"]
         assert [m.step for m in client(url).get_metric_history(run_id, "acc_3x")] == [10, 20, 30]
 
-        # down at the end of a sweep: what is left is kept, listed, and logged by the next start
+        # down at the end of a sweep: what is left is listed, and the next launch logs it from the trial's folder
         tracker.on_result(_record(40))
         time.sleep(1)
         stop(proc)
         tracker.on_result(_record(50))
         left = tracker.drain(timeout_s=2)
         assert [r.step for _, r, _ in left] == [50]
-        assert [json.loads(line)["record"]["step"] for line in (sweep_dir / UNLOGGED_FILE).read_text().splitlines()] == [50]
         url2, proc = start_mlflow_server(root, f"sqlite:///{root / 'mlflow.db'}", port=port)
-        SweepTracker(url, spec, sweep_dir).start(sweep_dir / "space.yaml")
-        assert not (sweep_dir / UNLOGGED_FILE).exists()
+        trial_dir = sweep_dir / "trials" / "t0"
+        _reports(trial_dir, (10, 20, 30, 40, 50))
+        nxt = SweepTracker(url, spec, sweep_dir, ledger=ledger)
+        nxt.start(sweep_dir / "space.yaml")
+        assert nxt.reconcile([TrialRecord("t0", _record(0).params, "running", 50, {"step": 50}, str(trial_dir))]) == 1
         assert [m.step for m in client(url).get_metric_history(run_id, "acc_3x")] == [10, 20, 30, 40, 50]
     finally:
         stop(proc)
 
 
 def test_reconcile_logs_what_a_killed_driver_never_logged(tmp_path):
-    """The ledger (status.json records, each trial's result.json) ahead of MLflow after a SIGKILL:
+    """The ledger and each trial's folder (metrics.jsonl) ahead of MLflow after a SIGKILL:
     the missing reports (below MLflow's last step too, and beyond status.json's lagging step) and
     the missing end are logged, nothing twice."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec, sweep_dir = _sweep(tmp_path, uri)
-    tracker = SweepTracker(uri, spec, sweep_dir)
+    ledger = _ledger(sweep_dir, spec)
+    tracker = SweepTracker(uri, spec, sweep_dir, ledger=ledger)
     tracker.start(sweep_dir / "space.yaml")
     tracker.on_result(_record(20))  # the report of step 10 was lost with a killed driver's queue
     assert tracker.drain() == []
     trial_dir = tmp_path / "trial_t0"
-    trial_dir.mkdir()
-    (trial_dir / "result.json").write_text("".join(json.dumps({"step": s, "acc_3x": s / 1000, "loss": 1.0}) + "\n" for s in (10, 20, 30))
-                                           + '{"step": 40, "acc')  # a line cut by the kill
+    _reports(trial_dir, (10, 20, 30), cut='{"step": 40, "acc')  # a line cut by the kill
     ended = TrialRecord("t0", _record(0).params, "completed", 20, {"step": 20, "acc_3x": 0.02}, str(trial_dir))  # status.json lags
-    fresh = SweepTracker(uri, spec, sweep_dir)
+    fresh = SweepTracker(uri, spec, sweep_dir, ledger=ledger)
+    fresh.start(sweep_dir / "space.yaml")
     assert fresh.reconcile([ended]) == 3  # steps 10 (a gap below the last logged) and 30, and the end
     run = client(uri).get_run(fresh.state["trials"]["t0"]["run_id"])
     assert run.info.status == "FINISHED" and run.data.tags["status"] == "completed"
     assert sorted(m.step for m in client(uri).get_metric_history(run.info.run_id, "acc_3x")) == [10, 20, 30]  # each once
-    assert SweepTracker(uri, spec, sweep_dir).reconcile([ended]) == 0  # nothing left to do
+    again = SweepTracker(uri, spec, sweep_dir, ledger=ledger)
+    again.start(sweep_dir / "space.yaml")
+    assert again.reconcile([ended]) == 0  # nothing left to do
 
 
 def test_resuming_with_another_tracking_store_is_refused(tmp_path):
-    runs = {"tracking_uri": "http://127.0.0.1:5000"}
-    check_same_store(tmp_path, "http://127.0.0.1:5000", "--tracking-uri", runs)
-    check_same_store(tmp_path, "sqlite:///x.db", "--tracking-uri", {})  # a sweep that never logged
+    started_with = "http://127.0.0.1:5000"
+    check_same_store(tmp_path, "http://127.0.0.1:5000", "--tracking-uri", started_with)
+    check_same_store(tmp_path, "sqlite:///x.db", "--tracking-uri", None)  # a sweep that never logged
     try:
-        check_same_store(tmp_path, "sqlite:///x.db", "--tracking-uri", runs)
+        check_same_store(tmp_path, "sqlite:///x.db", "--tracking-uri", started_with)
     except ConfigError as err:
         assert "logs to http://127.0.0.1:5000" in str(err) and "--restart" in str(err) and "\n" not in str(err)
     else:
@@ -167,14 +171,16 @@ def test_reconcile_logs_whole_reports_so_a_failed_call_loses_none(tmp_path):
     whose `step` alone would make the retry take that step as logged."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec, sweep_dir = _sweep(tmp_path, uri)
-    SweepTracker(uri, spec, sweep_dir).start(sweep_dir / "space.yaml")
+    ledger = _ledger(sweep_dir, spec)
+    SweepTracker(uri, spec, sweep_dir, ledger=ledger).start(sweep_dir / "space.yaml")
     trial_dir = tmp_path / "trial_t0"
     trial_dir.mkdir()
     names = [f"m{i:02d}" for i in range(30)]  # with step: 31 metrics a report, 100 reports: 4 calls
-    (trial_dir / "result.json").write_text("".join(
+    (trial_dir / "metrics.jsonl").write_text("".join(
         json.dumps({"step": s, **{n: s + i for i, n in enumerate(names)}}) + "\n" for s in range(1, 101)))
     ended = TrialRecord("t0", _record(0).params, "completed", 100, {"step": 100}, str(trial_dir))
-    tracker = SweepTracker(uri, spec, sweep_dir)
+    tracker = SweepTracker(uri, spec, sweep_dir, ledger=ledger)
+    tracker.start(sweep_dir / "space.yaml")
     log_batch, calls = tracker.client.log_batch, []
 
     def second_call_fails(run_id, metrics=(), **kwargs):
@@ -191,36 +197,27 @@ def test_reconcile_logs_whole_reports_so_a_failed_call_loses_none(tmp_path):
         assert sorted(m.step for m in client(uri).get_metric_history(run_id, name)) == list(range(1, 101)), name
 
 
-def test_a_kill_after_the_parent_run_is_made_never_makes_a_second(tmp_path):
-    """SIGKILL inside the write that records the new parent run (a real process, SWEEPER_FAULT), then
-    start again as `sweeper launch` does: Ray had written nothing to resume from, so the relaunch
-    clears the sweep directory (the run mapping with it) and starts afresh. The same parent run
-    comes back, and the sweep has one."""
-    import os
-    import subprocess
-    import sys
-
-    from sweeper.commands.launch import prepare_sweep_dir
-
+def test_the_parent_run_s_uid_is_in_the_ledger_before_the_run_exists(tmp_path):
+    """The uid that tags the sweep's parent run is written to the ledger before the run is made: a start
+    cut off after making it (a kill, a failed call) finds that run again on the next start, never makes
+    a second."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec, sweep_dir = _sweep(tmp_path, uri)
-    start = ("from sweeper import faults; faults.arm(); "  # as `sweeper launch` arms them
-             "from sweeper.space import load_space; from sweeper.adapters.mlflow_tracking import SweepTracker; "
-             f"from pathlib import Path; SweepTracker({uri!r}, load_space({str(ROOT / 'search_spaces' / 'smoke.yaml')!r}), "
-             f"Path({str(sweep_dir)!r})).start(Path({str(sweep_dir / 'space.yaml')!r}))")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SWEEPER_FAULT": "state_write:2:KILL"}  # 1: the name, 2: the run
-    killed = subprocess.run([sys.executable, "-c", start], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert killed.returncode == -9, killed.stderr[-2000:]
-    assert "parent_run_id" not in json.loads((sweep_dir / RUNS_FILE).read_text())  # the kill came before it was recorded
-    parents = lambda: [r for r in client(uri).search_runs(["1"]) if r.data.tags.get("role") == "sweep"]  # noqa: E731
-    [orphan] = parents()
-    assert orphan.info.status == "RUNNING"
+    ledger = _ledger(sweep_dir, spec)
+    tracker = SweepTracker(uri, spec, sweep_dir, ledger=ledger)
+    create_run, seen = tracker.client.create_run, []
 
-    space_file = ROOT / "search_spaces" / "smoke.yaml"
-    assert not prepare_sweep_dir(spec, str(space_file), sweep_dir, restorable=False, restart=False)  # as launch: afresh
-    assert not (sweep_dir / RUNS_FILE).exists()
-    run_id = SweepTracker(uri, spec, sweep_dir).start(sweep_dir / "space.yaml")
-    assert [r.info.run_id for r in parents()] == [orphan.info.run_id] == [run_id]
+    def create_and_look(*args, **kwargs):
+        seen.append(Ledger(f"sqlite:///{sweep_dir / 'optuna.db'}", spec, create=False).attr("sweeper.mlflow_uid"))
+        return create_run(*args, **kwargs)
+
+    tracker.client.create_run = create_and_look
+    run_id = tracker.start(sweep_dir / "space.yaml")
+    assert seen and seen[0] == client(uri).get_run(run_id).data.tags["parent_uid"]
+    reopened = Ledger(f"sqlite:///{sweep_dir / 'optuna.db'}", spec, create=False)
+    again = SweepTracker(uri, spec, sweep_dir, ledger=reopened).start(sweep_dir / "space.yaml")
+    parents = [r.info.run_id for r in client(uri).search_runs(["1"]) if r.data.tags.get("role") == "sweep"]
+    assert parents == [run_id] == [again]
 
 
 def test_a_fresh_start_ends_the_runs_a_cleared_sweep_directory_left_running(tmp_path):
@@ -228,12 +225,12 @@ def test_a_fresh_start_ends_the_runs_a_cleared_sweep_directory_left_running(tmp_
     or removed by hand) can never finish: a fresh start ends it as KILLED instead of adopting it."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec, sweep_dir = _sweep(tmp_path, uri)
-    old = SweepTracker(uri, spec, sweep_dir)
+    old = SweepTracker(uri, spec, sweep_dir, ledger=_ledger(sweep_dir, spec))
     old_id = old.start(sweep_dir / "space.yaml")
     old.on_result(_record(10))
     old.drain()
-    (sweep_dir / RUNS_FILE).unlink()  # the directory started afresh
-    new_id = SweepTracker(uri, spec, sweep_dir).start(sweep_dir / "space.yaml")
+    (sweep_dir / "optuna.db").unlink()  # the directory started afresh: a new ledger
+    new_id = SweepTracker(uri, spec, sweep_dir, ledger=_ledger(sweep_dir, spec)).start(sweep_dir / "space.yaml")
     assert new_id != old_id
     ended = client(uri).get_run(old_id)
     assert ended.info.status == "KILLED" and ended.data.tags["status"].startswith("abandoned")
@@ -244,7 +241,7 @@ def test_a_failed_call_after_the_parent_run_is_made_never_makes_a_second(tmp_pat
     """The server fails once right after creating the parent (its params refused): the retry finds that run."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec, sweep_dir = _sweep(tmp_path, uri)
-    tracker = SweepTracker(uri, spec, sweep_dir)
+    tracker = SweepTracker(uri, spec, sweep_dir, ledger=_ledger(sweep_dir, spec))
     log_batch, failures = tracker.client.log_batch, []
 
     def failing_once(*args, **kwargs):

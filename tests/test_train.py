@@ -94,7 +94,7 @@ def test_a_diverged_set_complement_run_reports_the_worst_tv(tmp_path):
 
 
 def test_resuming_a_finished_run_reports_nothing_and_returns_its_final_metrics(tmp_path):
-    # a finished run resumed has nothing new to say (issue 14); it returns its final report, which
+    # a finished run resumed has nothing new to say ; it returns its final report, which
     # the Ray adapter repeats itself when Ray restarts a trial from its final checkpoint
     _, first = _final_state(_cfg(20), keep_at=20, tmp_path=tmp_path)
     again = []

@@ -213,7 +213,7 @@ class TrialConfig(_Frozen):
     @model_validator(mode="before")
     @classmethod
     def _legacy_phase1_targets(cls, data: Any) -> Any:
-        """`dat.phase1_targets` (before issue 15) is read as the curriculum it was: `state` on a
+        """`dat.phase1_targets` (of earlier versions) is read as the curriculum it was: `state` on a
         modsum_recall DAT run is `curriculum.state_only_until_switch: true`; elsewhere it changed
         nothing (joint runs, tasks whose targets are all of one kind) and `all` is today's DAT."""
         if not isinstance(data, Mapping) or not isinstance(data.get("dat"), Mapping) or "phase1_targets" not in data["dat"]:

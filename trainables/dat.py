@@ -31,7 +31,7 @@ DAT trains every target from step 0, as the paper does. Training only the state-
 targets first is a separate setting, the target curriculum (`curriculum`, see
 `curriculum_state_only`), which applies to joint training as well: `state_only_steps: N` for
 the first N steps, or `state_only_until_switch` while DAT holds attention back (what
-`dat.phase1_targets: state` did before issue 15, and what older configs still load as).
+`dat.phase1_targets: state` did in earlier versions, and what older configs still load as).
 
 The schedule's state (switched yet, and at which step) is part of the checkpoint.
 """

@@ -118,12 +118,7 @@ def baseline_points(spec: SearchSpace, source: str = "<space>") -> list[dict[str
                 known = ", ".join(by_name)
                 raise SpaceError(f"{where}.{cut(str(key), 60)}: not a searched parameter (searched: {cut(known, 120)})")
             p, _ = by_name[name]
-            dist = distribution(p)
-            try:
-                ok = dist._contains(dist.to_internal_repr(value))
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
+            if not contains(p, value):
                 raise SpaceError(f"{where}.{key}: {brief(value)} is outside the searched {cut(_describe(p), 100)}")
             point[name] = value
         for name in point:
@@ -132,6 +127,22 @@ def baseline_points(spec: SearchSpace, source: str = "<space>") -> list[dict[str
                     raise SpaceError(f"{where}.{name}: exists only when {parent}={brief(choice)}, but the point sets {parent}={brief(point[parent])}")
         points.append(point)
     return points
+
+
+def contains(p: Param, value: Any) -> bool:
+    """Whether the parameter `p` can take `value` (inside its range, on its step, among its choices)."""
+    if isinstance(p, CategoricalParam):
+        return any(value == c and type(value) is type(c) for c in p.choices) or value in p.choices
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(p, IntParam) and value != int(value):
+        return False
+    if not p.low <= value <= p.high:
+        return False
+    if p.step:
+        k = (value - p.low) / p.step
+        return abs(k - round(k)) < 1e-8
+    return True
 
 
 def _describe(p: Param) -> str:

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from sweeper.serve import serve_until_stopped
-from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir, study_id
+from sweeper.adapters.optuna_ledger import study_id
+from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
 from trainables.errors import ConfigError
 
 def study_file(name: str, storage: str | None) -> Path:

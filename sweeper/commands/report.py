@@ -133,12 +133,15 @@ def run(args: argparse.Namespace) -> int:
 
     sweep_dir = find_sweep_dir(args.name, args.storage, SPACE_FILE)
     name = sweep_dir.name if sweep_dir == Path(args.name) else args.name
-    runs_state = tracking.load_runs(sweep_dir)
-    uri = args.tracking_uri or runs_state.get("tracking_uri") or tracking.resolve_uri(None)
+    from sweeper.adapters.optuna_ledger import sweep_attrs
+    from sweeper.sweep_dir import OPTUNA_DB
+
+    logged_to = sweep_attrs(sweep_dir / OPTUNA_DB, name).get("sweeper.tracking_uri")
+    uri = args.tracking_uri or logged_to or tracking.resolve_uri(None)
     if not sweep_dir.exists() and not args.tracking_uri:
         raise ConfigError(f"{sweep_dir}: no sweep here; pass --tracking-uri to read `{name}` from an MLflow server")
     source = ("--tracking-uri" if args.tracking_uri else
-              f"the tracking URI the sweep logged to ({sweep_dir / tracking.RUNS_FILE})" if runs_state.get("tracking_uri") else
+              f"the tracking URI the sweep logged to ({sweep_dir / OPTUNA_DB})" if logged_to else
               tracking.uri_source(None))
     tracking.preflight(uri, source=source)
     text = build_report(name, uri, sweep_dir if sweep_dir.exists() else None, args.experiment, args.top)

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from sweeper.status import STATUS_FILE, load_records, print_status
+from sweeper.status import SPACE_FILE, STATUS_FILE, ensure_status, load_records, print_status
 from sweeper.sweep_dir import find_sweep_dir
+from trainables.errors import ConfigError
 
 
 def run(args: argparse.Namespace) -> int:
-    sweep_dir = find_sweep_dir(args.name, args.storage, STATUS_FILE,
-                               missing=f"no sweep here (no {STATUS_FILE}); `sweeper launch FILE` starts one")
+    sweep_dir = find_sweep_dir(args.name, args.storage, SPACE_FILE)
+    if not (sweep_dir / STATUS_FILE).exists() and not (sweep_dir / SPACE_FILE).exists():
+        raise ConfigError(f"{sweep_dir}: no sweep here (no {STATUS_FILE}, no {SPACE_FILE}); `sweeper launch FILE` starts one")
+    if not (sweep_dir / STATUS_FILE).exists():
+        if not ensure_status(sweep_dir):
+            print(f"sweep {sweep_dir.name}: starting (no report yet); run this again in a moment")
+            return 0
+        print(f"(rebuilt {sweep_dir / STATUS_FILE} from the sweep's study and its trials' folders)")
     if not args.watch:
         print_status(sweep_dir)
         return 0

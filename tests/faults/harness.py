@@ -180,11 +180,8 @@ def resume_and_watch(sweep: Sweep, timeout: float = 480) -> tuple[int, str, str,
 
 
 def check_ledger(sweep: Sweep, finished_before: dict[str, dict], lost_node: bool = False) -> list[str]:
-    """Everything issue 14 asks of a sweep after faults and a resume; returns what is wrong (empty: nothing).
-    `lost_node`: a worker node died mid-trial. Ray restarts its trial from the last checkpoint the
-    driver had registered, which can be one report older than the last result it logged (the node
-    died between the two): that one step is trained again (bit-identically) and appears twice in
-    Ray's result.json, once everywhere else. One such repeat, of one report, is allowed."""
+    """What a sweep must hold after faults and a resume; returns what is wrong (empty: nothing).
+    `lost_node`: a worker node died mid-trial (its trial continues from its folder's checkpoint)."""
     from mlflow import MlflowClient
 
     wrong: list[str] = []
@@ -201,8 +198,8 @@ def check_ledger(sweep: Sweep, finished_before: dict[str, dict], lost_node: bool
         elif t["status"] == "completed" and t["step"] != sweep.max_steps:
             wrong.append(f"{t['trial_id']} completed at step {t['step']}")
         elif t["status"] == "stopped" and t["step"] not in sweep.rungs:
-            # ASHA judges only at its rungs (reports fall on them), and its rungs survive a resume
-            # (ResumableASHA): a trial stopped anywhere else was judged by a scheduler that forgot them
+            # ASHA judges only at its rungs (reports fall on them), and its rungs are in the ledger: a
+            # trial stopped anywhere else was judged by a scheduler that forgot them
             wrong.append(f"{t['trial_id']} stopped at step {t['step']}, not at one of ASHA's rungs {sweep.rungs}")
     for trial_id, before in finished_before.items():  # never trained again
         after = trials.get(trial_id)
@@ -211,28 +208,25 @@ def check_ledger(sweep: Sweep, finished_before: dict[str, dict], lost_node: bool
         elif (after["status"], after["step"], after["metrics"].get("steps_per_s")) != (before["status"], before["step"], before["metrics"].get("steps_per_s")):
             wrong.append(f"{trial_id} ended {before['status']} at {before['step']} before the fault, trained again: "
                          f"{after['status']} at {after['step']}")
-    # Ray's own log of each trial never goes back: a resumed trial continues from its newest checkpoint,
-    # never from an older one. (A trial cut off at its last step reports that step again on resume, so
-    # that Ray ends it with its real last result: the one repeat allowed, and never logged twice elsewhere.)
+    # each trial's own log of reports (its folder's metrics.jsonl) never goes back or repeats: a resumed
+    # trial continues from its newest checkpoint, and the reports after it are dropped before it does
     for t in trials.values():
-        path = Path(t["path"]) / "result.json"
+        path = Path(t["path"]) / "metrics.jsonl"
         steps = [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-        repeats = [a for a, b in zip(steps, steps[1:]) if a == b]
-        allowed = lost_node or (repeats and steps[-2] == steps[-1])
-        if steps != sorted(steps) or len(steps) - len(set(steps)) > 1 or (repeats and not allowed):
-            wrong.append(f"{t['trial_id']}: result.json has steps {steps} (trained again from an older state)")
+        if steps != list(range(EVERY, t["step"] + 1, EVERY)):
+            wrong.append(f"{t['trial_id']}: metrics.jsonl has steps {steps}")
     # Optuna agrees with the scheduler: COMPLETE at max_steps, PRUNED at the rung ASHA stopped it
     study_trials = [x for x in sweep.study().trials if "duplicate_of" not in x.user_attrs]
     live = [x for x in study_trials if x.state.name != "FAIL"]
     if len(live) != sweep.num_samples:
         wrong.append(f"{len(live)} Optuna trials not FAIL ({[x.state.name for x in study_trials]}); {sweep.num_samples} expected")
     expected_state = {"completed": "COMPLETE", "stopped": "PRUNED", "diverged": "COMPLETE", "failed": "FAIL"}
+    by_number = {x.number: x for x in study_trials}
     for t in trials.values():
-        match = [x for x in live if x.params == t["params"]]
-        if len(match) != 1:
-            wrong.append(f"{t['trial_id']}: {len(match)} Optuna trials at its point {t['params']}")
+        x = by_number.get(int(t["trial_id"].lstrip("t")))  # the trial's name is its number in the study
+        if x is None or x.params != t["params"]:
+            wrong.append(f"{t['trial_id']}: the study holds {x.params if x else 'no such trial'}, the sweep {t['params']}")
             continue
-        x = match[0]
         if x.state.name != expected_state[t["status"]]:
             wrong.append(f"{t['trial_id']} is {t['status']} at {t['step']}, Optuna says {x.state.name}")
         elif x.intermediate_values and max(x.intermediate_values) != t["step"]:
@@ -268,10 +262,10 @@ def check_after_fault(sweep: Sweep) -> list[str]:
     """Right after the fault: every trial status.json calls stopped was stopped by the scheduler (the
     study holds it PRUNED at that step); a trial an interrupt cut off is never labelled a stop."""
     wrong = []
-    study = [x for x in sweep.study().trials if "duplicate_of" not in x.user_attrs]
+    study = {x.number: x for x in sweep.study().trials}
     for t in (sweep.status() or {"trials": []})["trials"]:
         if t["status"] == "stopped":
-            match = [x for x in study if x.params == t["params"]]
+            match = [x for n, x in study.items() if n == int(t["trial_id"].lstrip("t"))]
             if not match or match[0].state.name != "PRUNED" or max(match[0].intermediate_values, default=None) != t["step"]:
                 wrong.append(f"after the fault, {t['trial_id']} is stopped at {t['step']} while the study has "
                              f"{[(x.state.name, max(x.intermediate_values, default=None)) for x in match]}")

@@ -5,7 +5,6 @@ running driver while it resumes. One case runs in `make test`; `make faults` run
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 
@@ -19,13 +18,12 @@ pytestmark = pytest.mark.integration
 # event -> the pass on which the driver kills itself: chosen so that some trials have ended and some
 # are mid-training (4 trials, 2 at once, 4 reports each at most, ASHA rungs at steps 10 and 20)
 CUES = {
-    "verdict": 1,      # ASHA's first stop, decided and saved (asha.pkl); Ray has not acted on it
-    "report": 6,       # after the 6th report reached the driver (the study has it; MLflow, status.json not)
-    "logged": 5,       # a report logged to MLflow, status.json not yet written
-    "checkpoint": 7,   # a trial's checkpoint reached the driver, not yet in Ray's experiment snapshot
-    "state_write": 9,  # mid-write of a state file: the new one beside the old, not yet in place
-    "stop": 1,         # ASHA stopped a trial: the study says PRUNED, nothing else knows yet
-    "end": 1,          # a trial ran to its end: nothing recorded yet
+    "verdict": 1,      # ASHA's first stop, decided and in the ledger (stopped_at); Ray has not acted on it
+    "report": 6,       # after the 6th report reached the driver (the ledger has it; MLflow, status.json not)
+    "logged": 5,       # a report queued for MLflow, status.json not yet written
+    "state_write": 9,  # mid-write of a view file: the new one beside the old, not yet in place
+    "stop": 1,         # ASHA stopped a trial: the ledger says PRUNED, nothing else knows yet
+    "end": 1,          # a trial ran to its end: the ledger has it, the views not yet
     "finish": 1,       # every trial ended; summary.json written, the MLflow parent still open
 }
 SIGNALS = ("KILL", "INT", "TERM")
@@ -89,23 +87,3 @@ def test_a_cue_fires_once_on_its_count_and_an_unset_one_never(cue, rc, printed):
     env = {**ENV, "SWEEPER_FAULT": cue} if cue else ENV
     r = subprocess.run([sys.executable, "-c", COUNT_TO_FIVE], env=env, capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stdout.split()) == (rc, printed.split()), r.stderr
-
-
-def test_an_older_checkpoint_the_snapshot_still_names_gets_the_newest_reported_state(tmp_path):
-    # SIGINT between a trial's report at step 30 and Ray recording its checkpoint: the snapshot names
-    # checkpoint_000001 (step 20), still on disk; resumed from it, the trial trained steps 20-30 again
-    # (report-INT: result.json [10, 20, 30, 30, 40]). A newest checkpoint whose report is not in
-    # result.json is left alone: resuming from it would skip a report nobody logged.
-    from sweeper.adapters.ray_tune import restore_missing_checkpoints
-
-    trial = tmp_path / "trainable_x"
-    for i, state in ((1, b"step 20"), (2, b"step 30")):
-        (trial / f"checkpoint_00000{i}").mkdir(parents=True)
-        (trial / f"checkpoint_00000{i}" / "state.pt").write_bytes(state)
-    lines = [json.dumps({"step": 20, "checkpoint_dir_name": "checkpoint_000001"})]
-    (trial / "result.json").write_text("\n".join(lines) + "\n")
-    assert restore_missing_checkpoints(tmp_path) == []  # step 30's report never reached result.json: keep step 20
-    assert (trial / "checkpoint_000001" / "state.pt").read_bytes() == b"step 20"
-    (trial / "result.json").write_text("\n".join(lines + [json.dumps({"step": 30, "checkpoint_dir_name": "checkpoint_000002"})]) + "\n")
-    assert restore_missing_checkpoints(tmp_path) == [trial / "checkpoint_000001"]
-    assert (trial / "checkpoint_000001" / "state.pt").stat().st_ino == (trial / "checkpoint_000002" / "state.pt").stat().st_ino

@@ -1,0 +1,244 @@
+"""MLflow, the connection: where the store is, whether it answers, calls retried while it is down,
+one background thread that logs in order, and the read side (`sweeper ui`, `sweeper report`).
+With `mlflow_tracking.py` (the sweep's mirror) the only modules of the project that import mlflow.
+
+Tracking location: `--tracking-uri`, else $MLFLOW_TRACKING_URI, else an embedded SQLite store
+`./mlflow.db` that needs no server.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from sweeper.fs import check_writable
+from sweeper.records import TrialRecord
+from trainables.config import ConfigError
+from trainables.errors import cut
+
+DEFAULT_DB = "mlflow.db"
+BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # between tries of a call the tracking server failed; then 15 s each
+PERMANENT_TRIES = 3  # a call that fails for another reason than an unreachable store: given up after this many
+
+
+def resolve_uri(cli_value: str | None) -> str:
+    """--tracking-uri, else $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db (absolute)."""
+    uri = cli_value or os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return f"sqlite:///{(Path.cwd() / DEFAULT_DB).resolve()}"
+
+
+def uri_source(cli_value: str | None) -> str:
+    """Where `resolve_uri` took the URI from, as a user would name it in an error."""
+    if cli_value:
+        return "--tracking-uri"
+    return "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "the default tracking URI"
+
+
+def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") -> None:
+    """Fail fast, in one line, when the tracking store cannot be reached or written; `source`
+    names where the URI came from (see `uri_source`)."""
+    if uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s) as response:
+                if response.status != 200:
+                    raise ConfigError(f"{source} {uri}: the MLflow server answered HTTP {response.status} on /health")
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            reason = getattr(err, "reason", err)
+            raise ConfigError(f"{source} {cut(uri, 120)}: MLflow tracking server unreachable ({cut(str(reason), 80)}); start it "
+                              f"(on a cluster: is the mlflow Service up?), or, on one machine, "
+                              f"unset it to log to ./{DEFAULT_DB}") from None
+    elif uri.startswith("sqlite:///"):
+        folder = Path(uri.removeprefix("sqlite:///")).parent
+        if not folder.is_dir():
+            raise ConfigError(f"{source} {cut(uri, 120)}: folder {cut(str(folder), 120)} does not exist")
+        check_writable(folder, f"{source} {cut(uri, 120)}: folder")
+    elif uri.startswith("file:") or "://" not in uri:
+        check_writable(uri.removeprefix("file://").removeprefix("file:"), source)
+    elif uri.split("://")[0] not in ("databricks", "postgresql", "mysql", "mssql"):
+        raise ConfigError(f"{source} {cut(uri, 120)}: unknown scheme; use http(s)://HOST:PORT or sqlite:///PATH")
+
+
+def store_lock(uri: str):
+    """A file lock beside an embedded SQLite store while it may be created or migrated (two
+    sweeps started at once in one folder would both run MLflow's migrations); no-op otherwise."""
+    import contextlib
+
+    from sweeper.lock import file_lock
+
+    if uri.startswith("sqlite:///"):
+        return file_lock(Path(uri.removeprefix("sqlite:///") + ".lock"))
+    return contextlib.nullcontext()
+
+
+def client(uri: str, retries: bool = True):
+    """An MLflow client of the store. `retries=False`: our own retries (BackgroundLog, `retrying`) decide
+    how long to wait for a server; MLflow's HTTP client would otherwise retry each call for minutes.
+    MLflow's own log lines (store creation, migrations) stay out of the user's terminal unless
+    $SWEEPER_VERBOSE is set."""
+    import logging
+
+    if not retries:
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    from mlflow import MlflowClient  # (its import sets its loggers' levels: ours come after)
+
+    if not os.environ.get("SWEEPER_VERBOSE"):
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a "View run" line per ended run
+        for name in ("mlflow", "alembic"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+    return MlflowClient(tracking_uri=uri)
+
+
+def unreachable(err: BaseException) -> bool:
+    """Whether a tracking call failed because the store could not be reached (worth retrying),
+    not because MLflow refused the call."""
+    if isinstance(err, (ConnectionError, TimeoutError)):
+        return True
+    text = f"{type(err).__name__}: {err}"
+    return any(sign in text for sign in (
+        "Connection refused", "Max retries exceeded", "Failed to establish", "timed out", "Read timed out",
+        "RemoteDisconnected", "Connection aborted", "database is locked", "status code 502", "status code 503",
+        "status code 504", "ConnectionError", "Temporary failure in name resolution"))
+
+
+def retrying(call, deadline: float, what: str):
+    """`call()`, retried with backoff while the store is unreachable, until `deadline` (monotonic)."""
+    for attempt in range(10**9):
+        try:
+            return call()
+        except Exception as err:  # noqa: BLE001 - classified below
+            wait = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
+            if not unreachable(err) or time.monotonic() + wait > deadline:
+                raise
+            if attempt == 0:
+                print(f"note: MLflow unreachable while {what} ({cut(str(err), 120)}); retrying", file=sys.stderr, flush=True)
+            time.sleep(wait)
+
+
+class BackgroundLog:
+    """One thread that makes a tracker's calls in order, so a slow or failing tracking server
+    never holds up the driver (and with it every trial). A call that fails because the store is
+    unreachable is retried with backoff, however long, while the sweep runs; one MLflow refuses
+    is tried PERMANENT_TRIES times, then set aside. `drain` waits for the queue to empty, for at
+    most a deadline, and returns what is left and what was set aside: nothing is dropped."""
+
+    def __init__(self, apply):
+        self.apply = apply  # apply(method, record): the real call
+        self.queue: queue.Queue = queue.Queue()
+        self.failed: list[tuple[str, TrialRecord, str]] = []  # (method, record, why)
+        self.deadline: float | None = None  # set by drain
+        self.down_since: float | None = None
+        self.thread = threading.Thread(target=self._run, name="mlflow-log", daemon=True)
+        self.thread.start()
+
+    def put(self, method: str, record: TrialRecord) -> None:
+        self.queue.put((method, record))
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            self._log(*item)
+            self.queue.task_done()
+
+    def _log(self, method: str, record: TrialRecord) -> None:
+        attempt = 0
+        while True:
+            try:
+                self.apply(method, record)
+                if self.down_since is not None:
+                    print(f"note: MLflow reachable again after {time.monotonic() - self.down_since:.0f} s; "
+                          f"{self.queue.qsize()} queued calls to go", file=sys.stderr, flush=True)
+                    self.down_since = None
+                return
+            except Exception as err:  # noqa: BLE001 - every failure is either retried or kept
+                down = unreachable(err)
+                if down and self.down_since is None:
+                    self.down_since = time.monotonic()
+                    print(f"warning: MLflow unreachable ({cut(str(err), 160)}); the sweep goes on, its reports "
+                          "are queued and logged when the server answers", file=sys.stderr, flush=True)
+                attempt += 1
+                wait = BACKOFF_S[min(attempt - 1, len(BACKOFF_S) - 1)]
+                out_of_time = self.deadline is not None and time.monotonic() + wait > self.deadline
+                if out_of_time or (not down and attempt >= PERMANENT_TRIES):
+                    self.failed.append((method, record, f"{type(err).__name__}: {cut(str(err), 160)}"))
+                    return
+                time.sleep(wait)
+
+    def drain(self, timeout_s: float) -> list[tuple[str, TrialRecord, str]]:
+        """Wait until every queued call is made or set aside (at most `timeout_s` more for retries);
+        stop the thread; return the calls not made, in order."""
+        self.deadline = time.monotonic() + timeout_s
+        self.queue.put(None)
+        self.thread.join()
+        left = []
+        while not self.queue.empty():
+            item = self.queue.get_nowait()
+            if item is not None:
+                left.append((*item, "not tried: the sweep stopped first"))
+        return self.failed + left
+
+
+def experiment_url(uri: str, experiment: str, ui_address: str | None = None) -> str | None:
+    """The MLflow UI address of a sweep's training runs (the server's, or a local `sweeper ui`'s):
+    the experiment's runs table, not MLflow 3's GenAI overview that the bare experiment address
+    opens, sorted by the sweep's metric, best first. Sorted by anything but date, the UI lists the
+    trials as rows of their own instead of folding them under the sweep's parent run (MLflow
+    3.17 ignores a `searchFilter` in the address; tests/test_mlflow_ui.py shows both)."""
+    c = client(uri)
+    exp = c.get_experiment_by_name(experiment)
+    base = ui_address or (uri if uri.startswith("http") else None)
+    if exp is None or not base:
+        return None
+    url = f"{base.rstrip('/')}/#/experiments/{exp.experiment_id}/runs"
+    parents = c.search_runs([exp.experiment_id], filter_string="tags.role = 'sweep'", max_results=1,
+                            order_by=["attributes.start_time DESC"])
+    metric = parents[0].data.tags.get("metric") if parents else None
+    if not metric:
+        return url
+    ascending = "true" if parents[0].data.tags.get("mode") == "min" else "false"
+    return f"{url}?orderByKey={urllib.parse.quote(f'metrics.`{metric}`')}&orderByAsc={ascending}"
+
+
+def charts_url(runs_url: str) -> str:
+    """The same runs as charts: each metric's curves of every trial, side by side."""
+    return f"{runs_url}{'&' if '?' in runs_url else '?'}compareRunsMode=CHART"
+
+
+def fetch_trial_runs(uri: str, sweep_name: str, experiment: str | None = None) -> list[dict]:
+    """The child runs of a sweep, newest parent first: [{run_id, trial_id, status, best, params, metrics}]."""
+    c = client(uri)
+    exp = c.get_experiment_by_name(experiment or sweep_name)
+    if exp is None:
+        raise ConfigError(f"{sweep_name}: no MLflow experiment `{experiment or sweep_name}` at {uri}")
+    parents = c.search_runs([exp.experiment_id], filter_string=f"tags.role = 'sweep' and tags.sweep = '{sweep_name}'",
+                            order_by=["attributes.start_time DESC"], max_results=1)
+    if not parents:
+        raise ConfigError(f"{sweep_name}: no sweep run in experiment `{exp.name}` at {uri}")
+    parent = parents[0].info.run_id
+    runs = c.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'", max_results=10_000)
+    return [{
+        "run_id": r.info.run_id, "trial_id": r.data.tags.get("trial_id", r.info.run_name),
+        "status": r.data.tags.get("status", ""), "best": r.data.tags.get("best") == "true",
+        "searched": [s for s in r.data.tags.get("searched", "").split(",") if s],
+        "params": dict(r.data.params), "metrics": dict(r.data.metrics),
+    } for r in runs]
+
+
+def serve_ui(uri: str, host: str, port: int):
+    """Start `mlflow ui` on a local store (a subprocess); the caller waits on it."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
+    return subprocess.Popen(cmd)

@@ -1,0 +1,281 @@
+"""The sweep's ledger: its Optuna study, the one record of the search, and its only writer.
+
+Per trial (through Optuna's public API: `study.ask`/`tell` and the storage's methods):
+
+    params               the sampled point
+    intermediate values  the sweep's metric at each reported training step
+    state                COMPLETE (ran to its last step, or diverged), PRUNED (the scheduler stopped
+                         it at a rung), FAIL (raised, even after retries), RUNNING (started, not
+                         ended: running now, or interrupted: the driver stopped before it ended)
+    user attributes      status (completed, diverged, stopped, failed), `rung.STEP` (the value the
+                         scheduler judged at a rung), stopped_at, interrupted, ray_trial_id, trial_dir,
+                         duplicate_of (a draw of a finished point, told that trial's outcome)
+
+Per study (user attributes): the folder format, the tracking URI, the MLflow parent's uid, when the
+sweep first started and how long its earlier launches ran. Every other file of a sweep is a view
+rebuilt from this and the trial folders.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from sweeper.adapters.optuna_search import DefineByRun, baseline_points, make_sampler
+from sweeper.space import SearchSpace
+from trainables.config import ConfigError
+from trainables.errors import cut
+
+FORMAT = 2  # the sweep folder's layout: the study is the ledger, the trainer owns each trial's folder
+FORMAT_ATTR = "sweeper.format"
+MAX_REDRAWS = 20  # draws per new trial before a point that already ran is trained again
+FINAL_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+def trial_name(number: int) -> str:
+    """A trial's name in every view (status, MLflow, the trial's folder): stable across launches."""
+    return f"t{number:04d}"
+
+
+@dataclass
+class LedgerTrial:
+    """What the ledger holds of one trial (a copy kept current by the ledger's writes)."""
+
+    number: int
+    params: dict[str, Any]
+    state: TrialState
+    values: dict[int, float] = field(default_factory=dict)  # step -> the metric's value
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return trial_name(self.number)
+
+    @property
+    def last_step(self) -> int:
+        return max(self.values, default=0)
+
+    @property
+    def duplicate(self) -> bool:
+        return "duplicate_of" in self.attrs
+
+    @property
+    def status(self) -> str:
+        """The trial's status as every view shows it (sweeper/records.py)."""
+        if self.state == TrialState.COMPLETE:
+            return self.attrs.get("status", "completed")
+        if self.state == TrialState.PRUNED:
+            return "stopped"
+        if self.state == TrialState.FAIL:
+            return "failed"
+        if self.attrs.get("interrupted"):
+            return "interrupted"
+        return "running" if self.values else "pending"
+
+    def rungs(self) -> dict[int, float]:
+        """The values this trial was judged with, by rung step."""
+        return {int(k.split(".", 1)[1]): float(v) for k, v in self.attrs.items() if k.startswith("rung.")}
+
+
+def storage_for(url: str) -> optuna.storages.RDBStorage:
+    return optuna.storages.RDBStorage(url, skip_table_creation="mode=ro" in url)
+
+
+class Ledger:
+    """The study of one sweep, opened by its driver (which holds the sweep's lock: the only writer)."""
+
+    def __init__(self, url: str, spec: SearchSpace, create: bool):
+        self.spec = spec
+        self.storage = storage_for(url)
+        direction = "maximize" if spec.mode == "max" else "minimize"
+        if create:
+            self.study = optuna.create_study(storage=self.storage, study_name=spec.name, sampler=make_sampler(spec),
+                                             direction=direction, load_if_exists=True)
+        else:
+            try:
+                self.study = optuna.load_study(study_name=spec.name, storage=self.storage, sampler=make_sampler(spec))
+            except KeyError:
+                raise ConfigError(f"{url}: holds no study `{spec.name}`; put the sweep's study back, or pass --restart") from None
+        self.study_id = self.storage.get_study_id_from_name(spec.name)
+        self._ids: dict[int, int] = {}  # trial number -> the storage's trial id
+        self.trials: dict[int, LedgerTrial] = {}
+        for t in self.study.get_trials(deepcopy=False):
+            self.trials[t.number] = LedgerTrial(t.number, dict(t.params), t.state, dict(t.intermediate_values), dict(t.user_attrs))
+        self._define = DefineByRun(spec)
+        if create and not self.attr(FORMAT_ATTR):
+            self.study.set_metric_names([spec.metric])
+            self.set_attr(FORMAT_ATTR, FORMAT)
+            self.set_attr("sweeper.started", time.time())
+            for point in baseline_points(spec):
+                self.study.enqueue_trial(point, skip_if_exists=True)
+
+    # -- the study's own attributes --------------------------------------------------------------
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return self.study.user_attrs.get(key, default)
+
+    def set_attr(self, key: str, value: Any) -> None:
+        self.study.set_user_attr(key, value)
+
+    # -- trials -------------------------------------------------------------------------------
+
+    def _id(self, number: int) -> int:
+        if number not in self._ids:
+            self._ids[number] = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
+        return self._ids[number]
+
+    def counted(self) -> int:
+        """Trials that count towards num_samples (a duplicate draw does not)."""
+        return sum(not t.duplicate for t in self.trials.values())
+
+    def unfinished(self) -> list[int]:
+        """Trials started and not ended, oldest first: a resumed sweep continues them first."""
+        return sorted(n for n, t in self.trials.items() if t.state == TrialState.RUNNING and not t.duplicate)
+
+    def new_trial(self) -> int:
+        """Draw a new point from the sampler. Trials are seeded, so a point that already ran would give
+        the same result: a draw of a finished point is told that trial's outcome at once, a draw of a
+        point in training is set aside (FAIL), both marked `duplicate_of`, and the sampler draws again,
+        up to MAX_REDRAWS times."""
+        for attempt in range(MAX_REDRAWS):
+            trial = self.study.ask()
+            self._define(trial)
+            entry = self.trials[trial.number] = LedgerTrial(trial.number, dict(trial.params), TrialState.RUNNING)
+            twin = self._twin(entry)
+            if twin is None or attempt == MAX_REDRAWS - 1:  # the last draw trains, twin or not: the space is exhausted
+                return trial.number
+            if twin.state == TrialState.RUNNING:
+                self.set_trial_attr(entry.number, "duplicate_of", twin.number)
+                entry.state = self.study.tell(entry.number, state=TrialState.FAIL).state
+            else:
+                self._copy_outcome(entry, twin)
+        raise AssertionError("unreachable: the last draw returns")
+
+    def _twin(self, entry: LedgerTrial) -> LedgerTrial | None:
+        """A trial at the same point that finished (and not failed) or is training; None if none."""
+        for t in self.trials.values():
+            if t is not entry and t.state != TrialState.FAIL and not t.duplicate and t.params == entry.params:
+                return t
+        return None
+
+    def _copy_outcome(self, entry: LedgerTrial, twin: LedgerTrial) -> None:
+        self.set_trial_attr(entry.number, "duplicate_of", twin.number)
+        for step, value in sorted(twin.values.items()):
+            self.report(entry.number, step, value)
+        if twin.state == TrialState.COMPLETE:
+            self.end(entry.number, twin.status, self.study.trials[twin.number].value)
+        else:
+            self.end(entry.number, "stopped", None)
+
+    def set_trial_attr(self, number: int, key: str, value: Any) -> None:
+        if self.trials[number].attrs.get(key) == value:
+            return
+        self.storage.set_trial_user_attr(self._id(number), key, value)
+        self.trials[number].attrs[key] = value
+
+    def report(self, number: int, step: int, value: float) -> bool:
+        """The metric's value at a training step; False when the ledger had it (or the trial ended)."""
+        t = self.trials[number]
+        if step in t.values or t.state in FINAL_STATES or not math.isfinite(value):
+            return False
+        self.storage.set_trial_intermediate_value(self._id(number), step, float(value))
+        t.values[step] = float(value)
+        if t.attrs.get("interrupted"):
+            self.set_trial_attr(number, "interrupted", False)
+        return True
+
+    def record_rung(self, number: int, step: int, value: float) -> None:
+        self.set_trial_attr(number, f"rung.{step}", float(value))
+
+    def rung_values(self, step: int, but: int | None = None) -> list[float]:
+        key = f"rung.{step}"
+        return [float(t.attrs[key]) for n, t in self.trials.items() if key in t.attrs and n != but]
+
+    def end(self, number: int, status: str, value: float | None) -> None:
+        """Record how a trial ended: completed or diverged (COMPLETE, with its value), stopped by
+        the scheduler (PRUNED), failed (FAIL)."""
+        t = self.trials[number]
+        if t.state in FINAL_STATES:
+            return
+        self.set_trial_attr(number, "status", status)
+        if status in ("completed", "diverged") and value is not None and math.isfinite(value):
+            frozen = self.study.tell(number, float(value))
+        elif status == "failed" or status in ("completed", "diverged"):
+            frozen = self.study.tell(number, state=TrialState.FAIL)
+        else:
+            frozen = self.study.tell(number, state=TrialState.PRUNED)
+        t.state = frozen.state
+
+    def mark_interrupted(self) -> list[int]:
+        """At the end of a driver's run: every trial it leaves unended is interrupted."""
+        left = self.unfinished()
+        for number in left:
+            if self.trials[number].values or self.trials[number].attrs.get("ray_trial_id"):
+                self.set_trial_attr(number, "interrupted", True)
+        return left
+
+    def close_decided(self) -> list[int]:
+        """On resume: trials whose end the ledger already decided (the scheduler stopped them; a kill
+        came before the end was told) are ended now. Returns their numbers."""
+        closed = []
+        for number in self.unfinished():
+            t = self.trials[number]
+            if "stopped_at" in t.attrs:
+                self.end(number, "stopped", None)
+                closed.append(number)
+            elif t.attrs.get("status") in ("completed", "diverged", "failed"):
+                self.end(number, t.attrs["status"], t.values.get(t.last_step))
+                closed.append(number)
+        return closed
+
+
+def check_ledger(url: str, spec: SearchSpace, where: str) -> None:
+    """One line when the study of a sweep folder is not this project's ledger of `spec`."""
+    try:
+        summaries = optuna.study.get_all_study_summaries(storage=url)
+    except Exception as err:  # noqa: BLE001 - a damaged or foreign database: one line
+        raise ConfigError(f"{where}: not a readable Optuna study ({type(err).__name__}: {cut(str(err), 100)}); "
+                          "move it away, or pass --restart to start the sweep over") from None
+    mine = [s for s in summaries if s.study_name == spec.name]
+    if not mine:
+        raise ConfigError(f"{where}: holds no study `{spec.name}`; put the sweep's study back, or pass --restart")
+    version = mine[0].user_attrs.get(FORMAT_ATTR)
+    if version != FORMAT:
+        raise ConfigError(f"{where}: a sweep of folder format {version or 1} (this sweeper reads format {FORMAT}: "
+                          "the study is the ledger, each trial's folder its own); pass --restart to start it over, "
+                          "or finish it with the sweeper version that started it")
+
+
+def read_only_url(db: str | Path) -> str:
+    """An SQLite study opened read-only: a verb that only reads never writes (nor creates tables)."""
+    return f"sqlite:///file:{Path(db).resolve()}?mode=ro&uri=true"
+
+
+def study_id(db: str | Path, study_name: str) -> int | None:
+    """The study's id in a sweep's SQLite file (its page is /dashboard/studies/ID); None if it has no
+    study of that name; a file that is not a readable study is one line (ConfigError)."""
+    try:
+        storage = optuna.storages.RDBStorage(read_only_url(db), skip_table_creation=True)
+        names = [s.study_name for s in storage.get_all_studies()]
+        return storage.get_study_id_from_name(study_name) if study_name in names else None
+    except Exception as err:  # noqa: BLE001 - damaged, empty or foreign: one line
+        raise ConfigError(f"{db}: not a readable Optuna study ({type(err).__name__}: {cut(str(err), 100)})") from None
+
+
+def sweep_attrs(db: str | Path, study_name: str) -> dict[str, Any]:
+    """The study's own attributes (tracking URI, format...), read-only; {} where there is no study."""
+    if not Path(db).is_file():
+        return {}
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage_for(read_only_url(db)))
+    except KeyError:
+        return {}
+    except Exception as err:  # noqa: BLE001 - damaged, empty or foreign: one line
+        raise ConfigError(f"{db}: not a readable Optuna study ({type(err).__name__}: {cut(str(err), 100)})") from None
+    return dict(study.user_attrs)
