@@ -31,7 +31,7 @@ import yaml
 
 from sweeper.fs import check_writable, read_limited
 from trainables import footprint
-from trainables.config import ConfigError, TrialConfig, load_trial_config, trial_config_from_dict, with_overrides
+from trainables.config import ConfigError, TrialConfig, load_trial_config, with_overrides
 from trainables.errors import brief, cut, short_path
 from trainables.safe_yaml import load_yaml_text
 
