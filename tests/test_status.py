@@ -27,7 +27,7 @@ def test_counts_line_counts_unsampled_trials():
 def test_views_write_status_from_the_ledger_and_leave_the_terminal_to_the_live_view(tmp_path, capsys):
     from sweeper.adapters.optuna_ledger import Ledger
     from sweeper.space import SearchSpace
-    from sweeper.status import SweepViews
+    from sweeper.views import SweepViews
 
     spec = SearchSpace.model_validate({
         "name": "s", "metric": "acc_3x", "mode": "max",
@@ -61,7 +61,7 @@ def test_views_write_status_from_the_ledger_and_leave_the_terminal_to_the_live_v
 def test_best_is_the_best_judged_value_and_never_goes_down(tmp_path):
     from sweeper.adapters.optuna_ledger import Ledger
     from sweeper.space import SearchSpace
-    from sweeper.status import SweepViews
+    from sweeper.views import SweepViews
 
     spec = SearchSpace.model_validate({
         "name": "s", "metric": "acc_3x", "mode": "max",
@@ -114,7 +114,7 @@ def test_a_report_reaches_status_json_within_the_write_interval(tmp_path):
     steps writes a pending report once that interval has passed (a clock of our own: no sleeping)."""
     from sweeper.adapters.optuna_ledger import Ledger
     from sweeper.space import SearchSpace
-    from sweeper.status import STATUS_EVERY_S, SweepViews
+    from sweeper.views import STATUS_EVERY_S, SweepViews
 
     spec = SearchSpace.model_validate({
         "name": "s", "metric": "acc_3x", "mode": "max",

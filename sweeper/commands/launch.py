@@ -28,7 +28,8 @@ from sweeper.fs import check_writable
 from sweeper.lock import hold_sweep_lock
 from sweeper.records import FINAL
 from sweeper.space import SearchSpace, SpaceError, load_space
-from sweeper.status import SPACE_FILE, SweepViews, format_table, write_summary
+from sweeper.status import SPACE_FILE, format_table, write_summary
+from sweeper.views import SweepViews
 from sweeper.sweep_dir import OPTUNA_DB, folder_kind, is_uri, sweep_dir_for
 
 TRIALS_DIR = "trials"  # in the sweep's folder: one folder per trial, the trainer's own (trainables/run_dir.py)

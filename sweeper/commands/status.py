@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from sweeper.status import SPACE_FILE, STATUS_FILE, ensure_status, load_records, print_status
+from sweeper.status import SPACE_FILE, STATUS_FILE, load_records
+from sweeper.views import ensure_status, print_status
 from sweeper.sweep_dir import find_sweep_dir
 from trainables.errors import ConfigError
 

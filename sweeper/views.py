@@ -1,0 +1,212 @@
+"""The views of a sweep, rebuilt from its ledger (the Optuna study) and its trials' folders:
+status.json (which the live view, sweeper/live.py, draws from), the MLflow mirror, and
+`sweeper status`, which rebuilds a missing status.json when no driver runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from sweeper.faults import fault_point
+from sweeper.records import TrialRecord, trainer_metrics
+from sweeper.status import (SPACE_FILE, STATUS_FILE, best_line, counts_line, driver_alive, format_table, load_records,
+                            write_text_atomic)
+from trainables.errors import ConfigError, cut
+
+STATUS_EVERY_S = 0.5  # status.json after a report: at most this often (it holds every trial: O(N) to write)
+
+
+class SweepViews:
+    """The views of a running sweep, rebuilt from the ledger and the trials' reports: status.json
+    (which the live view, sweeper/live.py, draws from) and the MLflow mirror (`tracker`). The
+    ledger tells it of each start, report and end; nothing here is read back by the sweep."""
+
+    def __init__(self, sweep_dir: Path, spec, ledger, trials_root: str, tracker=None, clock=time.monotonic):
+        self.sweep_dir, self.spec, self.ledger, self.trials_root = Path(sweep_dir), spec, ledger, trials_root
+        self.clock = clock
+        self.tracker = tracker  # SweepTracker or None
+        self.tracking_failed = False
+        self.launched = time.time()
+        self._metrics: dict[int, dict] = {}  # trial number -> its last report (this launch's, or its folder's)
+        self._json: dict[int, tuple] = {}  # trial number -> (its record's key, its JSON): made once per change
+        self._written, self._dirty = 0.0, False
+
+    # -- records -------------------------------------------------------------------------------
+
+    def _dir(self, number: int) -> str:
+        from sweeper.adapters.optuna_ledger import trial_name
+
+        return str(Path(self.trials_root) / trial_name(number))
+
+    def last_metrics(self, number: int) -> dict:
+        if number not in self._metrics:
+            from trainables.run_dir import RunDir
+
+            last = RunDir(self._dir(number)).last_report() or {}
+            self._metrics[number] = _numbers(last)
+        return self._metrics[number]
+
+    def record(self, number: int) -> TrialRecord:
+        t = self.ledger.trials[number]
+        metrics = self.last_metrics(number)
+        return TrialRecord(trial_id=t.name, params=dict(t.params), status=t.status,
+                           step=int(metrics.get("step", t.last_step)), metrics=metrics, path=self._dir(number))
+
+    def records(self) -> list[TrialRecord]:
+        return [self.record(n) for n in sorted(self.ledger.trials) if not self.ledger.trials[n].duplicate]
+
+    def best(self) -> dict | None:
+        """The best judged value any trial reached: at a rung, or at its end. It never goes down."""
+        best = None
+        sign = 1 if self.spec.mode == "max" else -1
+        for t in self.ledger.trials.values():
+            if t.duplicate:
+                continue
+            judged = dict(t.rungs())
+            if t.status in ("completed", "diverged", "stopped") and t.values:
+                judged[t.last_step] = t.values[t.last_step]
+            for step, value in judged.items():
+                if best is None or sign * value > sign * best["value"]:
+                    best = {"value": value, "step": step, "trial_id": t.name}
+        return best
+
+    # -- events from the ledger's writer --------------------------------------------------------
+
+    def on_start(self, number: int) -> None:
+        self.write("running")
+
+    def on_report(self, number: int, result: dict) -> None:
+        self._metrics[number] = {**_numbers(trainer_metrics(result)), **_numbers({"time_total_s": result.get("time_total_s")})}
+        self._track("on_result", self.record(number))
+        fault_point("logged")
+        self._dirty = True
+        self.flush()
+
+    def on_end(self, number: int) -> None:
+        self._track("on_end", self.record(number))
+        self.write("running")
+
+    def on_error(self, number: int | None, message: str) -> None:
+        """A trial failed after its retries: the error's last line goes to the ledger and the terminal."""
+        if number is None or number not in self.ledger.trials:
+            return
+        if self.ledger.trials[number].status != "failed":  # the study takes no attribute of an ended trial
+            self.ledger.set_trial_attr(number, "error", message[:500])
+        print(f"warning: trial {self.ledger.trials[number].name} failed after its retries: {message[:300]}",
+              file=sys.stderr, flush=True)
+
+    def flush(self) -> None:
+        if self._dirty and self.clock() - self._written >= STATUS_EVERY_S:
+            self.write("running")
+
+    def _track(self, method: str, record: TrialRecord) -> None:
+        """Tracking trouble (a server gone mid-sweep) is reported, never allowed to stop the sweep."""
+        if self.tracker is None:
+            return
+        try:
+            getattr(self.tracker, method)(record)
+        except Exception as err:  # noqa: BLE001
+            if not self.tracking_failed:
+                print(f"warning: MLflow tracking failed ({type(err).__name__}: {str(err)[:200]}); "
+                      "the sweep goes on, status.json stays current", file=sys.stderr, flush=True)
+            self.tracking_failed = True
+
+    def write(self, state: str) -> None:
+        """status.json, atomically. Each trial's JSON is made once per change of its record."""
+        self._written, self._dirty = self.clock(), False
+        head = json.dumps({
+            "name": self.spec.name, "metric": self.spec.metric, "mode": self.spec.mode,
+            "num_samples": self.spec.budget.num_samples, "state": state,
+            "started": self.ledger.attr("sweeper.started", self.launched), "updated": time.time(),
+            "elapsed_before_s": float(self.ledger.attr("sweeper.elapsed_s", 0.0)), "launched": self.launched,
+            "best": self.best(), "driver": {"host": socket.gethostname(), "pid": os.getpid()},
+        }, indent=2, default=str)
+        trials = []
+        for number in sorted(self.ledger.trials):
+            if self.ledger.trials[number].duplicate:
+                continue
+            r = self.record(number)
+            key = (r.status, r.step, len(r.metrics))
+            hit = self._json.get(number)
+            if hit is None or hit[0] != key:
+                hit = self._json[number] = (key, json.dumps(r.to_dict(), default=str))
+            trials.append(hit[1])
+        write_text_atomic(self.sweep_dir / STATUS_FILE, head[:-2] + ',\n  "trials": [' + ", ".join(trials) + "]\n}")
+
+
+def _numbers(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def driver_running(sweep_dir: Path) -> bool:
+    """Whether a driver holds the sweep's lock now (the kernel drops it when the driver ends)."""
+    import fcntl
+
+    from sweeper.lock import sweep_lock_path
+
+    path = sweep_lock_path(sweep_dir)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def ensure_status(sweep_dir: Path) -> bool:
+    """status.json is a view: when it is gone and no driver runs, rebuild it from the ledger and the
+    trials' folders. Returns True if it was rebuilt."""
+    from sweeper.sweep_dir import OPTUNA_DB
+
+    sweep_dir = Path(sweep_dir)
+    if (sweep_dir / STATUS_FILE).exists() or not (sweep_dir / OPTUNA_DB).is_file() or driver_running(sweep_dir):
+        return False
+    from sweeper.adapters.optuna_ledger import Ledger, read_only_url
+    from sweeper.space import load_space
+
+    spec = load_space(sweep_dir / SPACE_FILE)
+    ledger = Ledger(read_only_url(sweep_dir / OPTUNA_DB), spec, create=False)
+    views = SweepViews(sweep_dir, spec, ledger, str(sweep_dir / "trials"))
+    done = ledger.counted() >= spec.budget.num_samples and not ledger.unfinished()
+    views.write("finished" if done else "interrupted")
+    return True
+
+
+def print_status(sweep_dir: Path, out: TextIO = sys.stdout) -> None:
+    data, records = load_records(sweep_dir)
+    state = data["state"]
+    if state == "running" and not driver_alive(data):
+        state = "interrupted (driver gone; run `sweeper launch` with the same file to resume)"
+    age = time.time() - data["updated"]
+    print(f"sweep {data['name']}: {state}, updated {age:.0f}s ago", file=out)
+    print(f"trials: {counts_line(records, data['num_samples'])}", file=out)
+    print(best_line(records, data["metric"], data["mode"], data.get("best")), file=out)
+    if data["state"] == "running" or any(r.status in ("running", "pending", "interrupted") for r in records):
+        print(_progress_line(sweep_dir, records, running=state == "running"), file=out)
+    print(format_table(records, data["metric"], data["mode"]), file=out)
+
+
+def _progress_line(sweep_dir: Path, records: list[TrialRecord], running: bool) -> str:
+    """Steps done and to go, speed, ETA (sweeper/live.py), from the plan in the sweep's space.yaml."""
+    from sweeper import live
+
+    try:
+        plan = live.plan_of(sweep_dir)
+    except ConfigError as err:
+        return f"progress: - ({cut(str(err), 120)})"
+    p = live.progress(records, plan)
+    speed = "" if p.speed is None else f", {p.speed:.1f} steps/s per trial"
+    eta = "-" if p.eta_s is None else live.clock(p.eta_s)
+    return (f"progress: {p.done:,} steps done, ~{p.left:,.0f} expected to go{speed}; "
+            + (f"ETA {eta}" if running else f"~{eta} more once resumed"))
