@@ -115,7 +115,7 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
                                    "line with the ETA elsewhere; Ctrl-C stops, the same command resumes.")
     p.add_argument("file", help="search-space YAML (search_spaces/*.yaml)")
     p.add_argument("--address", help="an existing Ray cluster: auto, or ray://HOST:10001 (default: a local Ray)")
-    p.add_argument("--storage", help=f"where trial results go: a path or s3://, gs:// (default ./{DEFAULT_STORAGE})")
+    p.add_argument("--storage", help=f"the folder of the sweep and its trials, one every node sees (default ./{DEFAULT_STORAGE})")
     p.add_argument("--shared-storage", action="store_true", help="confirm that a local --storage path is shared by all nodes")
     p.add_argument("--restart", action="store_true", help="delete the sweep's directory and start over")
     p.add_argument("--tracking-uri", help="MLflow tracking server (http://HOST:5000); default $MLFLOW_TRACKING_URI "
@@ -140,7 +140,7 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
                                    "`sweeper job status|logs|stop JOB` looks after it.")
     p.add_argument("file", nargs="?", help="search-space YAML to submit")
     p.add_argument("--address", help="the cluster's Ray dashboard, http://HEAD:8265 (default $RAY_ADDRESS)")
-    p.add_argument("--storage", help="where trial results go: s3://, gs://, or an absolute path on the cluster")
+    p.add_argument("--storage", help="the folder of the sweep and its trials: an absolute path every node of the cluster mounts")
     p.add_argument("--shared-storage", action="store_true", help="confirm that a --storage path is shared by all nodes")
     p.add_argument("--tracking-uri", help="MLflow server the cluster reaches (default $MLFLOW_TRACKING_URI)")
     p.add_argument("--experiment", type=experiment_name, help="MLflow experiment name (default: the sweep's name)")

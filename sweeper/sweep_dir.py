@@ -18,8 +18,8 @@ def is_uri(path: str) -> bool:
 
 
 def sweep_dir_for(name: str, storage: str | None) -> tuple[str, Path]:
-    """(Ray's experiment directory, our local sweep directory). They are the same folder for
-    a local storage path; for a URI (s3://...) our files stay in ./sweeps/<name>."""
+    """(the storage folder of the sweep's trials, the sweep's own folder): the same folder for a
+    path; a URI is refused by `sweeper launch` (trials need a filesystem)."""
     storage = storage or DEFAULT_STORAGE
     if is_uri(storage):
         return f"{storage.rstrip('/')}/{name}", Path(DEFAULT_STORAGE).resolve() / name

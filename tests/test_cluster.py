@@ -130,4 +130,4 @@ def test_submit_refuses_an_unshared_local_path_on_two_nodes(two_nodes, tmp_path)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         f"error: --storage {tmp_path}: the cluster has 2 nodes and a local path is not shared; "
-        "use s3:// or gs://, or pass --shared-storage if every node mounts it"]
+        "pass --shared-storage if every node mounts it (NFS, a ReadWriteMany volume)"]

@@ -144,5 +144,5 @@ def test_a_server_that_never_answers_is_given_up_within_the_bound(head, tmp_path
 ])
 def test_submit_to_a_bad_server_is_one_line(head, tmp_path, answers, expect):
     url = head(answers)
-    refused(tmp_path, "submit", ROOT / "search_spaces" / "smoke.yaml", "--address", url, "--storage", "s3://b/sweeps",
+    refused(tmp_path, "submit", ROOT / "search_spaces" / "smoke.yaml", "--address", url, "--storage", "/mnt/sweeps", "--shared-storage",
             "--tracking-uri", "http://127.0.0.1:1", expect=[expect], bound_s=40)

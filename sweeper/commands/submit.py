@@ -26,24 +26,22 @@ from sweeper.adapters.ray_jobs import AGENT_WAIT_S, CALL_TIMEOUT_S, alive_nodes,
 from sweeper.sweep_dir import is_uri
 from sweeper.space import load_space
 
-SHARED_SCHEMES = ("s3://", "gs://")
 
 
 def check_storage(storage: str | None, shared: bool, nodes: int) -> None:
     """Trial results must outlive the job and, on more than one node, be seen by every node."""
     if not storage:
-        raise ConfigError("--storage: required for a job: s3://BUCKET/PATH, gs://..., or an absolute path on the "
-                          "cluster (with --shared-storage if all nodes mount it)")
+        raise ConfigError("--storage: required for a job: an absolute path on the cluster "
+                          "(with --shared-storage if all nodes mount it)")
     if is_uri(storage):
-        if not storage.startswith(SHARED_SCHEMES):
-            raise ConfigError(f"--storage {storage}: unsupported scheme; use s3://, gs:// or an absolute path")
-        return
+        raise ConfigError(f"--storage {storage}: trials keep their checkpoints in folders of their own, so the storage "
+                          "must be an absolute path every node mounts (NFS, a ReadWriteMany volume), not object storage")
     if not storage.startswith("/"):
         raise ConfigError(f"--storage {storage}: a relative path would land in the job's temporary working "
                           "directory; give an absolute path on the cluster")
     if nodes > 1 and not shared:
         raise ConfigError(f"--storage {storage}: the cluster has {nodes} nodes and a local path is not shared; "
-                          "use s3:// or gs://, or pass --shared-storage if every node mounts it")
+                          "pass --shared-storage if every node mounts it (NFS, a ReadWriteMany volume)")
 
 
 def check_tracking(cli_value: str | None) -> str:
