@@ -142,15 +142,17 @@ def test_the_view_prints_lines_away_from_a_terminal(tmp_path):
     with LiveView(tmp_path, FLAGSHIP, "auto", every_s=3600, out=out) as view:
         assert view.view == "lines"  # a StringIO is not a terminal
     lines = out.getvalue().splitlines()
-    assert lines and all(line.startswith("[switch_time ") and "ETA" in line for line in lines)
+    assert lines and all(line.startswith("[switch_time ") and "ETA" in line for line in lines[:-1])
+    assert lines[-1].endswith("more once resumed")  # the sweep stopped with trials unfinished
 
 
 def test_watch_of_a_finished_sweep_draws_once_with_its_elapsed_time(tmp_path):
     (tmp_path / "space.yaml").write_text((ROOT / "search_spaces" / "switch_time.yaml").read_text())
-    _status(tmp_path, [rec(1, "completed", 6000, 600.0)], state="finished")
+    _status(tmp_path, [rec(1, "completed", 6000, 100.0)], state="finished")
     out = io.StringIO()
     assert LiveView.of_sweep(tmp_path, out=out).watch() == 0
     assert out.getvalue().startswith("[switch_time 0:02:25] 1 completed, 23 to sample")  # updated - started
+    assert len(out.getvalue().splitlines()) == 1
 
 
 def test_the_table_view_draws_when_asked_and_ends_with_the_last_state(tmp_path):
@@ -159,4 +161,6 @@ def test_the_table_view_draws_when_asked_and_ends_with_the_last_state(tmp_path):
     with LiveView(tmp_path, FLAGSHIP, "table", out=out):
         _status(tmp_path, [rec(1, "running", 2000, 200.0)])
     text = out.getvalue()
-    assert "sweep switch_time" in text and "1 running, 23 to sample" in text and "best acc_3x 0.500 (t1, step 2000)" in text
+    assert "sweep switch_time" in text and "best acc_3x 0.500 (t1, step 2000)" in text
+    # the driver's sweep stopped with a trial unfinished: its last frame says so, once
+    assert "1 interrupted, 23 to sample" in text and text.count("sweep switch_time") == 1
