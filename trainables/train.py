@@ -207,7 +207,7 @@ def check_resume(cfg: TrialConfig, directory: str | Path) -> int:
     path = Path(directory) / CHECKPOINT_FILE
     step = int(read_checkpoint(directory, checkpoint_limit(cfg))["step"])
     if step > cfg.steps:
-        raise ConfigError(f"{path}: step: must be within [0, steps={cfg.steps}], got {step}; "
+        raise ConfigError(f"{path}: step: must be within [0, steps={cfg.steps}], got {brief(step, 40)}; "
                           f"a resumed run continues to a budget at or past its checkpoint")
     rng = torch.get_rng_state()
     try:

@@ -31,7 +31,7 @@ import yaml
 
 from sweeper.fs import check_writable, read_limited
 from trainables import footprint
-from trainables.config import ConfigError, TrialConfig, load_trial_config, with_overrides
+from trainables.config import MAX_STEPS, ConfigError, TrialConfig, load_trial_config, with_overrides
 from trainables.errors import brief, cut, short_path
 from trainables.safe_yaml import load_yaml_text
 
@@ -127,8 +127,10 @@ def _report(raw: bytes, where: str, previous: int) -> Report:
     for key, value in obj.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise ConfigError(f"{where}: {cut(key, 40)}: a metric must be a number, got {brief(value, 40)}")
-    if step <= previous or step < 0:
-        raise ConfigError(f"{where}: step: must be >= 0 and above the line before's {previous}, got {step}")
+    if not 0 <= step <= MAX_STEPS:
+        raise ConfigError(f"{where}: step: must be within [0, {MAX_STEPS:,}], got {brief(step, 40)}")
+    if step <= previous:
+        raise ConfigError(f"{where}: step: must be above the line before's {previous}, got {step}")
     return Report(step, obj, raw + b"\n")
 
 
@@ -289,6 +291,10 @@ def run(args: argparse.Namespace) -> int:
     result = train(cfg, report=report, resume_from=resume.checkpoint if resume is not None else None)
     summary = {"status": result.status, "step": result.step, "metrics": result.metrics}
     if out is not None:
-        write_atomic(out / "result.json", json.dumps(summary, indent=2).encode())
+        try:  # the reports and the checkpoint are already in the folder; only the summary is missing
+            write_atomic(out / "result.json", json.dumps(summary, indent=2).encode())
+        except OSError as err:
+            raise ConfigError(f"--out {cut(str(out), 80)}: result.json: cannot write it ({err.strerror or err}); "
+                              "the reports and the checkpoint are kept") from None
     print(f"{result.status} after {result.step} steps" + (f"; acc_3x={result.metrics['acc_3x']:.3f}" if "acc_3x" in result.metrics else ""))
     return 0 if result.status == "completed" else 1
