@@ -5,6 +5,11 @@
                       when the best value sits at the edge of the searched range (tuning playbook);
                       categorical: the mean metric per choice
     importance        Optuna's fANOVA importances over the study's completed trials
+
+A parameter's kind comes from the sweep's space file (int and float parameters are numeric, even
+with two values tried); without it, from the values MLflow holds. The report only reads: the
+sweep's study and an SQLite tracking store are opened read-only (an empty or damaged one is one
+line, exit 2, and stays as it was), and `--markdown FILE` is checked before anything is read.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from statistics import mean
 
 from sweeper.records import length_family
 from sweeper.sweep_dir import OPTUNA_DB
+from sweeper.fs import check_output_file
 from trainables.config import ConfigError
+from trainables.errors import cut
 
 
 def _ranks(xs: list[float]) -> list[float]:
@@ -59,8 +66,10 @@ def _short(value: str) -> str:
     return value if number is None or not math.isfinite(number) or number == int(number) else f"{number:.4g}"
 
 
-def parameter_effects(runs: list[dict], metric: str, mode: str, ranges: dict[str, tuple]) -> list[str]:
-    """One Markdown row per searched parameter."""
+def parameter_effects(runs: list[dict], metric: str, mode: str, ranges: dict[str, tuple],
+                      kinds: dict[str, str] | None = None) -> list[str]:
+    """One Markdown row per searched parameter. `kinds`: Optuna name -> numeric or categorical,
+    from the space file; a parameter it does not name is numeric when every value is a number."""
     rows = []
     searched = sorted({p for r in runs for p in r["searched"]})
     scored = [r for r in runs if metric in r["metrics"]]
@@ -69,46 +78,90 @@ def parameter_effects(runs: list[dict], metric: str, mode: str, ranges: dict[str
         have = [r for r in scored if path in r["params"] and name in r["searched"]]
         if not have:
             continue
-        values = [r["params"][path] for r in have]
-        scores = [r["metrics"][metric] for r in have]
         best = max(have, key=lambda r: r["metrics"][metric] * (1 if mode == "max" else -1))
-        nums = [_number(v) for v in values]
-        if None not in nums and len(set(nums)) > 2:
-            rho = spearman(nums, scores)
+        kind = (kinds or {}).get(name)
+        if kind is None:
+            kind = "numeric" if all(_number(r["params"][path]) is not None for r in have) else "categorical"
+        if kind == "numeric":
+            points = [(n, r["metrics"][metric]) for r in have if (n := _number(r["params"][path])) is not None]
+            rho = spearman([x for x, _ in points], [y for _, y in points])
+            nums = [x for x, _ in points] or [0.0]
             lo, hi = ranges.get(name, (min(nums), max(nums)))
             best_v = _number(best["params"][path])
             edge = " **at the edge of the range**" if best_v is not None and (best_v <= lo or best_v >= hi) else ""
             rows.append(f"| `{name}` | numeric | Spearman {'-' if rho is None else f'{rho:+.2f}'} | best {_short(best['params'][path])}{edge} |")
         else:
             by_choice: dict[str, list[float]] = {}
-            for v, s in zip(values, scores):
-                by_choice.setdefault(v, []).append(s)
+            for r in have:
+                by_choice.setdefault(r["params"][path], []).append(r["metrics"][metric])
             means = ", ".join(f"{k}: {mean(v):.3f} (n={len(v)})" for k, v in sorted(by_choice.items()))
             rows.append(f"| `{name}` | categorical | mean {metric}: {means} | best {best['params'][path]} |")
     return rows
 
 
-def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | None, top: int) -> str:
-    from sweeper.adapters import mlflow_tracking as tracking
-    from sweeper.adapters.optuna_search import param_importances, walk
-    from sweeper.space import IntParam, FloatParam, load_space, param_names
+def space_kinds(spec) -> tuple[dict[str, tuple], dict[str, str]]:
+    """From a sweep's space: the range of each numeric parameter, and each parameter's kind
+    (int and float: numeric; categorical: categorical), by Optuna name."""
+    from sweeper.adapters.optuna_search import walk
+    from sweeper.space import FloatParam, IntParam, param_names
 
-    runs = tracking.fetch_trial_runs(uri, name, experiment)
+    ranges, kinds = {}, {}
+    for _, p, pname, _ in walk(spec.space, param_names(spec.space)):
+        numeric = isinstance(p, (IntParam, FloatParam))
+        kinds[pname] = "numeric" if numeric else "categorical"
+        if numeric:
+            ranges[pname] = (p.low, p.high)
+    return ranges, kinds
+
+
+def readable_store(uri: str, source: str) -> str:
+    """The URI to read MLflow through. An SQLite store is opened read-only (never created, never
+    migrated); missing or empty is one line. A server must answer its health check."""
+    from sweeper.adapters.mlflow_store import preflight
+
+    if not uri.startswith("sqlite:///"):
+        preflight(uri, source=source)
+        return uri
+    path = Path(uri.removeprefix("sqlite:///")).expanduser().resolve()
+    if not path.is_file():
+        raise ConfigError(f"{source} {cut(uri, 120)}: no MLflow store there (no file {cut(str(path), 120)}); "
+                          "pass the --tracking-uri the sweep logged to")
+    if path.stat().st_size == 0:
+        raise ConfigError(f"{source} {cut(uri, 120)}: {cut(str(path), 120)} is empty, not an MLflow store")
+    return f"sqlite+pysqlite:///file:{path}?mode=ro&uri=true"  # SQLAlchemy's read-only SQLite URL
+
+
+def fetch_runs(uri: str, shown_uri: str, name: str, experiment: str | None) -> list[dict]:
+    """The sweep's trial runs; a store that cannot be read (damaged, foreign, an older schema) is one line."""
+    from sweeper.adapters.mlflow_store import fetch_trial_runs
+
+    try:
+        return fetch_trial_runs(uri, name, experiment)
+    except ConfigError:
+        raise
+    except Exception as err:  # noqa: BLE001 - whatever the store's library raises: one line
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise ConfigError(f"{cut(shown_uri, 120)}: not a readable MLflow store ({type(err).__name__}: {cut(first, 100)})") from None
+
+
+def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | None, top: int,
+                 shown_uri: str | None = None) -> str:
+    """The report as Markdown. `uri`: the store to read (read-only for SQLite); `shown_uri`: as the user named it."""
+    from sweeper.space import load_space
+
+    shown_uri = shown_uri or uri
+    runs = fetch_runs(uri, shown_uri, name, experiment)
     spec = None
     if sweep_dir is not None and (sweep_dir / "space.yaml").exists():
         spec = load_space(sweep_dir / "space.yaml", n_samples=0)
     metric, mode = (spec.metric, spec.mode) if spec else ("acc_3x", "max")
-    ranges = {}
-    if spec:
-        for _, p, pname, _ in walk(spec.space, param_names(spec.space)):
-            if isinstance(p, (IntParam, FloatParam)):
-                ranges[pname] = (p.low, p.high)
+    ranges, kinds = space_kinds(spec) if spec else ({}, None)
     sign = 1 if mode == "max" else -1
     ordered = sorted((r for r in runs if metric in r["metrics"]), key=lambda r: -sign * r["metrics"][metric])
     searched = sorted({p for r in runs for p in r["searched"]})
     family = length_family(metric)  # the scored metric at every length: acc_{k}x, or tv_{k}x, ...
     header = ["trial", *searched, *(f"{family}_{k}x" for k in (1, 2, 3, 4)), "steps", "status"]
-    lines = [f"# Sweep `{name}`", "", f"{len(runs)} trials in MLflow ({uri}); scored by `{metric}` ({mode}).", "",
+    lines = [f"# Sweep `{name}`", "", f"{len(runs)} trials in MLflow ({shown_uri}); scored by `{metric}` ({mode}).", "",
              f"## Top {min(top, len(ordered))} trials", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in ordered[:top]:
         cells = [r["trial_id"] + (" (best)" if r["best"] else "")]
@@ -118,35 +171,63 @@ def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | 
         cells += [str(int(r["metrics"].get("step", 0))), r["status"]]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Parameter effect", "", "| parameter | kind | effect | best value |", "|---|---|---|---|",
-              *parameter_effects(runs, metric, mode, ranges)]
+              *parameter_effects(runs, metric, mode, ranges, kinds)]
     if sweep_dir is not None and (sweep_dir / OPTUNA_DB).exists():
-        rows, n = param_importances(sweep_dir / OPTUNA_DB, name)
-        lines += ["", f"## Parameter importance (fANOVA, {n} completed trials)", ""]
-        lines += ["| parameter | importance |", "|---|---|", *rows] if rows else ["Too few completed trials for importances."]
+        from sweeper.adapters.optuna_ledger import study_id
+        from sweeper.adapters.optuna_search import param_importances
+
+        if study_id(sweep_dir / OPTUNA_DB, name) is not None:  # read-only: a damaged study is one line
+            rows, n = param_importances(sweep_dir / OPTUNA_DB, name)
+            lines += ["", f"## Parameter importance (fANOVA, {n} completed trials)", ""]
+            lines += ["| parameter | importance |", "|---|---|", *rows] if rows else ["Too few completed trials for importances."]
     return "\n".join(lines) + "\n"
 
 
+PSEUDO_FILE_SYSTEMS = (Path("/proc"), Path("/sys"))  # files there are the kernel's, not documents
+
+
+def check_markdown(path: str) -> Path:
+    """--markdown FILE: a regular file (or none yet) in an existing, writable folder, not a folder
+    itself and not under /proc or /sys. Checked before anything is read or printed."""
+    target = Path(path).expanduser()
+    resolved = target.resolve()
+    for root in PSEUDO_FILE_SYSTEMS:
+        if resolved == root or root in resolved.parents:
+            raise ConfigError(f"--markdown {cut(path, 120)}: under {root}, whose files are the kernel's; name a file in a folder of yours")
+    if target.is_dir():
+        raise ConfigError(f"--markdown {cut(path, 120)}: is a folder; name the report's file, e.g. {cut(path, 60).rstrip('/')}/report.md")
+    if not target.parent.is_dir():
+        raise ConfigError(f"--markdown {cut(path, 120)}: folder {cut(str(target.parent), 120)} does not exist")
+    check_output_file(target, "--markdown")
+    return target
+
+
 def run(args: argparse.Namespace) -> int:
-    from sweeper.adapters import mlflow_tracking as tracking
+    from sweeper.adapters.mlflow_store import resolve_uri, uri_source
+    from sweeper.adapters.optuna_ledger import sweep_attrs
     from sweeper.status import SPACE_FILE
     from sweeper.sweep_dir import find_sweep_dir
 
+    markdown = check_markdown(args.markdown) if args.markdown else None
     sweep_dir = find_sweep_dir(args.name, args.storage, SPACE_FILE)
     name = sweep_dir.name if sweep_dir == Path(args.name) else args.name
-    from sweeper.adapters.optuna_ledger import sweep_attrs
-    from sweeper.sweep_dir import OPTUNA_DB
-
-    logged_to = sweep_attrs(sweep_dir / OPTUNA_DB, name).get("sweeper.tracking_uri")
-    uri = args.tracking_uri or logged_to or tracking.resolve_uri(None)
     if not sweep_dir.exists() and not args.tracking_uri:
         raise ConfigError(f"{sweep_dir}: no sweep here; pass --tracking-uri to read `{name}` from an MLflow server")
+    study = sweep_dir / OPTUNA_DB
+    if study.is_file() and study.stat().st_size == 0:
+        raise ConfigError(f"{study}: empty, not a sweep's Optuna study; move it away (`sweeper launch` makes a new one)")
+    logged_to = sweep_attrs(study, name).get("sweeper.tracking_uri")  # read-only
+    uri = args.tracking_uri or logged_to or resolve_uri(None)
     source = ("--tracking-uri" if args.tracking_uri else
-              f"the tracking URI the sweep logged to ({sweep_dir / OPTUNA_DB})" if logged_to else
-              tracking.uri_source(None))
-    tracking.preflight(uri, source=source)
-    text = build_report(name, uri, sweep_dir if sweep_dir.exists() else None, args.experiment, args.top)
+              f"the tracking URI the sweep logged to ({study})" if logged_to else
+              uri_source(None))
+    text = build_report(name, readable_store(uri, source), sweep_dir if sweep_dir.exists() else None, args.experiment,
+                        args.top, shown_uri=uri)
     print(text)
-    if args.markdown:
-        Path(args.markdown).write_text(text)
-        print(f"wrote {args.markdown}")
+    if markdown is not None:
+        try:
+            markdown.write_text(text)
+        except OSError as err:
+            raise ConfigError(f"--markdown {cut(str(markdown), 120)}: cannot write it ({err.strerror or err})") from None
+        print(f"wrote {markdown}")
     return 0

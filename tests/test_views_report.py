@@ -1,0 +1,151 @@
+"""`sweeper report`: parameters typed from the sweep's space file, stores read without a write
+(an empty one is one line, exit 2, and stays byte-identical), `--markdown` checked first.
+
+The MLflow store is a real one (SQLite, made with MLflow's client the way a sweep's mirror
+tags its runs); the report runs as the real CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+
+import pytest
+
+from sweeper.commands.report import parameter_effects, space_kinds
+from sweeper.space import load_space
+from tests.conftest import ROOT, sweeper_cmd, sweeper_env
+
+SPACE = (ROOT / "search_spaces" / "smoke.yaml").read_text().replace("n_layers: 1, ", "").replace(
+    "  optim.lr: {type: float, low: 1.0e-3, high: 1.0e-2, log: true}",
+    "  optim.lr: {type: float, low: 1.0e-3, high: 1.0e-2, log: true}\n"
+    "  model.n_layers: {type: int, low: 1, high: 4}\n"
+    "  model.mixer: {type: categorical, choices: [lstm, ssm]}")
+# (n_layers, mixer, switch_step, lr, acc_3x): n_layers takes two of its four values, the mixer both
+TRIALS = [(1, "lstm", 0, 0.002, 0.31), (2, "ssm", 10, 0.004, 0.52), (1, "ssm", 20, 0.003, 0.40), (2, "lstm", 30, 0.006, 0.61)]
+
+
+def digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def sweeper(cwd, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(sweeper_cmd(*args), cwd=cwd, env=sweeper_env(), capture_output=True, text=True, timeout=300)
+
+
+def make_sweep(root):
+    """A sweep folder with its space file, and an MLflow store holding its parent run and trials."""
+    from mlflow import MlflowClient
+
+    sweep = root / "sweeps" / "smoke"
+    sweep.mkdir(parents=True)
+    (sweep / "space.yaml").write_text(SPACE)
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("smoke", artifact_location=str(root / "artifacts"))
+    parent = client.create_run(exp, run_name="smoke", tags={"role": "sweep", "sweep": "smoke", "metric": "acc_3x", "mode": "max"})
+    searched = "dat.switch_step,model.mixer,model.n_layers,optim.lr"
+    for i, (layers, mixer, switch, lr, acc) in enumerate(TRIALS):
+        run = client.create_run(exp, run_name=f"t{i:04d}", tags={
+            "mlflow.parentRunId": parent.info.run_id, "trial_id": f"t{i:04d}", "status": "completed",
+            "best": str(acc == 0.61).lower(), "searched": searched})
+        for key, value in {"model.n_layers": layers, "model.mixer": mixer, "dat.switch_step": switch, "optim.lr": lr}.items():
+            client.log_param(run.info.run_id, key, value)
+        for k, value in {"acc_1x": 0.9, "acc_2x": 0.7, "acc_3x": acc, "acc_4x": 0.2, "step": 60}.items():
+            client.log_metric(run.info.run_id, k, value)
+        client.set_terminated(run.info.run_id)
+    return sweep, uri
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    return root, *make_sweep(root)
+
+
+def test_an_int_parameter_with_two_values_tried_is_numeric():
+    spec = load_space_text(SPACE)
+    ranges, kinds = space_kinds(spec)
+    assert kinds == {"dat.switch_step": "numeric", "optim.lr": "numeric", "model.n_layers": "numeric", "model.mixer": "categorical"}
+    runs = [{"searched": ["model.n_layers"], "params": {"model.n_layers": str(n)}, "metrics": {"acc_3x": a}}
+            for n, *_, a in TRIALS]
+    (row,) = parameter_effects(runs, "acc_3x", "max", ranges, kinds)
+    assert row.startswith("| `model.n_layers` | numeric | Spearman +0.89 | best 2 |")  # two values, still a number
+    assert "edge" not in row  # 2 lies inside [1, 4]
+    (guess,) = parameter_effects(runs, "acc_3x", "max", {}, None)  # no space file: numbers are numeric too
+    assert "| numeric |" in guess
+
+
+def load_space_text(text):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "space.yaml"
+        path.write_text(text)
+        return load_space(path, n_samples=0)
+
+
+def test_report_types_parameters_from_the_space_and_leaves_the_stores_as_they_were(sweep):
+    root, sweep_dir, uri = sweep
+    before = digest(root / "mlflow.db")
+    r = sweeper(root, "report", "smoke", "--tracking-uri", uri, "--markdown", root / "report.md")
+    assert r.returncode == 0, r.stderr
+    assert "| `model.n_layers` | numeric |" in r.stdout and "| `model.mixer` | categorical |" in r.stdout
+    assert "| `dat.switch_step` | numeric |" in r.stdout and "t0003 (best)" in r.stdout
+    assert (root / "report.md").read_text() in r.stdout
+    assert digest(root / "mlflow.db") == before  # read only
+    assert sorted(p.name for p in root.iterdir()) == ["mlflow.db", "report.md", "sweeps"]  # nothing else made
+
+
+@pytest.mark.parametrize("store", ["optuna.db", "mlflow.db"])
+def test_an_empty_store_is_one_line_exit_2_and_stays_byte_identical(tmp_path, store):
+    sweep_dir = tmp_path / "sweeps" / "smoke"
+    sweep_dir.mkdir(parents=True)
+    (sweep_dir / "space.yaml").write_text(SPACE)
+    empty = (sweep_dir / "optuna.db") if store == "optuna.db" else (tmp_path / "mlflow.db")
+    empty.write_bytes(b"")
+    r = sweeper(tmp_path, "report", "smoke", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert str(empty.name) in r.stderr
+    assert empty.read_bytes() == b""  # no tables were made
+    assert not (tmp_path / "mlflow.db").exists() or (tmp_path / "mlflow.db").read_bytes() == b""
+
+
+def test_a_damaged_mlflow_store_is_one_line_and_stays_byte_identical(tmp_path):
+    sweep_dir = tmp_path / "sweeps" / "smoke"
+    sweep_dir.mkdir(parents=True)
+    (sweep_dir / "space.yaml").write_text(SPACE)
+    damaged = tmp_path / "mlflow.db"
+    damaged.write_bytes(os.urandom(4096))
+    before = digest(damaged)
+    r = sweeper(tmp_path, "report", "smoke", "--tracking-uri", f"sqlite:///{damaged}")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "not a readable MLflow store" in r.stderr, r.stderr
+    assert digest(damaged) == before
+
+
+@pytest.mark.parametrize("target, rule", [
+    ("{tmp}", "is a folder"),
+    ("{tmp}/no/such/folder/report.md", "does not exist"),
+    ("/proc/self/comm", "under /proc"),
+    ("/proc/report.md", "under /proc"),
+])
+def test_markdown_is_checked_before_any_work_or_printing(tmp_path, target, rule):
+    # the sweep does not exist either: the --markdown error comes first, and nothing is printed
+    r = sweeper(tmp_path, "report", "no_such_sweep", "--markdown", target.format(tmp=tmp_path))
+    assert r.returncode == 2 and r.stdout == "", r.stdout
+    assert r.stderr.startswith("error: --markdown ") and rule in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+
+
+def test_markdown_in_a_read_only_folder_is_refused_first(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        r = sweeper(tmp_path, "report", "no_such_sweep", "--markdown", folder / "report.md")
+    finally:
+        folder.chmod(0o700)
+    assert r.returncode == 2 and r.stdout == "" and "--markdown" in r.stderr
