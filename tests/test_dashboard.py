@@ -26,7 +26,7 @@ def test_a_sweep_without_a_study_is_one_line_and_exit_2(tmp_path):
     (tmp_path / "sweeps" / "broken").mkdir(parents=True)
     (tmp_path / "sweeps" / "broken" / "optuna.db").write_text("not a database")
     r = subprocess.run(sweeper_cmd("dashboard", "broken"), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "not an Optuna study" in r.stderr, r.stderr
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Optuna study" in r.stderr, r.stderr
 
 
 @pytest.fixture
@@ -36,9 +36,11 @@ def dashboard(smoke_sweep):
     port = free_port()
     proc = subprocess.Popen(sweeper_cmd("dashboard", "smoke", "--port", port), cwd=workdir, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    line = proc.stdout.readline()  # printed once the server answers
+    line = proc.stdout.readline()  # printed at once: the study and the address
     assert line.startswith("Optuna dashboard on ") and "optuna.db" in line, line + proc.stdout.read() if proc.poll() else line
-    yield line.split(": ", 1)[1].split()[0], proc
+    ready = proc.stdout.readline()  # printed once the server answers: the study's page
+    assert ready.startswith("ready: http://"), ready + proc.stdout.read() if proc.poll() else ready
+    yield ready.split()[1], proc
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

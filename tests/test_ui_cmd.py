@@ -1,5 +1,6 @@
 """`sweeper ui` on the embedded store: it serves on loopback, prints where, and SIGTERM stops
-it together with its MLflow server (no server left behind)."""
+it together with its MLflow server (no server left behind). More of its behaviour (the address
+printed at once, Ctrl-C, held ports, hosts): tests/test_views_serve.py."""
 
 from __future__ import annotations
 
@@ -24,10 +25,11 @@ def test_sigterm_stops_the_ui_and_its_server(tmp_path):
                             stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         seen = []
-        while not any(l.startswith("MLflow UI on") for l in seen):  # the banner, once the server answers
-            line = proc.stdout.readline()  # the MLflow server's own log lines share the stream
-            assert line, f"`sweeper ui` ended before its banner: {seen[-5:]}"
+        while not any(l.startswith("ready: ") for l in seen):  # the address at once, `ready` once the server answers
+            line = proc.stdout.readline()
+            assert line, f"`sweeper ui` ended before it was ready: {seen[-5:]}"
             seen.append(line)
+        assert seen[0].startswith("MLflow UI on") and f"http://127.0.0.1:{port}" in seen[0], seen
         assert f"http://127.0.0.1:{port}" in seen[-1], seen[-1]
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).close()
         proc.send_signal(signal.SIGTERM)

@@ -1,21 +1,21 @@
 """`sweeper dashboard NAME`: optuna-dashboard on the sweep's Optuna study (sweeps/NAME/optuna.db).
 
-The study is already there: Ray Tune's OptunaSearch keeps it in the sweep directory, with every
+The study is already there: it is the sweep's ledger, in the sweep directory, with every
 trial's parameters, state (ASHA-stopped trials are PRUNED) and intermediate values by training
-step. This verb serves it on 127.0.0.1 with optuna-dashboard, as a subprocess, and prints the
-study's page.
+step. This verb serves it on 127.0.0.1 with optuna-dashboard, in a process of its own
+(sweeper/serve.py): its address is printed at once, the study's page when it answers; Ctrl-C or
+SIGTERM stops it.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-from sweeper.serve import serve_until_stopped
 from sweeper.adapters.optuna_ledger import study_id
+from sweeper.serve import Server, check_address, exposure_warning, url_of
 from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
 from trainables.errors import ConfigError
 
@@ -25,20 +25,24 @@ def study_file(name: str, storage: str | None) -> Path:
                           missing=f"no Optuna study here (no {OPTUNA_DB}: sweep `{name}` has not started?); `sweeper launch FILE` creates it") / OPTUNA_DB
 
 
-def serve(db: Path, host: str, port: int) -> subprocess.Popen:
-    """optuna-dashboard on `db`, as a subprocess of this one."""
-    exe = Path(sys.executable).with_name("optuna-dashboard")  # the console script beside this Python
+def command(db: Path, host: str, port: int) -> list[str]:
+    """optuna-dashboard on `db`: the console script beside this Python."""
+    exe = Path(sys.executable).with_name("optuna-dashboard")
     exe = str(exe) if exe.is_file() else shutil.which("optuna-dashboard")
     if exe is None:
         raise ConfigError("optuna-dashboard: not installed in this environment (pip install 'dat-sweeper' brings it)")
-    return subprocess.Popen([exe, f"sqlite:///{db.resolve()}", "--host", host, "--port", str(port), "--quiet"])
+    return [exe, f"sqlite:///{db.resolve()}", "--host", host, "--port", str(port), "--quiet"]
 
 
 def run(args: argparse.Namespace) -> int:
     db = study_file(args.name, args.storage)
-    sid = study_id(db, Path(args.name).name)
-    address = f"http://{args.host}:{args.port}"
-    proc = serve(db, args.host, args.port)
+    sid = study_id(db, Path(args.name).name)  # read-only: an empty or damaged study is one line
+    check_address(args.host, args.port)  # a held port, a foreign host: one line before anything starts
+    cmd = command(db, args.host, args.port)
+    if warning := exposure_warning(args.host, args.port, "the Optuna dashboard"):
+        print(warning, file=sys.stderr, flush=True)
+    address = url_of(args.host, args.port)
     page = f"{address}/dashboard/studies/{sid}" if sid is not None else f"{address}/dashboard"
-    return serve_until_stopped(proc, f"{address}/api/studies", "optuna-dashboard", args.port,
-                               lambda: f"Optuna dashboard on {db}: {page}  (Ctrl-C to stop)")
+    server = Server(cmd, "optuna-dashboard")
+    return server.serve(address, f"{address}/api/studies", f"Optuna dashboard on {db}: {address}  (starting; Ctrl-C to stop)",
+                        lambda: f"ready: {page}")

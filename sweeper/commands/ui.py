@@ -1,28 +1,46 @@
-"""`sweeper ui [NAME]`: the MLflow UI on the tracking store in use, at the sweep's runs."""
+"""`sweeper ui [NAME]`: the MLflow UI on the tracking store in use, at the sweep's runs.
+
+A local store is served by `mlflow ui` started here (sweeper/serve.py): its address is printed at
+once, the sweep's page when the server answers; Ctrl-C or SIGTERM stops it with all its workers.
+A tracking server (http://...) is already serving: its page is printed and nothing starts.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from sweeper.adapters import mlflow_tracking as tracking
-from sweeper.serve import serve_until_stopped
+from sweeper.serve import Server, check_address, exposure_warning, url_of
 
 
 def run(args: argparse.Namespace) -> int:
-    uri = tracking.resolve_uri(args.tracking_uri)
-    tracking.preflight(uri, source=tracking.uri_source(args.tracking_uri))
+    from sweeper.adapters import mlflow_store as store
+
+    uri = store.resolve_uri(args.tracking_uri)
     if uri.startswith("http"):
-        url = tracking.experiment_url(uri, args.name) if args.name else None
-        print(f"MLflow UI: {url or uri}")
+        store.preflight(uri, source=store.uri_source(args.tracking_uri))
+        url = store.experiment_url(uri, args.name) if args.name else None
+        print(f"MLflow UI: {url or uri}", flush=True)
         if url:
-            print(f"as charts: {tracking.charts_url(url)}")
+            print(f"as charts: {store.charts_url(url)}", flush=True)
         return 0
-    address = f"http://{args.host}:{args.port}"
-    proc = tracking.serve_ui(uri, args.host, args.port)
-    return serve_until_stopped(proc, f"{address}/health", "mlflow ui", args.port, lambda: banner(uri, args.name, address))
+    check_address(args.host, args.port)  # a held port, a foreign host: one line before anything starts
+    store.preflight(uri, source=store.uri_source(args.tracking_uri))
+    if warning := exposure_warning(args.host, args.port, "the MLflow UI"):
+        print(warning, file=sys.stderr, flush=True)
+    address = url_of(args.host, args.port)
+    server = Server([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", args.host,
+                     "--port", str(args.port), "--workers", "1"], "mlflow ui")  # one user: one worker starts soonest
+    return server.serve(address, f"{address}/health", f"MLflow UI on {uri}: {address}  (starting; Ctrl-C to stop)",
+                        lambda: ready(uri, args.name, address))
 
 
-def banner(uri: str, name: str | None, address: str) -> str:
-    url = tracking.experiment_url(uri, name, address) if name else None
-    charts = f"\nas charts: {tracking.charts_url(url)}" if url else ""
-    return f"MLflow UI on {uri}: {url or address}  (Ctrl-C to stop){charts}"
+def ready(uri: str, name: str | None, address: str) -> str:
+    """The line once the server answers: the sweep's runs (best first) and its charts, or the UI's address."""
+    from sweeper.adapters import mlflow_store as store
+
+    url = store.experiment_url(uri, name, address) if name else None
+    if not url:
+        missing = f" (no experiment `{name}` in this store yet)" if name else ""
+        return f"ready: {address}{missing}"
+    return f"ready: {url}\nas charts: {store.charts_url(url)}"
