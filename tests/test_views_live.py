@@ -176,3 +176,27 @@ def test_a_sweep_that_ran_every_trial_ends_finished(tmp_path):
         pass
     lines = out.getvalue().splitlines()
     assert len(lines) == 1 and lines[0].startswith("[switch_time 0:01:40] 24 completed |")
+
+
+def test_a_ctrl_c_in_a_log_ends_with_one_interrupted_line(tmp_path):
+    write_status(tmp_path, RECORDS, launched=9_900.0, elapsed_before_s=0.0)
+    out = io.StringIO()
+    with pytest.raises(KeyboardInterrupt):
+        with LiveView(tmp_path, PLAN, "lines", out=out, every_s=3600, clock=FakeClock(10_000.0)):
+            raise KeyboardInterrupt
+    (line,) = out.getvalue().splitlines()  # one line, not one from the loop and one from the exit
+    assert "3 interrupted, 1 completed, 20 to sample" in line and line.endswith("more once resumed")
+
+
+def test_watching_a_sweep_whose_driver_is_gone_ends_with_interrupted(tmp_path):
+    import socket
+
+    from tests.conftest import ROOT
+
+    (tmp_path / "space.yaml").write_text((ROOT / "search_spaces" / "switch_time.yaml").read_text())
+    write_status(tmp_path, RECORDS, launched=9_900.0, elapsed_before_s=0.0,
+                 driver={"host": socket.gethostname(), "pid": 2 ** 22 + 1})  # above pid_max: no such process
+    out = io.StringIO()
+    assert LiveView.of_sweep(tmp_path, out=out, clock=FakeClock(10_000.0)).watch() == 0
+    (line,) = out.getvalue().splitlines()
+    assert "2 running" not in line and "3 interrupted" in line and line.startswith("[switch_time 0:01:40]")  # up to its last write
