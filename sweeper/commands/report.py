@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import urllib.parse
 from pathlib import Path
 from statistics import mean
 
@@ -128,7 +129,10 @@ def readable_store(uri: str, source: str) -> str:
                           "pass the --tracking-uri the sweep logged to")
     if path.stat().st_size == 0:
         raise ConfigError(f"{source} {cut(uri, 120)}: {cut(str(path), 120)} is empty, not an MLflow store")
-    return f"sqlite+pysqlite:///file:{path}?mode=ro&uri=true"  # SQLAlchemy's read-only SQLite URL
+    # SQLAlchemy's URL of an SQLite URI filename, read-only: quoted once for SQLite (spaces, #, ?, %)
+    # and once more for SQLAlchemy, which unquotes the path before handing it on
+    quoted = urllib.parse.quote(urllib.parse.quote(str(path), safe="/"), safe="/")
+    return f"sqlite+pysqlite:///file:{quoted}?mode=ro&uri=true"
 
 
 def fetch_runs(uri: str, shown_uri: str, name: str, experiment: str | None) -> list[dict]:
