@@ -172,7 +172,8 @@ def ensure_status(sweep_dir: Path) -> bool:
     sweep_dir = Path(sweep_dir)
     if (sweep_dir / STATUS_FILE).exists() or not (sweep_dir / OPTUNA_DB).is_file() or driver_running(sweep_dir):
         return False
-    from sweeper.adapters.optuna_ledger import Ledger, read_only_url
+    from sweeper.adapters.optuna_ledger import Ledger
+    from sweeper.adapters.optuna_search import read_only_url
     from sweeper.space import load_space
 
     spec = load_space(sweep_dir / SPACE_FILE)

@@ -233,12 +233,3 @@ def fetch_trial_runs(uri: str, sweep_name: str, experiment: str | None = None) -
         "searched": [s for s in r.data.tags.get("searched", "").split(",") if s],
         "params": dict(r.data.params), "metrics": dict(r.data.metrics),
     } for r in runs]
-
-
-def serve_ui(uri: str, host: str, port: int):
-    """Start `mlflow ui` on a local store (a subprocess); the caller waits on it."""
-    import subprocess
-    import sys
-
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
-    return subprocess.Popen(cmd)

@@ -27,7 +27,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from sweeper.adapters.optuna_search import DefineByRun, baseline_points, make_sampler
+from sweeper.adapters.optuna_search import DefineByRun, baseline_points, make_sampler, read_only_url
 from sweeper.space import SearchSpace
 from trainables.config import ConfigError
 from trainables.errors import cut
@@ -250,11 +250,6 @@ def check_ledger(url: str, spec: SearchSpace, where: str) -> None:
         raise ConfigError(f"{where}: a sweep of folder format {version or 1} (this sweeper reads format {FORMAT}: "
                           "the study is the ledger, each trial's folder its own); pass --restart to start it over, "
                           "or finish it with the sweeper version that started it")
-
-
-def read_only_url(db: str | Path) -> str:
-    """An SQLite study opened read-only: a verb that only reads never writes (nor creates tables)."""
-    return f"sqlite:///file:{Path(db).resolve()}?mode=ro&uri=true"
 
 
 def study_id(db: str | Path, study_name: str) -> int | None:

@@ -204,7 +204,8 @@ def describe_space(spec) -> list[str]:
 def param_importances(storage: Path, study_name: str) -> tuple[list[str], int]:
     """fANOVA importances over COMPLETE trials (ASHA-stopped ones trained less: left out; draws
     of an already-trained point, tagged `duplicate_of`, counted once)."""
-    study = optuna.load_study(study_name=study_name, storage=f"sqlite:///{storage}")
+    ro = optuna.storages.RDBStorage(read_only_url(storage), skip_table_creation=True)
+    study = optuna.load_study(study_name=study_name, storage=ro)
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
     if len(complete) < 2:
         return [], len(complete)
@@ -215,3 +216,8 @@ def param_importances(storage: Path, study_name: str) -> tuple[list[str], int]:
     except (RuntimeError, ValueError):
         return [], len(complete)
     return [f"| `{k}` | {v:.3f} |" for k, v in imp.items()], len(complete)
+
+
+def read_only_url(db: str | Path) -> str:
+    """An SQLite study opened read-only: a verb that only reads never writes (nor creates tables)."""
+    return f"sqlite:///file:{Path(db).resolve()}?mode=ro&uri=true"

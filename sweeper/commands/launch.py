@@ -185,9 +185,9 @@ def run(args: argparse.Namespace) -> int:
 
     left = ledger.mark_interrupted()
     interrupted = bool(left) or ledger.counted() < spec.budget.num_samples
-    ledger.set_attr("sweeper.elapsed_s", float(ledger.attr("sweeper.elapsed_s", 0.0)) + time.time() - views.launched)
     records = views.records()
-    views.write("interrupted" if interrupted else "finished")
+    views.write("interrupted" if interrupted else "finished")  # elapsed: the earlier launches' plus this one's
+    ledger.set_attr("sweeper.elapsed_s", float(ledger.attr("sweeper.elapsed_s", 0.0)) + time.time() - views.launched)
     write_summary(sweep_dir, spec.name, spec.metric, spec.mode, records, _best_config(spec, records))
     faults.fault_point("finish")
     unlogged = tracking.drain_all()  # the reports still queued for MLflow
