@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     left = ledger.mark_interrupted()
     interrupted = bool(left) or ledger.counted() < spec.budget.num_samples
     records = views.records()
-    views.write("interrupted" if interrupted else "finished")  # elapsed: the earlier launches' plus this one's
+    views.write("interrupted" if interrupted else "finished")  # its elapsed_before_s: the earlier launches' alone
     ledger.set_attr("sweeper.elapsed_s", float(ledger.attr("sweeper.elapsed_s", 0.0)) + time.time() - views.launched)
     write_summary(sweep_dir, spec.name, spec.metric, spec.mode, records, _best_config(spec, records))
     faults.fault_point("finish")
