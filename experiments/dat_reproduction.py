@@ -85,16 +85,10 @@ def read_status(path: Path) -> dict:
     `trials` a list of mappings; a trial's `status` text and `step` a whole number >= 0; a
     completed trial's `params` a mapping with a whole-number `seed` and its `metrics` finite
     numbers (accuracies in [0, 1]); `started` a time a date can be printed for. One line if not."""
-    from sweeper.fs import read_limited
+    from sweeper.fs import read_json_limited
 
     where = short_path(path, 100)
-    raw = read_limited(path, "status", MAX_STATUS_BYTES)
-    try:
-        status = json.loads(raw.decode("utf-8"))
-    except RecursionError:
-        raise ConfigError(f"{where}: nested too deep to be a sweep's status") from None
-    except (UnicodeDecodeError, ValueError) as err:
-        raise ConfigError(f"{where}: not JSON: {cut(str(err), 80)}") from None
+    status = read_json_limited(path, "status", MAX_STATUS_BYTES, where)
     if not isinstance(status, dict):
         raise ConfigError(f"{where}: must be a JSON object, got {brief(status, 40)}")
     started = status.get("started")

@@ -244,16 +244,10 @@ MAX_REUSE_BYTES = 64 * 2**20  # an earlier run's JSON: 12 runs with their histor
 def read_reuse(path: str) -> list[dict]:
     """An earlier run's results (`--reuse`), read under a size limit and checked field by field:
     what the table, the bars and the plot read of each result must be there and of its kind."""
-    from sweeper.fs import read_limited
+    from sweeper.fs import read_json_limited
 
     where = f"--reuse {short_path(path, 100)}"
-    raw = read_limited(path, "--reuse", MAX_REUSE_BYTES)
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except RecursionError:
-        raise ConfigError(f"{where}: not JSON this command reads: nested too deep") from None
-    except (UnicodeDecodeError, ValueError) as err:
-        raise ConfigError(f"{where}: not JSON: {cut(str(err), 80)}") from None
+    data = read_json_limited(path, "--reuse", MAX_REUSE_BYTES, where)
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list):
         raise ConfigError(f"{where}: results: must be a list of runs (the JSON `sweeper reproduce` writes), got {brief(results, 40)}")

@@ -9,6 +9,7 @@ path.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import tempfile
@@ -96,3 +97,15 @@ def read_limited(path: str | Path, what: str, max_bytes: int) -> bytes:
     if len(data) > max_bytes:
         raise ConfigError(f"{what} {cut(str(path), 120)}: more than {max_bytes:,} bytes; at most that many are read")
     return data
+
+
+def read_json_limited(path: str | Path, what: str, max_bytes: int, where: str):
+    """The JSON document of a file read under `read_limited`; one ConfigError line naming `where`
+    if it is not JSON (or nested too deep to parse)."""
+    raw = read_limited(path, what, max_bytes)
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise ConfigError(f"{where}: not JSON this command reads: nested too deep") from None
+    except (UnicodeDecodeError, ValueError) as err:
+        raise ConfigError(f"{where}: not JSON: {cut(str(err), 80)}") from None

@@ -21,7 +21,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import stat
 from pathlib import Path
 
@@ -30,9 +29,11 @@ from dataclasses import dataclass
 import yaml
 
 from sweeper.fs import check_writable, read_limited
+from sweeper.space import flatten
 from trainables import footprint
 from trainables.config import MAX_STEPS, ConfigError, TrialConfig, load_trial_config, with_overrides
 from trainables.errors import brief, cut, short_path
+from trainables.run_dir import RunDir
 from trainables.safe_yaml import load_yaml_text
 
 
@@ -51,25 +52,9 @@ def parse_overrides(items: list[str]) -> dict:
 
 
 def keep_checkpoint(out: Path, checkpoint_dir: str, step: int) -> None:
-    """Make `out/checkpoint` the newest checkpoint, atomically: the files are copied to their own
-    folder `checkpoint-STEP` first, then the `checkpoint` symlink is swapped to it (rename(2)
-    replaces a link at once), then older folders go. A kill at any point leaves `checkpoint`
-    naming a complete checkpoint (the previous one or the new one)."""
-    target = out / f"checkpoint-{step}"
-    if Path(checkpoint_dir).resolve() == target.resolve():  # the resumed final checkpoint, reported again
-        return
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(checkpoint_dir, target)
-    link = out / "checkpoint"
-    if link.is_dir() and not link.is_symlink():  # a run directory of an older version: a plain folder
-        link.rename(out / "checkpoint-previous")
-    tmp = out / "checkpoint.swap"
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(target.name)
-    os.replace(tmp, link)
-    for old in out.glob("checkpoint-*"):
-        if old != target:
-            shutil.rmtree(old, ignore_errors=True)
+    """Make `out/checkpoint` the newest checkpoint, atomically (trainables/run_dir.py: a kill at any
+    point leaves `checkpoint` naming a complete checkpoint, the previous one or the new one)."""
+    RunDir(out).keep_checkpoint(checkpoint_dir, step)
 
 
 CONFIG, REPORTS, CHECKPOINT = "config.yaml", "metrics.jsonl", "checkpoint"
@@ -193,21 +178,11 @@ def check_resume(out: Path, cfg: TrialConfig) -> Resume:
 
 def _same_run(saved: TrialConfig, asked: TrialConfig, source: str) -> None:
     """The requested config must be the saved one; only `steps` may change."""
-    a, b = _flat(saved.model_dump(mode="json")), _flat(asked.model_dump(mode="json"))
+    a, b = flatten(saved.model_dump(mode="json")), flatten(asked.model_dump(mode="json"))
     for key in sorted(a.keys() | b.keys()):
         if key != "steps" and a.get(key) != b.get(key):
             raise ConfigError(f"--resume: {source}: {key}: the run was trained with {brief(a.get(key), 40)}, this "
                               f"command asks {brief(b.get(key), 40)}; a resumed run may change only `steps`")
-
-
-def _flat(data: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def write_atomic(path: Path, data: bytes) -> None:
