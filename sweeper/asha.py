@@ -8,6 +8,13 @@ is Ray Tune's `ASHAScheduler` with one bracket, step for step:
     a report     at step s with value v: the highest milestone m <= s the trial was not judged at
                  is judged now: the trial stops if v is worse than the (1 - 1/eta) quantile of
                  the values recorded at m before it (none recorded: it goes on); v is recorded at m.
+
+Phase-aware (`not_before`): a trial is judged only at milestones at or after the step its last
+training phase began plus a margin (trainables/phases.py: a DAT trial's switch, the end of its
+curriculum); it passes every milestone before that unjudged and leaves no value there. So a rung
+holds only values of trials in their last phase, and a trial is compared only with those. A trial
+whose phase change is not known yet (an adaptive switch still to come) is not judged. With
+`not_before` 0 this is the rule above.
 """
 
 from __future__ import annotations
@@ -34,14 +41,18 @@ def cutoff(recorded: Iterable[float], reduction_factor: float, mode: str) -> flo
 
 
 def judge(step: int, value: float, judged: Iterable[int], recorded: Mapping[int, Iterable[float]],
-          rungs: tuple[int, ...], reduction_factor: float, mode: str) -> tuple[int | None, bool]:
+          rungs: tuple[int, ...], reduction_factor: float, mode: str,
+          not_before: int | None = 0) -> tuple[int | None, bool]:
     """(the milestone this report is judged at or None, whether the trial stops there).
 
     `judged`: the milestones this trial was judged at before; `recorded[m]`: the values other
-    trials left at milestone m; `rungs`: `milestones(...)`, highest first."""
+    trials left at milestone m; `rungs`: `milestones(...)`, highest first; `not_before`: the
+    first step the trial may be judged at (None: not yet known, so not now)."""
+    if not_before is None:
+        return None, False
     done = set(judged)
     for m in rungs:
-        if step < m or m in done:
+        if step < m or m in done or m < not_before:
             continue
         bar = cutoff(recorded.get(m, ()), reduction_factor, mode)
         worse = bar is not None and (value < bar if mode == "max" else value > bar)

@@ -41,12 +41,13 @@ a header never wraps, and a line under the table names what was hidden.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, TextIO
 
@@ -82,26 +83,44 @@ class Plan:
     max_steps: int
     rungs: tuple[int, ...] = ()  # ASHA's decision steps below max_steps; () without early stopping
     reduction_factor: float = 1.0  # ASHA's eta; 1 without early stopping
+    # phase-aware ASHA: the first step a fresh trial may be judged at, for a sample of the space's
+    # points (the estimate averages over them); () when every trial may be judged from the first rung
+    not_before: tuple[int, ...] = ()
+    not_before_of: Callable[[dict], int] | None = field(default=None, compare=False, repr=False)  # a trial's, from its point
 
     @classmethod
     def from_space(cls, spec) -> "Plan":
         """From a validated sweeper.space.SearchSpace."""
         b, s = spec.budget, spec.scheduler
-        rungs, eta = (), 1.0
+        rungs, eta, not_before, of = (), 1.0, (), None
         if s.type == "asha":
             grace, max_t = spec.asha_limits()
             rungs, eta = asha_rungs(grace, max_t, s.reduction_factor, b.eval_every, b.max_steps), s.reduction_factor
-        return cls(spec.name, spec.metric, spec.mode, b.num_samples, b.max_concurrent, b.max_steps, rungs, eta)
+            if spec.phase_margin() is not None:
+                from sweeper.stopping import planned_not_before, sample_not_before
 
-    def expected_steps(self, step: int = 0) -> float:
-        """Expected steps a trial at `step` still trains, with ASHA letting 1/eta through each rung."""
+                of = functools.partial(planned_not_before, spec)
+                not_before = sample_not_before(spec)
+        return cls(spec.name, spec.metric, spec.mode, b.num_samples, b.max_concurrent, b.max_steps, rungs, eta, not_before, of)
+
+    def expected_steps(self, step: int = 0, params: dict | None = None) -> float:
+        """Expected steps a trial at `step` (at point `params`, or any point) still trains, with ASHA
+        letting 1/eta through each rung it judges the trial at."""
+        if params is not None and self.not_before_of is not None:
+            return self._expected(step, self.not_before_of(params))
+        if self.not_before:
+            return sum(self._expected(step, nb) for nb in self.not_before) / len(self.not_before)
+        return self._expected(step, 0)
+
+    def _expected(self, step: int, not_before: int) -> float:
         bounds = (0, *self.rungs, self.max_steps)
-        passed = sum(r < step for r in self.rungs)  # a trial reporting at a rung is still to be judged there
-        left = 0.0
+        left, judged = 0.0, 0  # judged: rungs ahead of the trial (a report at a rung is still to be judged) it is judged at
         for k in range(len(bounds) - 1):
+            if k > 0 and self.rungs[k - 1] >= step and self.rungs[k - 1] >= not_before:
+                judged += 1
             span = bounds[k + 1] - max(bounds[k], step)
             if span > 0:
-                left += span / self.reduction_factor ** (k - passed)
+                left += span / self.reduction_factor ** judged
         return left
 
 
@@ -124,8 +143,8 @@ def trial_speed(records: list[TrialRecord]) -> float | None:
 
 
 def progress(records: list[TrialRecord], plan: Plan) -> Progress:
-    running = [plan.expected_steps(r.step) for r in records if r.status == "running"]
-    waiting = [plan.expected_steps(r.step) for r in records if r.status in ("pending", "interrupted")]
+    running = [plan.expected_steps(r.step, r.params) for r in records if r.status == "running"]
+    waiting = [plan.expected_steps(r.step, r.params) for r in records if r.status in ("pending", "interrupted")]
     waiting += [plan.expected_steps(0)] * max(0, plan.num_samples - len(records))
     speed = trial_speed(records)
     eta = None if speed is None else makespan(running, waiting, plan.max_concurrent) / speed
@@ -175,8 +194,9 @@ def _elapsed(elapsed: float | None, since_resume: bool) -> str:
 def plan_line(plan: Plan, records: list[TrialRecord] = ()) -> str:
     """The line `sweeper launch` starts with: what will run and, from earlier reports (a resume), how long."""
     each = plan.expected_steps(0)
-    stopping = (f"ASHA (rungs {', '.join(map(str, plan.rungs))}, eta {plan.reduction_factor:g}) expects ~{each:,.0f} steps a trial"
-                if plan.rungs else "every trial runs its full budget")
+    phases = ", each trial judged only after its switch" if plan.not_before_of is not None else ""
+    stopping = (f"ASHA (rungs {', '.join(map(str, plan.rungs))}, eta {plan.reduction_factor:g}{phases}) "
+                f"expects ~{each:,.0f} steps a trial" if plan.rungs else "every trial runs its full budget")
     p = progress(list(records), plan)
     left = "" if not records else f", ~{p.left:,.0f} left"
     return (f"plan: {plan.num_samples} trials of up to {plan.max_steps:,} steps, {plan.max_concurrent} at a time; "

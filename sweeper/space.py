@@ -26,6 +26,7 @@ from typing import Annotated, Any, Iterator, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sweeper.asha import milestones
 from trainables import footprint
 from trainables.config import MAX_SEED, MAX_STEPS, ConfigError, TrialConfig, format_validation_error, read_yaml, set_dotted, trial_config_from_dict
 from trainables.errors import brief, cut, short_path
@@ -147,6 +148,10 @@ class Scheduler(_Frozen):
     grace_period: int | None = Field(None, ge=1, le=MAX_STEPS)  # steps before a trial can be stopped; default 2 x eval_every
     max_t: int | None = Field(None, ge=1, le=MAX_STEPS)  # must equal budget.max_steps (its default)
     reduction_factor: float = Field(3.0, gt=1.0, le=1000.0)
+    # phase-aware: a trial is judged only from its last training phase on (a DAT switch, the end of
+    # a curriculum: trainables/phases.py) + phase_margin steps; false: plain ASHA
+    phase_aware: bool = True
+    phase_margin: int | None = Field(None, ge=0, le=MAX_STEPS)  # default 2 x eval_every
 
 
 class Searcher(_Frozen):
@@ -198,15 +203,17 @@ class SearchSpace(_Frozen):
 
     def asha_rungs(self) -> tuple[int, ...]:
         """The steps ASHA compares trials at (Ray's rule for one bracket: grace x rf^k up to max_t,
-        each met by a trial's first report at or after it); () without ASHA."""
+        each met by a trial's first report at or after it), lowest first; () without ASHA."""
         if self.scheduler.type != "asha":
             return ()
-        import numpy as np  # Ray counts its rungs with numpy's log; math.log may differ in the last bit
+        return tuple(sorted(milestones(*self.asha_limits(), self.scheduler.reduction_factor)))
 
-        grace, max_t = self.asha_limits()
-        rf = self.scheduler.reduction_factor
-        n = int(np.log(max_t / grace) / np.log(rf) + 1)
-        return tuple(sorted({math.ceil(grace * rf**k) for k in range(n)}))
+    def phase_margin(self) -> int | None:
+        """Steps after a trial's last phase change before ASHA may judge it; None: plain ASHA."""
+        s = self.scheduler
+        if s.type != "asha" or not s.phase_aware:
+            return None
+        return s.phase_margin if s.phase_margin is not None else 2 * self.budget.eval_every
 
 
 # --------------------------------------------------------------------------- walking the tree

@@ -10,13 +10,14 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from sweeper.adapters.optuna_ledger import Ledger
 from sweeper.adapters.ray_search import LedgerASHA
 from sweeper.space import SearchSpace
+from sweeper.stopping import stopper_for
 
 LIMITS = dict(max_t=800, grace_period=100, reduction_factor=2)
 SPACE = {
     "name": "asha", "metric": "acc", "mode": "max",
     "space": {"optim.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
     "budget": {"num_samples": 50, "max_concurrent": 2, "max_steps": 800, "eval_every": 100},
-    "scheduler": {"type": "asha", "grace_period": 100, "reduction_factor": 2},
+    "scheduler": {"type": "asha", "grace_period": 100, "reduction_factor": 2, "phase_aware": False},  # Ray's rule exactly
 }
 
 
@@ -25,7 +26,7 @@ def ledger_at(path, create: bool = True) -> Ledger:
 
 
 def ours(ledger: Ledger) -> LedgerASHA:
-    return LedgerASHA(ledger, "acc", "max", LIMITS["grace_period"], LIMITS["max_t"], LIMITS["reduction_factor"], max_steps=800)
+    return LedgerASHA(stopper_for(ledger.spec, ledger))
 
 
 def feed(scheduler, trial, accs: dict[int, float]) -> list[str]:

@@ -19,12 +19,15 @@ def _summary(workdir, name="smoke"):
     return json.loads((workdir / "sweeps" / name / "summary.json").read_text())
 
 
-def _optuna_states(workdir, name="smoke"):
-    """The states of the study's trials, draws of a point that had already run (duplicate_of) aside."""
+def _study(workdir, name="smoke"):
     import optuna
 
-    study = optuna.load_study(study_name=name, storage=f"sqlite:///{workdir / 'sweeps' / name / 'optuna.db'}")
-    return [t.state.name for t in study.trials if "duplicate_of" not in t.user_attrs]
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{workdir / 'sweeps' / name / 'optuna.db'}")
+
+
+def _optuna_states(workdir, name="smoke"):
+    """The states of the study's trials, draws of a point that had already run (duplicate_of) aside."""
+    return [t.state.name for t in _study(workdir, name).trials if "duplicate_of" not in t.user_attrs]
 
 
 def _ended_in_study(workdir, name="smoke") -> dict[str, dict]:
@@ -80,6 +83,11 @@ def test_smoke_sweep_runs_end_to_end_with_asha_stopping_trials(smoke_sweep):
     # the Optuna study on disk knows which trials were pruned by ASHA
     states = _optuna_states(workdir)
     assert len(states) == 6 and "PRUNED" in states and "COMPLETE" in states
+    # phase-aware ASHA: no trial was judged, let alone stopped, before its switch + the margin (10)
+    for t in _study(workdir).trials:
+        switch = t.params["dat.switch_step"]
+        assert all(int(k.removeprefix("rung.")) >= switch + 10 for k in t.user_attrs if k.startswith("rung.")), t.user_attrs
+        assert t.user_attrs.get("stopped_at", switch + 10) >= switch + 10, (switch, t.user_attrs)
     # the live view printed a progress line, the end a table; `sweeper status` reads the directory
     assert "[smoke" in r.stdout and "acc_3x" in r.stdout
     s = subprocess.run(sweeper_cmd("status", "smoke"), cwd=workdir, env=ENV, capture_output=True, text=True)

@@ -184,6 +184,18 @@ def sample_configs(spec: SearchSpace, source: str, n_random: int) -> list[dict[s
     return samples
 
 
+def random_points(spec: SearchSpace, n: int) -> list[dict[str, Any]]:
+    """`n` points drawn at random from the space (seeded by the searcher's seed)."""
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=spec.searcher.seed))
+    suggest, points = define_by_run(spec), []
+    for _ in range(n):
+        trial = study.ask()
+        suggest(trial)
+        points.append(dict(trial.params))
+        study.tell(trial, 0.0)
+    return points
+
+
 def _top(p: IntParam | FloatParam) -> float:
     """The largest value the sampler can draw (the top of a stepped range may be unreachable)."""
     if p.step is None or (isinstance(p, IntParam) and p.step == 1):

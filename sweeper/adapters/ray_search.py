@@ -2,22 +2,21 @@
 
 `LedgerSearcher` (a `ray.tune.search.Searcher`) asks the ledger for each trial: the trials a
 resumed sweep left unended first, then new draws until `num_samples`; it tells the ledger every
-report and how each trial ended. `LedgerASHA` (a `ray.tune.schedulers.FIFOScheduler`) is
-asynchronous successive halving (sweeper/asha.py) whose rungs are the ledger's: it survives the
-driver with nothing of its own to save.
+report and how each trial ended. `LedgerASHA` (a `ray.tune.schedulers.FIFOScheduler`) stops the
+trials the sweep's early stopping (sweeper/stopping.py) stops; its rungs are the ledger's, so it
+survives the driver with nothing of its own to save.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-from sweeper import asha
 from sweeper.adapters.optuna_ledger import Ledger
 from sweeper.faults import fault_point
+from sweeper.stopping import RungStopper
 
 STEP = "step"  # the time axis: the training step the trainer reports
 
@@ -92,38 +91,18 @@ class LedgerSearcher(Searcher):
 
 
 class LedgerASHA(FIFOScheduler):
-    """ASHA with one bracket, on the training step; the values it judges by live in the ledger."""
+    """Ray Tune's side of the sweep's early stopping (sweeper/stopping.py): a STOP when it says so."""
 
-    def __init__(self, ledger: Ledger, metric: str, mode: str, grace_period: int, max_t: int, reduction_factor: float,
-                 max_steps: int):
+    def __init__(self, stopper: RungStopper):
         super().__init__()
-        self.ledger, self.score, self.direction = ledger, metric, mode
-        self.reduction_factor, self.max_t, self.max_steps = reduction_factor, max_t, max_steps
-        self.rungs = asha.milestones(grace_period, max_t, reduction_factor)
+        self.stopper = stopper
 
     def set_search_properties(self, metric, mode, **spec) -> bool:
         return True
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         number = trial.config.get("number")
-        value = result.get(self.score)
-        if number is None or STEP not in result or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if number is None or STEP not in result or not self.stopper.on_report(number, result):
             return TrialScheduler.CONTINUE
-        step = int(result[STEP])
-        self.ledger.report(number, step, float(value))  # before judging: the rung's record is the ledger's
-        entry = self.ledger.trials[number]
-        stopped_at = entry.attrs.get("stopped_at")
-        if stopped_at is not None and step >= stopped_at:
-            return TrialScheduler.STOP  # decided before a kill, never carried out
-        judged = entry.rungs()
-        recorded = {m: self.ledger.rung_values(m, but=number) for m in self.rungs if step >= m and m not in judged}
-        rung, stop = asha.judge(step, float(value), judged, recorded, self.rungs, self.reduction_factor, self.direction)
-        if rung is not None:
-            self.ledger.record_rung(number, rung, float(value))
-        if step >= self.max_steps:
-            return TrialScheduler.CONTINUE  # its last report: the trial ends as completed, whatever the rung says
-        if not stop and step < self.max_t:
-            return TrialScheduler.CONTINUE
-        self.ledger.set_trial_attr(number, "stopped_at", step)
         fault_point("verdict")
         return TrialScheduler.STOP

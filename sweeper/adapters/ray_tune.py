@@ -31,6 +31,7 @@ from sweeper.adapters.optuna_ledger import Ledger  # noqa: E402
 from sweeper.adapters.ray_search import LedgerASHA, LedgerSearcher  # noqa: E402
 from sweeper.adapters.ray_trainable import make_trainable  # noqa: E402
 from sweeper.space import SearchSpace, trial_config_for  # noqa: E402
+from sweeper.stopping import stopper_for  # noqa: E402
 
 
 def init_ray(address: str | None, quiet: bool = True) -> None:
@@ -92,8 +93,7 @@ def build_tuner(spec: SearchSpace, ledger: Ledger, views, trials_root: str, scra
     budget, sch = spec.budget, spec.scheduler
     searcher = LedgerSearcher(ledger, views, budget.num_samples, budget.max_steps, spec.metric, spec.mode)
     if sch.type == "asha":
-        grace_period, max_t = spec.asha_limits()
-        scheduler = LedgerASHA(ledger, spec.metric, spec.mode, grace_period, max_t, sch.reduction_factor, budget.max_steps)
+        scheduler = LedgerASHA(stopper_for(spec, ledger))
     else:
         scheduler = FIFOScheduler()
     threads = max(1, int(spec.resources.cpu))

@@ -1,0 +1,199 @@
+"""Learning curves of the switch question on a grid, recorded once for the search replay.
+
+Every cell of switch step x curriculum x learning rate x training seed is trained to the end
+(no early stopping) and every report of every run is kept, so that searchers and schedulers can
+be replayed on these curves (sweeper/replay.py, bench/search_replay.py) without training again.
+
+The runs go through the service: a sweep (`sweeper launch`) whose baseline points are the cells
+not yet recorded, one run per core. `export` copies each finished run's reports into
+docs/results/switch_grid.json.gz, the committed data file; `run` exports after every sweep and
+skips what the file already has, so a grid interrupted in any way resumes where it stopped (in a
+new checkout too: the data file is the record, the sweep folder only a cache).
+
+    python -m experiments.switch_grid run [--concurrent 2]   # train the missing cells, export as they finish
+    python -m experiments.switch_grid export                 # copy finished runs into the data file
+    python -m experiments.switch_grid status                 # cells recorded / planned
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import subprocess
+import sys
+from itertools import product
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "docs" / "results" / "switch_grid.json.gz"
+SWEEPS = ROOT / "sweeps"
+
+# The grid. Training seeds 41001-41002 and evaluation seed 41100 were used by nothing before
+# this grid (no exploration, sweep or reproduction touched them).
+SWITCH_STEPS = tuple(range(0, 6001, 500))
+STATE_ONLY_STEPS = (0, 1500)
+LEARNING_RATES = (1.5e-3, 3.0e-3)
+SEEDS = (41001, 41002)
+EVAL_SEED = 41100
+MAX_STEPS, EVAL_EVERY = 6000, 250
+AXES = ("dat.switch_step", "curriculum.state_only_steps", "optim.lr", "seed")
+
+FIXED = {
+    "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "mixer": "lstm", "attention": True},
+    "dat": {"mode": "fixed", "hold": "gate"},
+    "optim": {"batch_size": 64, "schedule": "cosine"},
+    "eval": {"seed": EVAL_SEED},
+    "device": "cpu",
+}
+
+
+def cells() -> list[dict]:
+    """Every cell, seed-major: the first seed's whole grid comes before the second's."""
+    out = []
+    for seed, lr, state_only, switch in product(SEEDS, LEARNING_RATES, STATE_ONLY_STEPS, SWITCH_STEPS):
+        out.append({"dat.switch_step": switch, "curriculum.state_only_steps": state_only, "optim.lr": lr, "seed": seed})
+    return out
+
+
+def key(cell: dict) -> tuple:
+    return tuple(cell[a] for a in AXES)
+
+
+def load() -> dict:
+    """The data file: {"grid": ..., "runs": [{"params": cell, "reports": [report, ...]}, ...]}."""
+    if not DATA.exists():
+        return {"grid": grid_description(), "runs": []}
+    with gzip.open(DATA, "rt") as f:
+        return json.load(f)
+
+
+def grid_description() -> dict:
+    return {"axes": {"dat.switch_step": list(SWITCH_STEPS), "curriculum.state_only_steps": list(STATE_ONLY_STEPS),
+                     "optim.lr": list(LEARNING_RATES), "seed": list(SEEDS)},
+            "fixed": FIXED, "max_steps": MAX_STEPS, "eval_every": EVAL_EVERY, "metric": "acc_3x", "mode": "max",
+            "command": "python -m experiments.switch_grid run",
+            "seeds_note": "training seeds 41001-41002 and evaluation seed 41100: used by nothing before this grid"}
+
+
+def save(data: dict) -> None:
+    data["runs"].sort(key=lambda r: key(r["params"]))
+    tmp = DATA.with_suffix(".tmp")
+    with gzip.GzipFile(tmp, "wb", mtime=0) as f:  # mtime 0: the same runs give the same bytes
+        f.write(json.dumps(data, separators=(",", ":"), sort_keys=True).encode())
+    tmp.replace(DATA)
+
+
+def missing(data: dict) -> list[dict]:
+    have = {key(r["params"]) for r in data["runs"]}
+    return [c for c in cells() if key(c) not in have]
+
+
+def space_for(todo: list[dict], concurrent: int) -> tuple[str, dict]:
+    """A sweep that runs exactly the cells in `todo` (as baseline points), every run to the end."""
+    digest = hashlib.sha256(json.dumps([key(c) for c in todo]).encode()).hexdigest()[:8]
+    name = f"switch_grid_{digest}"
+    space = {
+        "name": name,
+        "description": "switch-question learning-curve grid (experiments/switch_grid.py)",
+        "metric": "acc_3x", "mode": "max",
+        "fixed": FIXED,
+        "space": {"dat.switch_step": {"type": "categorical", "choices": list(SWITCH_STEPS)},
+                  "curriculum.state_only_steps": {"type": "categorical", "choices": list(STATE_ONLY_STEPS)},
+                  "optim.lr": {"type": "categorical", "choices": list(LEARNING_RATES)},
+                  "seed": {"type": "categorical", "choices": list(SEEDS)}},
+        "budget": {"num_samples": len(todo), "max_concurrent": concurrent, "max_steps": MAX_STEPS, "eval_every": EVAL_EVERY},
+        "scheduler": {"type": "fifo"},
+        "searcher": {"sampler": "random", "seed": 0, "baseline": todo},
+        "resources": {"cpu": 1},
+    }
+    return name, space
+
+
+def finished_runs(sweep: Path) -> list[dict]:
+    """Each run of the sweep folder that trained every step: its cell and every report."""
+    from trainables.run_dir import RunDir
+
+    out = []
+    for trial in sorted((sweep / "trials").glob("t*")):
+        reports = RunDir(trial).reports()
+        if not reports or reports[-1].get("step") != MAX_STEPS:
+            continue
+        config = _read_config(trial / "config.yaml")
+        if config is None:
+            continue
+        cell = {"dat.switch_step": config["dat"]["switch_step"],
+                "curriculum.state_only_steps": config["curriculum"]["state_only_steps"],
+                "optim.lr": config["optim"]["lr"], "seed": config["seed"]}
+        out.append({"params": cell, "reports": reports})
+    return out
+
+
+def _read_config(path: Path) -> dict | None:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def export(sweep_dirs: list[Path] | None = None) -> int:
+    """Copy every finished run of the grid's sweep folders into the data file; the number added."""
+    data = load()
+    have = {key(r["params"]) for r in data["runs"]}
+    planned = {key(c) for c in cells()}
+    added = 0
+    for sweep in sweep_dirs if sweep_dirs is not None else sorted(SWEEPS.glob("switch_grid_*")):
+        for run in finished_runs(sweep):
+            k = key(run["params"])
+            if k in planned and k not in have:
+                data["runs"].append(run)
+                have.add(k)
+                added += 1
+    if added:
+        save(data)
+    return added
+
+
+def run(concurrent: int) -> int:
+    todo = missing(load())
+    if not todo:
+        print(f"switch grid: all {len(cells())} cells recorded in {DATA.relative_to(ROOT)}")
+        return 0
+    name, space = space_for(todo, concurrent)
+    SWEEPS.mkdir(exist_ok=True)
+    path = SWEEPS / f"{name}.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    print(f"switch grid: {len(todo)} of {len(cells())} cells to train, sweep {name}", flush=True)
+    sweeper = str(Path(sys.executable).with_name("sweeper"))
+    rc = subprocess.call([sweeper, "launch", str(path), "--storage", str(SWEEPS), "--progress", "lines",
+                          "--progress-every", "300"], cwd=ROOT)
+    added = export([SWEEPS / name])
+    print(f"switch grid: {added} runs added to {DATA.relative_to(ROOT)}; {len(missing(load()))} cells left", flush=True)
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.switch_grid", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="verb", required=True)
+    r = sub.add_parser("run", help="train the cells the data file lacks, then export them")
+    r.add_argument("--concurrent", type=int, default=1, help="runs at once (one core each)")
+    sub.add_parser("export", help="copy finished runs of sweeps/switch_grid_* into the data file")
+    sub.add_parser("status", help="cells recorded / planned")
+    args = parser.parse_args(argv)
+    if args.verb == "run":
+        return run(args.concurrent)
+    if args.verb == "export":
+        print(f"switch grid: {export()} runs added")
+        return 0
+    data = load()
+    print(f"switch grid: {len(data['runs'])} of {len(cells())} cells recorded")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
