@@ -94,6 +94,22 @@ def test_smoke_sweep_runs_end_to_end_with_asha_stopping_trials(smoke_sweep):
     assert s.returncode == 0 and "sweep smoke: finished" in s.stdout
 
 
+def test_a_replay_of_the_sweep_on_its_own_curves_runs_what_it_ran(smoke_sweep):
+    """The search replay (sweeper/replay.py) against the real sweep it replays: the same number of
+    trials, and training steps within 10% (the order of two concurrent trials' reports may differ)."""
+    from sweeper.replay import grid_of_sweep, replay
+    from sweeper.space import load_space
+
+    workdir, _ = smoke_sweep
+    spec = load_space(SMOKE, n_samples=0)
+    real = _ended_in_study(workdir)
+    grid = grid_of_sweep(workdir / "sweeps" / "smoke", spec)
+    trace = replay(spec, grid, seed=spec.searcher.seed)
+    assert len(trace.ended) == len(real) == 6
+    real_steps = sum(t["step"] for t in real.values())
+    assert abs(trace.compute - real_steps) <= 0.1 * real_steps, (trace.compute, real_steps, trace.ended, real)
+
+
 def test_mlflow_holds_one_parent_and_a_nested_child_per_trial(smoke_sweep, mlflow_server):
     workdir, _ = smoke_sweep
     c, exp, parents, children = _children(mlflow_server, "smoke")

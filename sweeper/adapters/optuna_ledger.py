@@ -83,7 +83,12 @@ class LedgerTrial:
         return {int(k.split(".", 1)[1]): float(v) for k, v in self.attrs.items() if k.startswith("rung.")}
 
 
-def storage_for(url: str) -> optuna.storages.RDBStorage:
+MEMORY = "memory"  # the url of a ledger held in memory only (a replay of recorded curves)
+
+
+def storage_for(url: str) -> optuna.storages.BaseStorage:
+    if url == MEMORY:
+        return optuna.storages.InMemoryStorage()
     return optuna.storages.RDBStorage(url, skip_table_creation="mode=ro" in url)
 
 

@@ -1,0 +1,175 @@
+"""Replay a sweep on recorded learning curves: a simulated clock instead of training.
+
+A grid of real runs (experiments/switch_grid.py: every report of every run, several training
+seeds per point) stands in for the trainer. The replay runs the sweep's own search and early
+stopping on it, the same objects a real sweep runs (Syne Tune's simulated backend is the model):
+
+    the ledger     sweeper/adapters/optuna_ledger.py, on an in-memory Optuna storage: the
+                   space's sampler draws each point, baselines first, duplicates told at once
+    the stopping   sweeper/stopping.py's RungStopper (ASHA, phase-aware or not), asked at each
+                   report exactly as the Ray Tune scheduler asks it
+    the clock      `max_concurrent` workers; a trial takes one time unit per training step;
+                   reports are handled in the order of their simulated time
+
+A trial at a point trains on one of that point's recorded runs, chosen by the replay's seed.
+Only Ray is left out: it would add scheduling jitter, not decisions. Deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import heapq
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweeper.adapters.optuna_ledger import MEMORY, Ledger
+from sweeper.space import SearchSpace
+from sweeper.stopping import stopper_for
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Recorded runs by point: {point key: [reports of one run, ...]} (one run per training seed)."""
+
+    axes: tuple[str, ...]  # the searched parameters, in key order
+    runs: dict[tuple, list[list[dict]]]
+    metric: str
+    mode: str
+    max_steps: int
+
+    def key(self, params: dict[str, Any]) -> tuple:
+        return tuple(_norm(params[a]) for a in self.axes)
+
+    def final(self, key: tuple) -> float:
+        """The point's value: its runs' final metric, averaged over training seeds."""
+        values = [run[-1][self.metric] for run in self.runs[key]]
+        return sum(values) / len(values)
+
+    def best(self) -> float:
+        pick = max if self.mode == "max" else min
+        return pick(self.final(k) for k in self.runs)
+
+    def ranked(self) -> list[tuple]:
+        """Points, best first."""
+        return sorted(self.runs, key=self.final, reverse=self.mode == "max")
+
+
+def _norm(value: Any) -> Any:
+    return float(value) if isinstance(value, float) else value
+
+
+def load_grid(path: str | Path, axes: tuple[str, ...], seed_axis: str = "seed") -> Grid:
+    """A data file of experiments/switch_grid.py: runs of equal points (all but `seed_axis`) grouped."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        data = json.load(f)
+    grid = data["grid"]
+    runs: dict[tuple, list[list[dict]]] = {}
+    for run in sorted(data["runs"], key=lambda r: r["params"][seed_axis]):
+        runs.setdefault(tuple(_norm(run["params"][a]) for a in axes), []).append(run["reports"])
+    return Grid(axes, runs, grid["metric"], grid["mode"], grid["max_steps"])
+
+
+@dataclass
+class Trace:
+    """What one replay did: each ended trial in order, and the compute spent so far."""
+
+    ended: list[dict] = field(default_factory=list)  # {number, key, status, steps, compute, value}
+    compute: int = 0  # training steps, all trials
+
+    def incumbents(self, grid: Grid) -> list[tuple[int, float]]:
+        """(compute, the true value of the sweep's best point so far) after each completed trial:
+        the sweep picks by the values it saw; the truth is the point's mean over seeds."""
+        out, best_seen, best_key = [], None, None
+        better = (lambda a, b: a > b) if grid.mode == "max" else (lambda a, b: a < b)
+        for e in self.ended:
+            if e["status"] != "completed":
+                continue
+            if best_seen is None or better(e["value"], best_seen):
+                best_seen, best_key = e["value"], e["key"]
+            out.append((e["compute"], grid.final(best_key)))
+        return out
+
+    def compute_to_reach(self, grid: Grid, tolerance: float) -> int | None:
+        """Compute until the incumbent's true value is within `tolerance` of the grid's best; None: never."""
+        target = grid.best()
+        for compute, value in self.incumbents(grid):
+            if abs(target - value) <= tolerance:
+                return compute
+        return None
+
+
+def replay(spec: SearchSpace, grid: Grid, seed: int) -> Trace:
+    """One sweep of `spec` on the grid's curves. `seed` seeds the sampler and the choice of runs."""
+    spec = spec.model_copy(update={"searcher": spec.searcher.model_copy(update={"seed": seed})})
+    ledger = Ledger(MEMORY, spec, create=True)
+    stopper = stopper_for(spec, ledger) if spec.scheduler.type == "asha" else None
+    pick = random.Random(seed)
+    trace = Trace()
+    events: list[tuple[int, int, int, int]] = []  # (time, worker, trial number, report index)
+    chosen: dict[int, list[dict]] = {}
+
+    def start(worker: int, now: int) -> None:
+        while ledger.counted() < spec.budget.num_samples:
+            number = ledger.new_trial()
+            entry = ledger.trials[number]
+            if entry.state.name != "RUNNING":  # a draw of a point that already ran: told its outcome at once
+                continue
+            runs = grid.runs[grid.key(entry.params)]
+            chosen[number] = runs[pick.randrange(len(runs))]
+            first = chosen[number][0]
+            heapq.heappush(events, (now + int(first["step"]), worker, number, 0))
+            return
+
+    for worker in range(spec.budget.max_concurrent):
+        start(worker, 0)
+    while events:
+        now, worker, number, i = heapq.heappop(events)
+        report = chosen[number][i]
+        step = int(report["step"])
+        trace.compute += step - (int(chosen[number][i - 1]["step"]) if i else 0)
+        value = report.get(spec.metric)
+        ledger.report(number, step, float(value))
+        stop = stopper is not None and stopper.on_report(number, report)
+        last = i == len(chosen[number]) - 1 or step >= spec.budget.max_steps
+        if stop or last:
+            # a recorded run that ends before max_steps without diverging was stopped where it was
+            # recorded (a real sweep's stopped trial, replayed): it stops there here too
+            cut_short = step < spec.budget.max_steps and not report.get("diverged")
+            status = "stopped" if stop or cut_short else "completed"
+            ledger.end(number, status, float(value))
+            trace.ended.append({"number": number, "key": grid.key(ledger.trials[number].params), "status": status,
+                                "steps": step, "compute": trace.compute, "value": float(value)})
+            start(worker, now)
+        else:
+            nxt = chosen[number][i + 1]
+            heapq.heappush(events, (now + int(nxt["step"]) - step, worker, number, i + 1))
+    return trace
+
+
+def grid_of_sweep(sweep_dir: str | Path, spec: SearchSpace) -> Grid:
+    """The runs of a real sweep's folder as a grid (one run per point): to replay that sweep."""
+    from sweeper.status import load_records
+    from trainables.run_dir import RunDir
+
+    _, records = load_records(Path(sweep_dir))
+    axes = tuple(sorted({k for r in records for k in r.params}))
+    runs = {}
+    for r in records:
+        reports = RunDir(Path(sweep_dir) / "trials" / r.trial_id).reports()
+        if reports and set(r.params) == set(axes):
+            runs[tuple(_norm(r.params[a]) for a in axes)] = [reports]
+    return Grid(axes, runs, spec.metric, spec.mode, spec.budget.max_steps)
+
+
+def kendall_tau(xs: list[float], ys: list[float]) -> float:
+    """Kendall's tau-b of two equally long lists (NaN for fewer than two pairs or no variation)."""
+    from scipy.stats import kendalltau
+
+    if len(xs) < 2:
+        return math.nan
+    return float(kendalltau(xs, ys).statistic)
