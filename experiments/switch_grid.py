@@ -117,10 +117,11 @@ def finished_runs(sweep: Path) -> list[dict]:
 
     out = []
     for trial in sorted((sweep / "trials").glob("t*")):
-        reports = RunDir(trial).reports()
-        if not reports or reports[-1].get("step") != MAX_STEPS:
+        run = RunDir(trial)
+        reports, checkpoint = run.reports(), run.checkpoint()
+        if not reports or reports[-1].get("step") != MAX_STEPS or checkpoint is None:
             continue
-        config = _read_config(trial / "config.yaml")
+        config = _read_config(checkpoint / "config.yaml")
         if config is None:
             continue
         cell = {"dat.switch_step": config["dat"]["switch_step"],
