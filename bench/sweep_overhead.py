@@ -58,7 +58,8 @@ def _direct_job(args: tuple) -> float:
     import psutil
     import torch
 
-    from sweeper.space import load_space, trial_config_for
+    from sweeper.space import trial_config_for
+    from sweeper.space_file import load_space
     from trainables.train import train
 
     born = psutil.Process().create_time()

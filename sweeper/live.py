@@ -351,7 +351,7 @@ def table(records: list[TrialRecord], plan: Plan, elapsed: float | None, state: 
 
 def plan_of(sweep_dir: Path) -> Plan:
     """The plan of a sweep from its directory (its space.yaml)."""
-    from sweeper.space import load_space
+    from sweeper.space_file import load_space
     from sweeper.status import SPACE_FILE
 
     return Plan.from_space(load_space(Path(sweep_dir) / SPACE_FILE, n_samples=0))

@@ -174,7 +174,7 @@ def ensure_status(sweep_dir: Path) -> bool:
         return False
     from sweeper.adapters.optuna_ledger import Ledger
     from sweeper.adapters.optuna_search import read_only_url
-    from sweeper.space import load_space
+    from sweeper.space_file import load_space
 
     spec = load_space(sweep_dir / SPACE_FILE)
     ledger = Ledger(read_only_url(sweep_dir / OPTUNA_DB), spec, create=False)

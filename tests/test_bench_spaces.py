@@ -6,7 +6,7 @@ import importlib.util
 import pytest
 
 from conftest import ROOT
-from sweeper.space import load_space
+from sweeper.space_file import load_space
 
 
 def _bench(name: str):

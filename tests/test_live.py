@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from sweeper.live import LiveView, Plan, asha_rungs, clock, makespan, plain_line, plan_line, progress, running_rows, table
 from sweeper.records import TrialRecord
-from sweeper.space import load_space
+from sweeper.space_file import load_space
 from sweeper.status import STATUS_FILE
 
 from conftest import ROOT

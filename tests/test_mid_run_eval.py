@@ -8,7 +8,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 from ray.tune.schedulers import ASHAScheduler
 
-from sweeper.space import load_space, trial_config_for
+from sweeper.space import trial_config_for
+from sweeper.space_file import load_space
 from trainables.config import TrialConfig
 from trainables.model import HybridLM
 from trainables.objectives import make_objective

@@ -50,7 +50,7 @@ START_STORE = """
 import sys
 from pathlib import Path
 from sweeper.adapters import mlflow_tracking as tracking
-from sweeper.space import load_space
+from sweeper.space_file import load_space
 spec = load_space(sys.argv[1])
 uri = sys.argv[2]
 sweep_dir = Path(sys.argv[3])

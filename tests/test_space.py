@@ -8,7 +8,8 @@ import optuna
 import pytest
 
 from sweeper.adapters.optuna_search import baseline_points, define_by_run, sample_configs
-from sweeper.space import SpaceError, load_space, trial_config_for
+from sweeper.space import SpaceError, trial_config_for
+from sweeper.space_file import load_space
 
 GOOD = """
 name: t

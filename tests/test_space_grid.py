@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from sweeper.adapters.optuna_search import define_by_run, make_sampler
-from sweeper.space import SpaceError, grid_points, load_space, trial_config_for
+from sweeper.space import SpaceError, grid_points, trial_config_for
+from sweeper.space_file import load_space
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENT_SPACES = sorted((ROOT / "experiments" / "dat_reproduction_spaces").glob("*.yaml"))

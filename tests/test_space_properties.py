@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from sweeper import cli
 from sweeper.adapters.optuna_search import sample_configs
-from sweeper.space import load_space, trial_config_for
+from sweeper.space import trial_config_for
+from sweeper.space_file import load_space
 from trainables import footprint
 from trainables.config import ConfigError
 from trainables.errors import MAX_LINE

@@ -98,7 +98,7 @@ def test_a_replay_of_the_sweep_on_its_own_curves_runs_what_it_ran(smoke_sweep):
     """The search replay (sweeper/replay.py) against the real sweep it replays: the same number of
     trials, and training steps within 10% (the order of two concurrent trials' reports may differ)."""
     from sweeper.replay import grid_of_sweep, replay
-    from sweeper.space import load_space
+    from sweeper.space_file import load_space
 
     workdir, _ = smoke_sweep
     spec = load_space(SMOKE, n_samples=0)

@@ -7,7 +7,7 @@ from sweeper.adapters.mlflow_store import BackgroundLog, client, unreachable
 from sweeper.adapters.mlflow_tracking import SweepTracker, summary_csv
 from sweeper.adapters.optuna_ledger import Ledger
 from sweeper.records import TrialRecord
-from sweeper.space import load_space
+from sweeper.space_file import load_space
 from sweeper.commands.launch import check_same_store
 from trainables.errors import ConfigError
 

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from sweeper.commands.report import parameter_effects, space_kinds
-from sweeper.space import load_space
+from sweeper.space_file import load_space
 from tests.conftest import ROOT, sweeper_cmd, sweeper_env
 
 SPACE = (ROOT / "search_spaces" / "smoke.yaml").read_text().replace("n_layers: 1, ", "").replace(

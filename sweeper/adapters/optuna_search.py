@@ -15,7 +15,7 @@ import optuna
 
 from trainables.config import ConfigError
 from trainables.errors import brief, cut
-from sweeper.space import CategoricalParam, FloatParam, IntParam, Param, SearchSpace, SpaceError, param_names, trial_config_for
+from sweeper.space import CategoricalParam, FloatParam, IntParam, Param, SearchSpace, SpaceError, grid_points, param_names, trial_config_for
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -161,8 +161,6 @@ def sample_configs(spec: SearchSpace, source: str, n_random: int) -> list[dict[s
         forced += [{**dict(cond), name: v} for v in values]
 
     if spec.searcher.sampler == "grid":  # small by construction: check every point
-        from sweeper.space import grid_points
-
         forced, n_random = grid_points(spec), 0
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=spec.searcher.seed))
     for point in forced:

@@ -27,7 +27,8 @@ from sweeper.adapters.optuna_search import baseline_points
 from sweeper.fs import check_writable
 from sweeper.lock import hold_sweep_lock
 from sweeper.records import FINAL
-from sweeper.space import SearchSpace, SpaceError, load_space
+from sweeper.space import SearchSpace, SpaceError
+from sweeper.space_file import load_space
 from sweeper.status import SPACE_FILE, format_table, write_summary
 from sweeper.views import SweepViews
 from sweeper.sweep_dir import OPTUNA_DB, folder_kind, is_uri, sweep_dir_for

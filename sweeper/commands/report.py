@@ -151,7 +151,7 @@ def fetch_runs(uri: str, shown_uri: str, name: str, experiment: str | None) -> l
 def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | None, top: int,
                  shown_uri: str | None = None) -> str:
     """The report as Markdown. `uri`: the store to read (read-only for SQLite); `shown_uri`: as the user named it."""
-    from sweeper.space import load_space
+    from sweeper.space_file import load_space
 
     shown_uri = shown_uri or uri
     runs = fetch_runs(uri, shown_uri, name, experiment)

@@ -24,7 +24,7 @@ from trainables.config import ConfigError
 
 from sweeper.adapters.ray_jobs import AGENT_WAIT_S, CALL_TIMEOUT_S, alive_nodes, ask, client_for, follow, submit_job
 from sweeper.sweep_dir import is_uri
-from sweeper.space import load_space
+from sweeper.space_file import load_space
 
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sweeper.space import N_VALIDATION_SAMPLES, load_space
+from sweeper.space_file import N_VALIDATION_SAMPLES, load_space
 
 
 def run(args: argparse.Namespace) -> int:
