@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 # `make TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" ...` avoids CUDA.
 TORCH_PIP_ARGS ?=
 
-.PHONY: install test-deps lint sweep trial test faults bench reproduce docker-smoke docker-cluster test-docker k8s-render k8s-spaces k8s-apply clean
+.PHONY: install test-deps lint sweep trial test test-long faults bench reproduce docker-smoke docker-cluster test-docker k8s-render k8s-spaces k8s-apply clean
 
 $(BIN)/sweeper: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ test-deps:
 
 test: install test-deps lint
 	$(BIN)/python -m pytest
+
+# The longer variants `make test` leaves out (pytest marker `long`): every shipped space end to end,
+# the kill-and-resume sweep on SQLite as well as PostgreSQL, an MLflow outage under the tracker.
+test-long: install test-deps
+	$(BIN)/python -m pytest -m long
 
 # The linter (rules in pyproject.toml, [tool.ruff]); part of `make test`.
 lint: install

@@ -47,6 +47,7 @@ def dashboard(smoke_sweep):
 
 
 @pytest.mark.integration
+@pytest.mark.long  # a browser on the dashboard: `make test-long`; `make test` drives the MLflow UI's (test_mlflow_ui.py)
 def test_the_dashboard_shows_the_study_its_trials_and_intermediate_values(dashboard, browser, tmp_path):  # noqa: F811
     url, proc = dashboard
     assert url.startswith("http://127.0.0.1:") and url.endswith("/dashboard/studies/1")

@@ -75,7 +75,11 @@ def shrink(spec: dict, steps: int = TINY_STEPS) -> dict:
     return spec
 
 
-@pytest.mark.parametrize("space_file", SPACES, ids=lambda p: p.stem)
+# the flagship in `make test`; every other shipped file in `make test-long`
+END_TO_END = [p if p.stem == "switch_time" else pytest.param(p, marks=pytest.mark.long) for p in SPACES]
+
+
+@pytest.mark.parametrize("space_file", END_TO_END, ids=lambda p: p.stem)
 def test_shipped_space_runs_end_to_end_on_a_shrunk_budget(space_file, tmp_path):
     spec = shrink(yaml.safe_load(space_file.read_text()))
     path = tmp_path / space_file.name

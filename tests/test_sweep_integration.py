@@ -175,7 +175,7 @@ def test_unreachable_tracking_server_fails_fast_before_ray(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith(f"error: $MLFLOW_TRACKING_URI {url}: MLflow tracking server unreachable"), r.stderr
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("backend", [pytest.param("sqlite", marks=pytest.mark.long), "postgresql"])  # sqlite: `make test-long`
 def test_killed_sweep_resumes_to_exactly_num_samples_trials_and_runs(tmp_path, backend, request):
     # the MLflow server on SQLite (the laptop default behind a server) and on a real PostgreSQL
     # (as k8s/ deploys it): parent and nested children, and a kill-and-resume with no duplicates

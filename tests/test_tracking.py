@@ -3,6 +3,8 @@ driver's path, survives a server outage, and never drops a report silently."""
 
 import json
 
+import pytest
+
 from sweeper.adapters.mlflow_store import BackgroundLog, client, unreachable
 from sweeper.adapters.mlflow_tracking import SweepTracker, summary_csv
 from sweeper.adapters.optuna_ledger import Ledger
@@ -83,6 +85,7 @@ def test_the_background_log_retries_an_unreachable_store_and_sets_aside_a_refuse
     assert not unreachable(RuntimeError("RESOURCE_ALREADY_EXISTS"))
 
 
+@pytest.mark.long  # `make test-long`; the fault matrix has the same outage against a whole sweep
 def test_a_server_outage_neither_blocks_the_driver_nor_loses_a_report(tmp_path):
     """The real `mlflow server` stopped mid-sweep: reports queue without waiting; those logged after
     it came back are all there once; those it never took are kept and logged by the next launch."""

@@ -32,7 +32,7 @@ space:
   dat.switch_step: {{type: int, low: 0, high: {max_steps}, step: 10}}
   optim.lr: {{type: float, low: 1.0e-3, high: 1.0e-2, log: true}}
 budget: {{num_samples: {num_samples}, max_concurrent: 2, max_steps: {max_steps}, eval_every: 10}}
-scheduler: {{type: asha, grace_period: 10, reduction_factor: 2}}
+scheduler: {{type: asha, grace_period: 10, reduction_factor: 2, phase_aware: false}}  # plain ASHA: stops to cut into
 searcher: {{sampler: tpe, seed: 0, baseline: [{{dat.switch_step: 0, optim.lr: 3.0e-3}}]}}
 resources: {{cpu: 1, gpu: 0}}
 """
@@ -53,7 +53,7 @@ class Sweep:
         self.space = self.workdir / f"{NAME}.yaml"
         space = SPACE.format(name=NAME, num_samples=num_samples, max_steps=max_steps)
         if fifo:  # every trial trains to max_steps: a sweep of known length
-            space = space.replace("scheduler: {type: asha, grace_period: 10, reduction_factor: 2}", "scheduler: {type: fifo}")
+            space = space.replace("type: asha, grace_period: 10, reduction_factor: 2, phase_aware: false", "type: fifo")
         self.space.write_text(space)
         self.storage = storage
         self.dir = (storage or self.workdir / "sweeps") / NAME
