@@ -5,7 +5,8 @@ import io
 import json
 from dataclasses import replace
 
-from sweeper.live import LiveView, Plan, asha_rungs, clock, makespan, plain_line, plan_line, progress, running_rows, table
+from sweeper.eta import Plan, asha_rungs, makespan, progress
+from sweeper.live import LiveView, clock, plain_line, plan_line, running_rows, table
 from sweeper.records import TrialRecord
 from sweeper.space_file import load_space
 from sweeper.status import STATUS_FILE

@@ -140,15 +140,15 @@ def test_trials_that_switch_at_step_0_with_no_margin_get_ray_s_decisions(tmp_pat
 def test_the_plan_expects_full_runs_of_trials_judged_after_their_switch():
     """The plan line's estimate follows the rule: a trial that switches after the last rung runs its
     whole budget; one that switches before it is halved at the rungs after its switch only."""
-    from sweeper import live
+    from sweeper import eta
 
     spec = SearchSpace.model_validate(SPACE)  # rungs 100, 200, 400; margin 100
-    plan = live.Plan.from_space(spec)
+    plan = eta.Plan.from_space(spec)
     assert plan.rungs == RUNGS
     assert plan.expected_steps(0, {"dat.switch_step": 400, "optim.lr": 1e-3}) == 800  # judged from 500: never
     assert plan.expected_steps(0, {"dat.switch_step": 100, "optim.lr": 1e-3}) == 200 + 200 / 2 + 400 / 4  # at 200, 400
     assert plan.expected_steps(0, {"dat.switch_step": 0, "optim.lr": 1e-3}) == 100 + 100 / 2 + 200 / 4 + 400 / 8
     fresh = plan.expected_steps(0)  # any point: between the two ends
     assert 100 + 100 / 2 + 200 / 4 + 400 / 8 < fresh < 800
-    off = live.Plan.from_space(SearchSpace.model_validate({**SPACE, "scheduler": {**SPACE["scheduler"], "phase_aware": False}}))
+    off = eta.Plan.from_space(SearchSpace.model_validate({**SPACE, "scheduler": {**SPACE["scheduler"], "phase_aware": False}}))
     assert off.expected_steps(0, {"dat.switch_step": 400, "optim.lr": 1e-3}) == 100 + 100 / 2 + 200 / 4 + 400 / 8

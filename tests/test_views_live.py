@@ -10,7 +10,8 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
-from sweeper.live import BAR_NARROW, BAR_WIDE, LiveView, Plan, layout, running_rows, shortest_names, table
+from sweeper.eta import Plan
+from sweeper.live import BAR_NARROW, BAR_WIDE, LiveView, layout, running_rows, shortest_names, table
 from sweeper.records import TrialRecord
 from sweeper.status import STATUS_FILE
 

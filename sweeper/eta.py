@@ -1,0 +1,131 @@
+"""How long a sweep will take: ASHA's expected steps, the measured speed, the ETA (pure arithmetic).
+
+    trial records + Plan (the budget and ASHA's rungs, from the search space)
+      -> Progress: steps trained, expected steps left, measured speed, ETA
+
+The estimate (docs/usage.md, "How long will it take?"):
+  * ASHA decides at its rungs r_0 < r_1 < ... (grace_period x eta^k, at the first report at or
+    after each, below max_steps) and lets about 1/eta of the trials through each. A trial at step
+    s has passed the rungs below s; each later segment of its budget counts with the chance of
+    getting there: expected steps left = sum over segments [a, b] above s of (b - max(a, s)) / eta^j,
+    j the rungs still ahead of s before that segment (phase-aware ASHA: only the rungs at or after
+    the trial's switch + margin, as planned). From step 0 this is the expected length E of a new
+    trial (FIFO: E = max_steps; a point not drawn yet: the mean over 64 draws of the space).
+  * Speed v: steps per second of one trial, measured over all trials that reported
+    (sum of steps / sum of Ray's time_total_s: training, evaluation and checkpoints).
+  * ETA: the running trials' expected steps left, then E for every trial not yet started, dealt
+    out in turn to the max_concurrent slots, each training at v; the last slot to finish is the ETA.
+    Between two writes of status.json the ETA counts down with the wall clock.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from sweeper.records import TrialRecord
+
+
+def asha_rungs(grace_period: int, max_t: int, reduction_factor: float, eval_every: int, max_steps: int) -> tuple[int, ...]:
+    """The steps where Ray's ASHA (one bracket) can stop a trial: its milestones grace x eta^k
+    (k < int(log(max_t / grace) / log(eta) + 1), as ray.tune.schedulers.async_hyperband computes
+    them), each moved to the first report at or after it; a rung at max_steps stops nothing."""
+    n = int(math.log(max_t / grace_period) / math.log(reduction_factor) + 1)
+    rungs = set()
+    for k in range(max(n, 0)):
+        at = math.ceil(grace_period * reduction_factor ** k / eval_every) * eval_every  # trials report every eval_every
+        if at < max_steps:
+            rungs.add(at)
+    return tuple(sorted(rungs))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a sweep will train: the budget and where ASHA decides."""
+
+    name: str
+    metric: str
+    mode: str
+    num_samples: int
+    max_concurrent: int
+    max_steps: int
+    rungs: tuple[int, ...] = ()  # ASHA's decision steps below max_steps; () without early stopping
+    reduction_factor: float = 1.0  # ASHA's eta; 1 without early stopping
+    # phase-aware ASHA: the first step a fresh trial may be judged at, for a sample of the space's
+    # points (the estimate averages over them); () when every trial may be judged from the first rung
+    not_before: tuple[int, ...] = ()
+    not_before_of: Callable[[dict], int] | None = field(default=None, compare=False, repr=False)  # a trial's, from its point
+
+    @classmethod
+    def from_space(cls, spec) -> "Plan":
+        """From a validated sweeper.space.SearchSpace."""
+        b, s = spec.budget, spec.scheduler
+        rungs, eta, not_before, of = (), 1.0, (), None
+        if s.type == "asha":
+            grace, max_t = spec.asha_limits()
+            rungs, eta = asha_rungs(grace, max_t, s.reduction_factor, b.eval_every, b.max_steps), s.reduction_factor
+            if spec.phase_margin() is not None:
+                from sweeper.stopping import planned_not_before, sample_not_before
+
+                of = functools.partial(planned_not_before, spec)
+                not_before = sample_not_before(spec)
+        return cls(spec.name, spec.metric, spec.mode, b.num_samples, b.max_concurrent, b.max_steps, rungs, eta, not_before, of)
+
+    def expected_steps(self, step: int = 0, params: dict | None = None) -> float:
+        """Expected steps a trial at `step` (at point `params`, or any point) still trains, with ASHA
+        letting 1/eta through each rung it judges the trial at."""
+        if params is not None and self.not_before_of is not None:
+            return self._expected(step, self.not_before_of(params))
+        if self.not_before:
+            return sum(self._expected(step, nb) for nb in self.not_before) / len(self.not_before)
+        return self._expected(step, 0)
+
+    def _expected(self, step: int, not_before: int) -> float:
+        bounds = (0, *self.rungs, self.max_steps)
+        left, judged = 0.0, 0  # judged: rungs ahead of the trial (a report at a rung is still to be judged) it is judged at
+        for k in range(len(bounds) - 1):
+            if k > 0 and self.rungs[k - 1] >= step and self.rungs[k - 1] >= not_before:
+                judged += 1
+            span = bounds[k + 1] - max(bounds[k], step)
+            if span > 0:
+                left += span / self.reduction_factor ** judged
+        return left
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int  # steps trained so far, all trials
+    left: float  # expected steps still to train
+    speed: float | None  # steps/s of one trial (None before the first report)
+    eta_s: float | None  # seconds to the end of the sweep (None while the speed is unknown)
+
+
+def trial_speed(records: list[TrialRecord]) -> float | None:
+    """Steps per second of one trial: steps over Ray's time_total_s, summed over every trial that reported."""
+    steps = seconds = 0.0
+    for r in records:
+        t = r.metrics.get("time_total_s")
+        if r.step > 0 and t and t > 0:
+            steps, seconds = steps + r.step, seconds + float(t)
+    return steps / seconds if seconds > 0 else None
+
+
+def progress(records: list[TrialRecord], plan: Plan) -> Progress:
+    running = [plan.expected_steps(r.step, r.params) for r in records if r.status == "running"]
+    waiting = [plan.expected_steps(r.step, r.params) for r in records if r.status in ("pending", "interrupted")]
+    waiting += [plan.expected_steps(0)] * max(0, plan.num_samples - len(records))
+    speed = trial_speed(records)
+    eta = None if speed is None else makespan(running, waiting, plan.max_concurrent) / speed
+    return Progress(sum(r.step for r in records), sum(running) + sum(waiting), speed, eta)
+
+
+def makespan(running: list[float], waiting: list[float], slots: int) -> float:
+    """Steps until the last slot is free: running trials hold slots; waiting ones take the first free slot in turn."""
+    busy = sorted(running) + [0.0] * max(0, slots - len(running))
+    heapq.heapify(busy)
+    for steps in waiting:
+        heapq.heappush(busy, heapq.heappop(busy) + steps)
+    return max(busy, default=0.0)
