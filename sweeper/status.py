@@ -17,10 +17,12 @@ from collections import Counter
 from pathlib import Path
 
 from sweeper.faults import fault_point
+from sweeper.fs import read_json_limited
 from sweeper.records import TrialRecord, length_family, ranked, score
 from trainables.errors import ConfigError, cut
 
 STATUS_FILE, SUMMARY_FILE, SPACE_FILE = "status.json", "summary.json", "space.yaml"
+MAX_STATE_BYTES = 64 * 2**20  # status.json and summary.json: ~2 KB a trial, 30,000 trials
 ORDER = ("running", "pending", "interrupted", "completed", "stopped", "diverged", "failed")
 
 
@@ -36,11 +38,12 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def read_json(path: Path) -> dict:
-    """A JSON state file; unreadable or cut (a kill mid-write of an older version) is one ConfigError line."""
+    """A JSON state file, read under MAX_STATE_BYTES; unreadable, too large, nested too deep or cut
+    (a kill mid-write of an older version) is one ConfigError line."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ConfigError(f"{path}: unreadable ({cut(str(err), 100)}); move it away to rebuild it from the sweep") from None
+        data = read_json_limited(path, "state file", MAX_STATE_BYTES, str(path))
+    except ConfigError as err:
+        raise ConfigError(f"{err}; move it away to rebuild it from the sweep") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not a sweep state file (a JSON object was expected)")
     return data
@@ -84,15 +87,27 @@ def load_records(sweep_dir: Path) -> tuple[dict, list[TrialRecord]]:
 
 
 def driver_alive(status: dict) -> bool:
-    """Whether the process that writes status.json still runs (only knowable on its host)."""
-    driver = status.get("driver", {})
+    """Whether the process that writes status.json still runs (only knowable on its host): its pid,
+    and the start time recorded with it (`driver_record`), so a pid reused by another process is not it."""
+    driver = status.get("driver")
+    driver = driver if isinstance(driver, dict) else {}
     if driver.get("host") != socket.gethostname():
         return True
+    import psutil
+
     try:
-        os.kill(int(driver.get("pid", -1)), 0)
-    except (OSError, ValueError):
+        started = psutil.Process(int(driver.get("pid", -1))).create_time()
+    except (psutil.Error, ValueError, TypeError, OverflowError):
         return False
-    return True
+    recorded = driver.get("started")
+    return not isinstance(recorded, (int, float)) or abs(started - recorded) < 0.01
+
+
+def driver_record() -> dict:
+    """This process as status.json names its driver: host, pid and start time."""
+    import psutil
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
 
 
 def format_table(records: list[TrialRecord], metric: str, mode: str, top: int = 10, multipliers=(1, 2, 3, 4)) -> str:

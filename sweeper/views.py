@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -15,8 +14,8 @@ from typing import TextIO
 
 from sweeper.faults import fault_point
 from sweeper.records import TrialRecord, trainer_metrics
-from sweeper.status import (SPACE_FILE, STATUS_FILE, best_line, counts_line, driver_alive, format_table, load_records,
-                            write_text_atomic)
+from sweeper.status import (SPACE_FILE, STATUS_FILE, best_line, counts_line, driver_alive, driver_record, format_table,
+                            load_records, write_text_atomic)
 from trainables.errors import ConfigError, cut
 
 STATUS_EVERY_S = 0.5  # status.json after a report: at most this often (it holds every trial: O(N) to write)
@@ -33,6 +32,7 @@ class SweepViews:
         self.tracker = tracker  # SweepTracker or None
         self.tracking_failed = False
         self.launched = time.time()
+        self.driver = driver_record()  # host, pid, start time: a pid reused later is not taken for this driver
         self._metrics: dict[int, dict] = {}  # trial number -> its last report (this launch's, or its folder's)
         self._json: dict[int, tuple] = {}  # trial number -> (its record's key, its JSON): made once per change
         self._written, self._dirty = 0.0, False
@@ -125,7 +125,7 @@ class SweepViews:
             "num_samples": self.spec.budget.num_samples, "state": state,
             "started": self.ledger.attr("sweeper.started", self.launched), "updated": time.time(),
             "elapsed_before_s": float(self.ledger.attr("sweeper.elapsed_s", 0.0)), "launched": self.launched,
-            "best": self.best(), "driver": {"host": socket.gethostname(), "pid": os.getpid()},
+            "best": self.best(), "driver": self.driver,
         }, indent=2, default=str)
         trials = []
         for number in sorted(self.ledger.trials):

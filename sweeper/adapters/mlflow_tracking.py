@@ -32,7 +32,7 @@ import yaml
 
 from sweeper import plots
 from sweeper.adapters.mlflow_store import (BackgroundLog, charts_url, client, experiment_url, fetch_trial_runs,  # noqa: F401
-                                           preflight, resolve_uri, retrying, store_lock, uri_source)
+                                           hide_password, preflight, resolve_uri, retrying, store_lock, uri_source)
 from sweeper.records import TrialRecord, is_per_length, ranked, score, trainer_metrics
 from sweeper.space import SearchSpace, flatten, trial_config_for
 from sweeper.status import format_table

@@ -9,10 +9,14 @@ experiment files go to a scratch folder that is removed at the end.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
+import sys
 import tempfile
+import threading
+import warnings
 from typing import Any
 
 # Defaults a user can still override from the environment:
@@ -32,6 +36,7 @@ from sweeper.adapters.ray_search import LedgerASHA, LedgerSearcher  # noqa: E402
 from sweeper.adapters.ray_trainable import make_trainable  # noqa: E402
 from sweeper.space import SearchSpace, trial_config_for  # noqa: E402
 from sweeper.stopping import stopper_for  # noqa: E402
+from trainables.errors import ConfigError, cut, one_line  # noqa: E402
 
 
 def init_ray(address: str | None, quiet: bool = True) -> None:
@@ -44,6 +49,53 @@ def init_ray(address: str | None, quiet: bool = True) -> None:
         # (with LOOPBACK_ENV set before ray was imported, see `loopback_only`)
         address, kwargs["include_dashboard"] = "local", False
     ray.init(address=address, **kwargs)
+
+
+JOIN_TIMEOUT_S = 60.0  # to join an existing cluster; Ray retries one that never answers for many minutes
+
+
+def join_cluster(address: str, timeout_s: float = JOIN_TIMEOUT_S) -> None:
+    """Join an existing Ray cluster (its address checked by `launch.check_address`), or refuse in one
+    line: no cluster for `auto`, an error from Ray. Call before the sweep writes anything: a join still
+    waiting after `timeout_s` ends the process (exit 2), as nothing else stops Ray's retries. Ray's
+    client logs each retry on stderr: kept aside during the join, shown only if it succeeds."""
+    shown = cut(address, 80)
+    with _stderr_aside() as (stderr_fd, aside):
+        watchdog = threading.Timer(timeout_s, _no_answer, (shown, timeout_s, stderr_fd))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            with warnings.catch_warnings():  # Ray's client warns before it raises: the error line says it
+                warnings.simplefilter("ignore")
+                init_ray(address)
+        except Exception as err:  # noqa: BLE001 - whatever Ray raises on a join: one line
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise ConfigError(f"--address {shown}: cannot join the Ray cluster ({cut(reason, 120)})") from None
+        finally:
+            watchdog.cancel()
+        aside.seek(0)
+        os.write(stderr_fd, aside.read(1 << 16))
+
+
+@contextlib.contextmanager
+def _stderr_aside():
+    """File descriptor 2 into a temporary file for the block; yields the real stderr's descriptor and the file."""
+    sys.stderr.flush()
+    real = os.dup(2)
+    with tempfile.TemporaryFile() as aside:
+        os.dup2(aside.fileno(), 2)
+        try:
+            yield real, aside
+        finally:
+            os.dup2(real, 2)
+            os.close(real)
+
+
+def _no_answer(shown: str, timeout_s: float, stderr_fd: int) -> None:
+    line = (f"--address {shown}: the Ray cluster did not let this driver join within {timeout_s:.0f} s (another "
+            "service on that port, another Ray version, or token auth without a token); nothing was written")
+    os.write(stderr_fd, f"error: {one_line(line)}\n".encode())
+    os._exit(2)
 
 
 def shutdown_ray() -> None:

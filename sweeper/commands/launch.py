@@ -14,14 +14,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import shutil
 import signal
+import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sweeper import faults, live, orphans
+from sweeper.adapters.mlflow_store import hide_password, store_failure
 from sweeper.adapters.optuna_ledger import Ledger, check_ledger
 from sweeper.adapters.optuna_search import baseline_points
 from sweeper.fs import check_writable
@@ -32,6 +35,7 @@ from sweeper.space_file import load_space
 from sweeper.status import SPACE_FILE, format_table, write_summary
 from sweeper.views import SweepViews
 from sweeper.sweep_dir import OPTUNA_DB, folder_kind, is_uri, sweep_dir_for
+from trainables.errors import ConfigError, cut
 
 TRIALS_DIR = "trials"  # in the sweep's folder: one folder per trial, the trainer's own (trainables/run_dir.py)
 
@@ -84,11 +88,32 @@ def check_local_resources(spec: SearchSpace, source: str) -> None:
                              "(no trial could ever start); set it to 0, or run on a cluster with --address")
 
 
+RAY_ADDRESS = re.compile(r"(?P<client>ray://)?(?P<host>[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(:(?P<port>[0-9]{1,5}))?")
+RAY_CLIENT_PORT = 10001  # of ray://HOST with no port
+
+
+def check_address(address: str) -> None:
+    """--address: `auto`, or a host and port in a form Ray reads where something accepts a connection."""
+    if address == "auto":
+        return
+    match = RAY_ADDRESS.fullmatch(address)
+    if match is None or not (match["port"] or match["client"]) or not 0 < int(match["port"] or RAY_CLIENT_PORT) < 65536:
+        raise SpaceError(f"--address {cut(address, 80)}: not a Ray address; use auto, ray://HOST:10001 (the head's "
+                         "Ray client server) or HOST:6379 (its GCS)")
+    host, port = match["host"].strip("[]"), int(match["port"] or RAY_CLIENT_PORT)
+    try:
+        socket.create_connection((host, port), timeout=5.0).close()
+    except OSError as err:
+        raise SpaceError(f"--address {cut(address, 80)}: nothing answers at {cut(host, 60)}:{port} "
+                         f"({err.strerror or err}); is the cluster up, and is that its Ray client or GCS port?") from None
+
+
 def check_same_store(sweep_dir: Path, uri: str, source: str, started_with: str | None) -> None:
     """A resumed sweep logs to the store it started with: its parent and child runs are there."""
     if started_with and started_with != uri:
-        raise SpaceError(f"{source} {uri}: sweep `{sweep_dir.name}` logs to {started_with} (its runs are there); "
-                         f"resume with --tracking-uri {started_with}, or pass --restart to start over")
+        shown, theirs = hide_password(uri), hide_password(started_with)
+        raise SpaceError(f"{source} {shown}: sweep `{sweep_dir.name}` logs to {theirs} (its runs are there); "
+                         f"resume with --tracking-uri {theirs}, or pass --restart to start over")
 
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -122,8 +147,14 @@ def run(args: argparse.Namespace) -> int:
     check_writable(sweep_dir, "--storage" if args.storage else "the sweep directory")
     if args.address is None:
         check_local_resources(spec, args.file)
+    else:
+        check_address(args.address)
     uri = tracking.resolve_uri(args.tracking_uri)
     tracking.preflight(uri, source=tracking.uri_source(args.tracking_uri))
+    if args.address is not None:
+        from sweeper.adapters import ray_tune
+
+        ray_tune.join_cluster(args.address)  # before anything is written: a cluster that never answers is one line
     if args.address and not args.shared_storage:
         print(f"note: --address {args.address} with the storage path {experiment_dir}: on a multi-node cluster every "
               "node must see it (NFS, a shared volume; pass --shared-storage to confirm it is shared)", file=sys.stderr)
@@ -149,10 +180,15 @@ def run(args: argparse.Namespace) -> int:
     print(live.plan_line(plan, records), flush=True)  # trials, steps, concurrency, the estimate (sweeper/live.py)
 
     def start_tracking() -> int:
-        with tracking.store_lock(uri):  # an embedded store is created (schema migrations) by one process at a time
-            tracker.start(sweep_dir / SPACE_FILE)
-        # what the ledger and the trial folders hold that MLflow lacks (a kill cut the last driver's log short)
-        return tracker.reconcile(records) if records else 0
+        try:
+            with tracking.store_lock(uri):  # an embedded store is created (schema migrations) by one process at a time
+                tracker.start(sweep_dir / SPACE_FILE)
+            # what the ledger and the trial folders hold that MLflow lacks (a kill cut the last driver's log short)
+            return tracker.reconcile(records) if records else 0
+        except ConfigError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a store that passed the preflight and then failed: one line
+            raise store_failure(uri, tracking.uri_source(args.tracking_uri), err) from None
 
     if args.address is None:
         loopback_only()
@@ -163,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         ray_tune.init_ray(args.address)
         if made := tracking_started.result():
             print(f"MLflow: {made} reports and trial ends the last run of this sweep did not log, logged now")
-    print(f"tracking: {uri} (experiment {tracker.experiment}); `sweeper ui` opens it")
+    print(f"tracking: {hide_password(uri)} (experiment {tracker.experiment}); `sweeper ui` opens it")
     if args.address is None:
         orphans.record(sweep_dir)  # so that a next launch can end them if this driver is SIGKILLed
     if args.address is not None and (note := ray_tune.cluster_fit_note(spec.resources.cpu, spec.resources.gpu)):

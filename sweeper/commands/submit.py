@@ -51,7 +51,7 @@ def check_tracking(cli_value: str | None) -> str:
 
     uri = tracking.resolve_uri(cli_value)
     if not uri.startswith(("http://", "https://")):
-        raise ConfigError(f"--tracking-uri {uri}: a local store the cluster cannot see; pass an MLflow server "
+        raise ConfigError(f"--tracking-uri {tracking.hide_password(uri)}: a local store the cluster cannot see; pass an MLflow server "
                           "the cluster reaches, e.g. --tracking-uri http://mlflow:5000 (k8s/)")
     return uri
 

@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     if uri.startswith("http"):
         store.preflight(uri, source=store.uri_source(args.tracking_uri))
         url = store.experiment_url(uri, args.name) if args.name else None
-        print(f"MLflow UI: {url or uri}", flush=True)
+        print(f"MLflow UI: {url or store.hide_password(uri)}", flush=True)
         if url:
             print(f"as charts: {store.charts_url(url)}", flush=True)
         return 0
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     address = url_of(args.host, args.port)
     server = Server([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", args.host,
                      "--port", str(args.port), "--workers", "1"], "mlflow ui")  # one user: one worker starts soonest
-    return server.serve(address, f"{address}/health", f"MLflow UI on {uri}: {address}  (starting; Ctrl-C to stop)",
+    return server.serve(address, f"{address}/health", f"MLflow UI on {store.hide_password(uri)}: {address}  (starting; Ctrl-C to stop)",
                         lambda: ready(uri, args.name, address))
 
 

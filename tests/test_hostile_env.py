@@ -1,0 +1,268 @@
+"""A hostile environment around `sweeper launch` and `sweeper status`: a tracking store or a Ray
+cluster that is not there, not what it claims, or damaged, and state files that are huge, deep or
+name a process that is no longer the driver. Each costs one line on stderr and exit code 2 in a
+bounded time, and nothing of the sweep is lost or written; `status` never claims a dead driver runs.
+
+Real components only: the installed `sweeper`, real HTTP and TCP servers, real SQLite files, a real
+sweep (2 trials of 20 steps) whose files are checked byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import free_port
+from tests.hostile import ROOT, SWEEPER, assert_refused, snapshot, sweeper
+
+FAST_S = 30  # a refusal before Ray starts, on a loaded 2-core machine
+SMOKE = ROOT / "search_spaces" / "smoke.yaml"
+PASSWORD = "pw-canary-7d1e"
+
+
+def timed(*args, cwd: Path, env: dict | None = None, timeout: float = 200) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    r = sweeper(*args, cwd=cwd, env=env, timeout=timeout)
+    return r, time.monotonic() - start
+
+
+def refused_before_ray(tmp_path: Path, *args, expect: tuple[str, ...], env: dict | None = None, bound_s: float = FAST_S) -> str:
+    """`sweeper ARGS` in an empty folder: one line, exit 2, within `bound_s`, nothing printed on stdout
+    (the plan line comes before Ray starts) and nothing written."""
+    before = snapshot(tmp_path)
+    r, took = timed(*args, cwd=tmp_path, env=env)
+    line = assert_refused(r, *expect, root=tmp_path, before=before)
+    assert r.stdout == "" and took < bound_s, (took, r.stdout[-500:])
+    return line
+
+
+# --------------------------------------------------------------------------- tracking stores
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgresql+psycopg"])
+def test_a_database_where_nothing_listens_is_one_line_without_its_password(tmp_path, scheme):
+    uri = f"{scheme}://sweeper:{PASSWORD}@127.0.0.1:{free_port()}/mlflow"
+    line = refused_before_ray(tmp_path, "launch", SMOKE, "--tracking-uri", uri,
+                              expect=("--tracking-uri", "cannot connect to the tracking database", ":***@"))
+    assert PASSWORD not in line  # MLflow retries it for minutes, then fails with a traceback
+
+
+def test_a_database_password_is_not_shown_from_the_environment_either(tmp_path):
+    uri = f"postgresql://sweeper:{PASSWORD}@127.0.0.1:{free_port()}/mlflow"
+    line = refused_before_ray(tmp_path, "launch", SMOKE, env={"MLFLOW_TRACKING_URI": uri},
+                              expect=("$MLFLOW_TRACKING_URI", "cannot connect"))
+    assert PASSWORD not in line
+
+
+@pytest.fixture
+def web_server(tmp_path_factory):
+    """`python -m http.server` on a free port, serving a folder of the test's; yields (url, folder)."""
+    folder = tmp_path_factory.mktemp("served")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], cwd=folder,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "http.server did not start"
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}", folder
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@pytest.mark.parametrize("health, expect", [
+    (None, "HTTP 404 on /health"),  # no such path
+    ("folder", "'<!DOCTYPE"),  # a redirect to a directory listing
+    ("file", "'hello"),  # 200, but not MLflow's answer
+])
+def test_a_web_server_that_is_not_mlflow_is_one_line(tmp_path, web_server, health, expect):
+    url, served = web_server
+    if health == "folder":
+        (served / "health").mkdir()
+    elif health == "file":
+        (served / "health").write_text("hello\n")
+    refused_before_ray(tmp_path, "launch", SMOKE, "--tracking-uri", url,
+                       expect=("--tracking-uri", url, "not an MLflow tracking server", expect))
+
+
+@pytest.mark.integration
+def test_a_real_mlflow_server_passes_the_check(mlflow_server):
+    from sweeper.adapters.mlflow_store import preflight
+
+    preflight(mlflow_server)  # its /health answers OK
+
+
+# --------------------------------------------------------------------------- Ray addresses
+
+
+@pytest.mark.parametrize("address, expect", [
+    ("not a url", "not a Ray address"),
+    ("local", "not a Ray address"),  # a private instance is what no --address gives
+    ("127.0.0.1:99999", "not a Ray address"),
+    ("ray://127.0.0.1:{port}", "nothing answers at 127.0.0.1:{port}"),
+    ("127.0.0.1:{port}", "nothing answers at 127.0.0.1:{port}"),
+])
+def test_an_address_that_is_bad_or_where_nothing_listens_is_one_line(tmp_path, address, expect):
+    port = free_port()  # nothing listens there
+    address, expect = address.format(port=port), expect.format(port=port)
+    refused_before_ray(tmp_path, "launch", SMOKE, "--address", address, expect=("--address", expect))
+
+
+def _alone() -> list[str]:
+    """A prefix that runs a command in PID and mount namespaces of its own, with an empty /tmp/ray:
+    no Ray of another user or test can be seen (`auto` finds Ray's processes and files there)."""
+    prefix = ["unshare", "--pid", "--fork", "--mount-proc", "--mount"]
+    if subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot make PID and mount namespaces here (needs root)")
+    return [*prefix, "sh", "-c", 'mkdir -p /tmp/ray && mount -t tmpfs tmpfs /tmp/ray && exec "$0" "$@"']
+
+
+def test_auto_with_no_ray_cluster_is_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    before = snapshot(tmp_path)
+    start = time.monotonic()
+    r = subprocess.run([*_alone(), str(SWEEPER), "launch", str(SMOKE), "--address", "auto"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=200)
+    assert_refused(r, "--address auto", "cannot join the Ray cluster", "Could not find any running Ray", root=tmp_path, before=before)
+    assert r.stdout == "" and time.monotonic() - start < FAST_S
+
+
+@pytest.fixture
+def silent_port():
+    """A TCP port that accepts connections and never says a word (a Ray cluster that never answers)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(64)
+        yield server.getsockname()[1]
+
+
+@pytest.mark.integration
+def test_a_cluster_that_never_answers_is_one_line_when_the_join_times_out(tmp_path, silent_port):
+    from sweeper.adapters.ray_tune import JOIN_TIMEOUT_S
+
+    line = refused_before_ray(tmp_path, "launch", SMOKE, "--address", f"127.0.0.1:{silent_port}",
+                              expect=("--address", f"within {JOIN_TIMEOUT_S:.0f} s"), bound_s=JOIN_TIMEOUT_S + FAST_S)
+    assert "gcs" not in line.lower()  # Ray's own retry lines were kept aside
+
+
+# --------------------------------------------------------------------------- a real sweep's stores and views
+
+NAME = "hostile_env"
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """A finished sweep of 2 trials of 20 steps in a folder of its own, logged to ./mlflow.db."""
+    root = tmp_path_factory.mktemp("sweep")
+    text = SMOKE.read_text().replace("name: smoke", f"name: {NAME}").replace("num_samples: 6", "num_samples: 2")
+    text = text.replace("max_steps: 60", "max_steps: 20").replace("high: 60, step: 10", "high: 20, step: 10")
+    (root / "space.yaml").write_text(text)
+    r = sweeper("launch", "space.yaml", cwd=root, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return root
+
+
+def _kept(root: Path) -> dict:
+    """What a refusal must leave as it was: the study and every trial's folder."""
+    sweep_dir = root / "sweeps" / NAME
+    return {"optuna.db": snapshot(sweep_dir)["optuna.db"], **snapshot(sweep_dir / "trials")}
+
+
+@pytest.fixture
+def damaged(sweep):
+    """damage(path, how) replaces a store by damaged bytes; every file it touched is put back after."""
+    saved: dict[Path, bytes | None] = {}
+
+    def damage(path: Path, how: str) -> None:
+        saved.setdefault(path, path.read_bytes() if path.exists() else None)
+        data = bytearray(path.read_bytes()) if how == "pages" else bytearray(os.urandom(256 * 1024))
+        if how == "pages":  # the schema whole, the experiments and runs tables' first pages random
+            with sqlite3.connect(path) as db:
+                size = db.execute("PRAGMA page_size").fetchone()[0]
+                roots = [n for (n,) in db.execute("SELECT rootpage FROM sqlite_master WHERE name IN ('experiments', 'runs')")]
+            for page in roots:
+                data[(page - 1) * size:page * size] = os.urandom(size)
+        path.write_bytes(bytes(data))
+
+    yield damage
+    for path, data in saved.items():
+        path.unlink() if data is None else path.write_bytes(data)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("where", ["./mlflow.db", "sweeps/NAME/mlflow.db"])
+def test_a_damaged_sqlite_store_is_one_line_before_ray_and_the_sweep_is_kept(sweep, damaged, where):
+    store = sweep / where.replace("NAME", NAME)
+    damaged(store, "random")
+    args = () if where == "./mlflow.db" else ("--tracking-uri", f"sqlite:///{store}")
+    before = snapshot(sweep)
+    r, took = timed("launch", "space.yaml", *args, cwd=sweep)
+    assert_refused(r, "not a readable SQLite database", "file is not a database", root=sweep, before=before)
+    assert r.stdout == "" and took < FAST_S
+
+
+@pytest.mark.integration
+def test_a_store_damaged_past_its_schema_is_one_line_and_the_sweep_is_kept(sweep, damaged):
+    """The schema reads, a table's pages do not: MLflow fails once Ray runs; still one line, exit 2."""
+    damaged(sweep / "mlflow.db", "pages")
+    kept = _kept(sweep)
+    r, took = timed("launch", "space.yaml", cwd=sweep, timeout=300)
+    assert_refused(r, "the tracking store failed", "malformed")
+    assert _kept(sweep) == kept and took < 120
+
+
+@pytest.fixture
+def status_file(sweep):
+    path = sweep / "sweeps" / NAME / "status.json"
+    good = path.read_bytes()
+    yield path
+    path.write_bytes(good)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("content, expect", [
+    (lambda good: b" " * (200 * 2**20) + good, "at most 67,108,864 are read"),  # 200 MB of spaces, then the JSON
+    (lambda good: b"[" * 100_000 + b"]" * 100_000, "nested too deep"),
+    (lambda good: b'{"trials": ' + b"[" * 5_000 + b"]" * 5_000 + b"}", "nested too deep"),
+])
+def test_a_huge_or_deep_status_file_is_one_line(sweep, status_file, content, expect):
+    status_file.write_bytes(content(status_file.read_bytes()))
+    before = snapshot(sweep)
+    r, took = timed("status", NAME, cwd=sweep)
+    assert_refused(r, "status.json", expect, "move it away", root=sweep, before=before)
+    assert took < FAST_S
+
+
+@pytest.mark.integration
+def test_a_driver_pid_now_of_another_process_is_not_taken_for_the_driver(sweep, status_file):
+    status = json.loads(status_file.read_text())
+    driver = status["driver"]  # the real driver's record: host, pid, start time; that driver has ended
+    assert driver["host"] == socket.gethostname() and isinstance(driver["started"], float)
+    other = subprocess.Popen(["sleep", "120"])  # an unrelated process, under a pid the driver no longer holds
+    try:
+        status_file.write_text(json.dumps({**status, "state": "running", "driver": {**driver, "pid": other.pid}}))
+        r = sweeper("status", NAME, cwd=sweep)
+        assert r.returncode == 0 and "interrupted (driver gone" in r.stdout.splitlines()[0], r.stdout + r.stderr
+        # the check is not blind: with that process's own start time it would be the driver
+        started = psutil.Process(other.pid).create_time()
+        status_file.write_text(json.dumps({**status, "state": "running", "driver": {**driver, "pid": other.pid, "started": started}}))
+        assert f"sweep {NAME}: running," in sweeper("status", NAME, cwd=sweep).stdout
+    finally:
+        other.kill()
+        other.wait()
