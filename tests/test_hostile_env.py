@@ -153,6 +153,7 @@ def silent_port():
 
 
 @pytest.mark.integration
+@pytest.mark.long  # waits out the join's bound (60 s): `make test-long`
 def test_a_cluster_that_never_answers_is_one_line_when_the_join_times_out(tmp_path, silent_port):
     from sweeper.adapters.ray_tune import JOIN_TIMEOUT_S
 
