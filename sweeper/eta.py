@@ -129,3 +129,14 @@ def makespan(running: list[float], waiting: list[float], slots: int) -> float:
     for steps in waiting:
         heapq.heappush(busy, heapq.heappop(busy) + steps)
     return max(busy, default=0.0)
+
+
+def clock(seconds: float | None) -> str:
+    """A duration as [Nd ]H:MM:SS; "-" for none."""
+    if seconds is None:
+        return "-"
+    seconds = int(round(seconds))
+    days, rest = divmod(seconds, 86400)
+    h, rest = divmod(rest, 3600)
+    m, s = divmod(rest, 60)
+    return (f"{days}d " if days else "") + f"{h}:{m:02d}:{s:02d}"

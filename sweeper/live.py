@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, TextIO
 
-from sweeper.eta import Plan, Progress, progress
+from sweeper.eta import Plan, Progress, clock, progress
 from sweeper.records import TrialRecord, length_family
 from sweeper.status import best_line, counts_line, load_records
 from trainables.errors import ConfigError
@@ -46,16 +46,6 @@ MULTIPLIERS = (1, 2, 3, 4)
 
 
 # -- text ------------------------------------------------------------------------------------
-
-
-def clock(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(round(seconds))
-    days, rest = divmod(seconds, 86400)
-    h, rest = divmod(rest, 3600)
-    m, s = divmod(rest, 60)
-    return (f"{days}d " if days else "") + f"{h}:{m:02d}:{s:02d}"
 
 
 def _eta(p: Progress, age: float = 0.0, state: str = "running") -> str:

@@ -4,12 +4,13 @@
     metric_vs_params   the sweep: the score against each searched parameter, baselines marked
     top_lengths        the sweep: accuracy-vs-length curves of the best trials
     learning_curves    the sweep: the score over training steps for every trial (ASHA's stops visible)
+    sweep_plots        the three sweep pictures at once, into the sweep's folder
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import matplotlib
 
@@ -110,3 +111,18 @@ def learning_curves(histories: dict[str, list[tuple[int, float]]], statuses: dic
     ax.set(xlabel="training step", ylabel=metric, ylim=(0, 1.02), title=f"{metric} over training (x: stopped by ASHA)")
     ax.grid(alpha=0.3)
     return _finish(fig, path)
+
+
+def sweep_plots(spec, sweep_dir: Path, records: list[TrialRecord], baselines: Sequence[dict],
+                reports: Callable[[str], list[tuple[int, dict]]]) -> list[Path]:
+    """The sweep's pictures in `sweep_dir`; `reports(trial_dir)` reads a trial's (step, metrics) from its folder."""
+    from sweeper.space import trial_config_for
+
+    max_len = trial_config_for(spec, records[0].params).task.max_len if records else 25
+    histories = {r.trial_id: [(step, m[spec.metric]) for step, m in reports(r.path) if spec.metric in m] for r in records}
+    out = [
+        metric_vs_params(records, spec.metric, baselines, sweep_dir / f"{spec.metric}_vs_params.png"),
+        top_lengths(records, spec.metric, spec.mode, max_len, sweep_dir / "top_trials_vs_length.png"),
+        learning_curves(histories, {r.trial_id: r.status for r in records}, spec.metric, sweep_dir / "learning_curves.png"),
+    ]
+    return [p for p in out if p is not None]

@@ -9,6 +9,8 @@ Files in the sweep directory (`sweeps/<name>/` by default):
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import socket
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from sweeper.faults import fault_point
 from sweeper.fs import read_json_limited
-from sweeper.records import TrialRecord, length_family, ranked, score
+from sweeper.records import TrialRecord, is_per_length, length_family, ranked, score
 from trainables.errors import ConfigError, cut
 
 STATUS_FILE, SUMMARY_FILE, SPACE_FILE = "status.json", "summary.json", "space.yaml"
@@ -150,3 +152,13 @@ def write_summary(sweep_dir: Path, name: str, metric: str, mode: str, records: l
     return summary
 
 
+def summary_csv(records: list[TrialRecord]) -> str:
+    """Every trial as one CSV row: id, status, step, its parameters and its per-length metrics."""
+    params = sorted({k for r in records for k in r.params})
+    metrics = sorted({k for r in records for k in r.metrics if is_per_length(k)})
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["trial_id", "status", "step", *params, *metrics])
+    for r in records:
+        writer.writerow([r.trial_id, r.status, r.step, *(r.params.get(p, "") for p in params), *(r.metrics.get(m, "") for m in metrics)])
+    return buf.getvalue()

@@ -201,13 +201,14 @@ def print_status(sweep_dir: Path, out: TextIO = sys.stdout) -> None:
 def _progress_line(sweep_dir: Path, records: list[TrialRecord], running: bool) -> str:
     """Steps done and to go, speed, ETA (sweeper/live.py), from the plan in the sweep's space.yaml."""
     from sweeper import live
+    from sweeper.eta import clock, progress
 
     try:
         plan = live.plan_of(sweep_dir)
     except ConfigError as err:
         return f"progress: - ({cut(str(err), 120)})"
-    p = live.progress(records, plan)
+    p = progress(records, plan)
     speed = "" if p.speed is None else f", {p.speed:.1f} steps/s per trial"
-    eta = "-" if p.eta_s is None else live.clock(p.eta_s)
+    eta = "-" if p.eta_s is None else clock(p.eta_s)
     return (f"progress: {p.done:,} steps done, ~{p.left:,.0f} expected to go{speed}; "
             + (f"ETA {eta}" if running else f"~{eta} more once resumed"))

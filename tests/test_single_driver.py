@@ -49,13 +49,13 @@ def test_a_second_launch_of_a_running_sweep_refuses_in_one_line(tmp_path):
 START_STORE = """
 import sys
 from pathlib import Path
-from sweeper.adapters import mlflow_tracking as tracking
+from sweeper.adapters import mlflow_store as store, mlflow_tracking as tracking
 from sweeper.space_file import load_space
 spec = load_space(sys.argv[1])
 uri = sys.argv[2]
 sweep_dir = Path(sys.argv[3])
 sweep_dir.mkdir(parents=True, exist_ok=True)
-with tracking.store_lock(uri):
+with store.store_lock(uri):
     tracking.SweepTracker(uri, spec, sweep_dir, None).start(sys.argv[1])
 print("started")
 """

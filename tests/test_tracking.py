@@ -6,7 +6,8 @@ import json
 import pytest
 
 from sweeper.adapters.mlflow_store import BackgroundLog, client, unreachable
-from sweeper.adapters.mlflow_tracking import SweepTracker, summary_csv
+from sweeper.adapters.mlflow_tracking import SweepTracker
+from sweeper.status import summary_csv
 from sweeper.adapters.optuna_ledger import Ledger
 from sweeper.records import TrialRecord
 from sweeper.space_file import load_space

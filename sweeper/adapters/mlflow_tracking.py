@@ -20,8 +20,6 @@ listed; the next launch logs it from the trials' folders.
 
 from __future__ import annotations
 
-import csv
-import io
 import tempfile
 import time
 import uuid
@@ -31,11 +29,10 @@ from typing import Any
 import yaml
 
 from sweeper import plots
-from sweeper.adapters.mlflow_store import (BackgroundLog, charts_url, client, experiment_url, fetch_trial_runs,  # noqa: F401
-                                           hide_password, preflight, resolve_uri, retrying, store_lock, uri_source)
-from sweeper.records import TrialRecord, is_per_length, ranked, score, trainer_metrics
+from sweeper.adapters.mlflow_store import BackgroundLog, client, retrying
+from sweeper.records import TrialRecord, ranked, score, trainer_metrics
 from sweeper.space import SearchSpace, flatten, trial_config_for
-from sweeper.status import format_table
+from sweeper.status import format_table, summary_csv
 from trainables.errors import cut
 
 PARENT_UID = "sweeper.mlflow_uid"  # the ledger's attribute naming the sweep's parent run (its tag parent_uid)
@@ -336,7 +333,7 @@ class SweepTracker:
             self.client.log_text(parent, yaml.safe_dump(cfg, sort_keys=False), "best_config.yaml")
         self.client.log_text(parent, summary_csv(records), "summary.csv")
         self.client.log_text(parent, "```\n" + format_table(records, spec.metric, spec.mode, top=len(records)) + "\n```\n", "summary.md")
-        written = self.sweep_plots(records, baselines)
+        written = plots.sweep_plots(spec, self.sweep_dir, records, baselines, trial_reports)
         for png in written:
             self.client.log_artifact(parent, str(png), "plots")
         for r in records:  # trials an interrupt cut off: say so; a resume continues the same run
@@ -347,18 +344,6 @@ class SweepTracker:
         self._save()
         self.client.set_terminated(parent, "KILLED" if interrupted else "FINISHED")
         return written
-
-    def sweep_plots(self, records: list[TrialRecord], baselines: list[dict]) -> list[Path]:
-        spec = self.spec
-        max_len = trial_config_for(spec, records[0].params).task.max_len if records else 25
-        histories = {r.trial_id: [(step, m[spec.metric]) for step, m in trial_reports(r.path) if spec.metric in m]
-                     for r in records}  # from the trials' own folders
-        out = [
-            plots.metric_vs_params(records, spec.metric, baselines, self.sweep_dir / f"{spec.metric}_vs_params.png"),
-            plots.top_lengths(records, spec.metric, spec.mode, max_len, self.sweep_dir / "top_trials_vs_length.png"),
-            plots.learning_curves(histories, {r.trial_id: r.status for r in records}, spec.metric, self.sweep_dir / "learning_curves.png"),
-        ]
-        return [p for p in out if p is not None]
 
 
 
@@ -388,16 +373,3 @@ def describe_unlogged(left: list[tuple[str, TrialRecord, str]]) -> str:
     trials = sorted({record.trial_id for _, record, _ in left})
     return (f"warning: MLflow did not take {len(left)} calls of {len(trials)} trials ({cut(', '.join(trials), 80)}; "
             f"last error: {left[-1][2]}); the trials' folders keep them: the next launch of this sweep logs them")
-
-
-def summary_csv(records: list[TrialRecord]) -> str:
-    params = sorted({k for r in records for k in r.params})
-    metrics = sorted({k for r in records for k in r.metrics if is_per_length(k)})
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(["trial_id", "status", "step", *params, *metrics])
-    for r in records:
-        writer.writerow([r.trial_id, r.status, r.step, *(r.params.get(p, "") for p in params), *(r.metrics.get(m, "") for m in metrics)])
-    return buf.getvalue()
-
-

@@ -24,9 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sweeper import faults, live, orphans
-from sweeper.adapters.mlflow_store import hide_password, store_failure
+from sweeper.adapters.mlflow_store import hide_password, preflight, resolve_uri, store_failure, store_lock, uri_source
 from sweeper.adapters.optuna_ledger import Ledger, check_ledger
 from sweeper.adapters.optuna_search import baseline_points
+from sweeper.eta import Plan
 from sweeper.fs import check_writable
 from sweeper.lock import hold_sweep_lock
 from sweeper.records import FINAL
@@ -149,8 +150,8 @@ def run(args: argparse.Namespace) -> int:
         check_local_resources(spec, args.file)
     else:
         check_address(args.address)
-    uri = tracking.resolve_uri(args.tracking_uri)
-    tracking.preflight(uri, source=tracking.uri_source(args.tracking_uri))
+    uri = resolve_uri(args.tracking_uri)
+    preflight(uri, source=uri_source(args.tracking_uri))
     if args.address is not None:
         from sweeper.adapters import ray_tune
 
@@ -168,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     if resuming:
         check_ledger(study_url, spec, str(sweep_dir / OPTUNA_DB))  # one line for a damaged or foreign study
     ledger = Ledger(study_url, spec, create=not resuming)
-    check_same_store(sweep_dir, uri, tracking.uri_source(args.tracking_uri), ledger.attr("sweeper.tracking_uri"))
+    check_same_store(sweep_dir, uri, uri_source(args.tracking_uri), ledger.attr("sweeper.tracking_uri"))
     ledger.set_attr("sweeper.tracking_uri", uri)
     if closed := ledger.close_decided():
         print(f"ended {len(closed)} trials whose end the study held before the last driver stopped", file=sys.stderr)
@@ -176,19 +177,19 @@ def run(args: argparse.Namespace) -> int:
     tracker = tracking.SweepTracker(uri, spec, sweep_dir, args.experiment, ledger=ledger)
     views = SweepViews(sweep_dir, spec, ledger, trials_root, tracker=tracker)
     records = views.records()
-    plan = live.Plan.from_space(spec)
+    plan = Plan.from_space(spec)
     print(live.plan_line(plan, records), flush=True)  # trials, steps, concurrency, the estimate (sweeper/live.py)
 
     def start_tracking() -> int:
         try:
-            with tracking.store_lock(uri):  # an embedded store is created (schema migrations) by one process at a time
+            with store_lock(uri):  # an embedded store is created (schema migrations) by one process at a time
                 tracker.start(sweep_dir / SPACE_FILE)
             # what the ledger and the trial folders hold that MLflow lacks (a kill cut the last driver's log short)
             return tracker.reconcile(records) if records else 0
         except ConfigError:
             raise
         except Exception as err:  # noqa: BLE001 - a store that passed the preflight and then failed: one line
-            raise store_failure(uri, tracking.uri_source(args.tracking_uri), err) from None
+            raise store_failure(uri, uri_source(args.tracking_uri), err) from None
 
     if args.address is None:
         loopback_only()

@@ -47,11 +47,11 @@ def check_storage(storage: str | None, shared: bool, nodes: int) -> None:
 def check_tracking(cli_value: str | None) -> str:
     """The tracking store must be a server (the cluster cannot see a file on this machine).
     Whether the cluster reaches it, `sweeper launch` checks on the head before any trial starts."""
-    from sweeper.adapters import mlflow_tracking as tracking
+    from sweeper.adapters.mlflow_store import hide_password, resolve_uri
 
-    uri = tracking.resolve_uri(cli_value)
+    uri = resolve_uri(cli_value)
     if not uri.startswith(("http://", "https://")):
-        raise ConfigError(f"--tracking-uri {tracking.hide_password(uri)}: a local store the cluster cannot see; pass an MLflow server "
+        raise ConfigError(f"--tracking-uri {hide_password(uri)}: a local store the cluster cannot see; pass an MLflow server "
                           "the cluster reaches, e.g. --tracking-uri http://mlflow:5000 (k8s/)")
     return uri
 
