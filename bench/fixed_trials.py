@@ -36,9 +36,10 @@ def space_file(directory: Path, name: str, trials: int, steps: int, *, concurren
     return path
 
 
-def start_launch(path: Path, workdir: Path, **popen: Any) -> subprocess.Popen:
-    """`sweeper launch PATH --progress lines` in `workdir`, on this checkout's code, output unbuffered."""
+def start_launch(path: Path, workdir: Path, root: Path = ROOT, **popen: Any) -> subprocess.Popen:
+    """`sweeper launch PATH --progress lines` in `workdir`, on the code of `root` (this checkout, or an
+    older commit's tree: bench/worktree.py), output unbuffered."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p)}
+           "PYTHONPATH": os.pathsep.join(p for p in [str(root), os.environ.get("PYTHONPATH", "")] if p)}
     return subprocess.Popen([sys.executable, "-m", "sweeper.cli", "launch", str(path), "--progress", "lines"],
                             cwd=workdir, env=env, text=True, **popen)

@@ -25,7 +25,11 @@ start time) and Ray's `time_total_s` (from the driver's first `train()` call on 
                 built, the first `eval_every` steps and an evaluation (what a plain process does from its
                 start, printed beside it, imports included)
 
-    python bench/sweep_overhead.py [--trials 4] [--steps 500] [--concurrent 2]
+`--baseline REV` also runs the sweep on the code of an older commit (a `git worktree` of it beside
+this checkout, bench/worktree.py), the two launches one after the other in the same run, against the
+same direct time, and prints both ratios and first-report times.
+
+    python bench/sweep_overhead.py [--trials 4] [--steps 500] [--concurrent 2] [--baseline REV]
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path (the tests)
-from fixed_trials import space_file, start_launch  # noqa: E402
+from fixed_trials import ROOT, space_file, start_launch  # noqa: E402
+from worktree import baseline_tree  # noqa: E402
 
 TRIALS = [4]  # trials in the sweep (set by main)
 
@@ -112,14 +117,14 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
-def run_sweep(path: Path, workdir: Path) -> tuple[float, float | None, dict[str, float], dict[str, float]]:
+def run_sweep(path: Path, workdir: Path, root: Path = ROOT) -> tuple[float, float | None, dict[str, float], dict[str, float]]:
     """(wall time, seconds from start to the first trial's first report, phase marks in seconds, the first
     reporting trial's marks (`first_trial_marks`) and `cpu`: `tree_cpu_s` of the launch at that report)."""
     import threading
 
     status = workdir / "sweeps" / "overhead" / "status.json"
     launched_epoch, start = time.time(), time.perf_counter()
-    proc = start_launch(path, workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start_launch(path, workdir, root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     marks: dict[str, float] = {}
     first_trial: dict[str, float] = {}
 
@@ -157,13 +162,19 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=4)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--concurrent", type=int, default=2)
+    parser.add_argument("--baseline", metavar="REV", help="also launch the sweep on this commit's code, side by side")
     args = parser.parse_args()
     TRIALS[0] = args.trials
+    old_root = baseline_tree(args.baseline) if args.baseline else None
     with tempfile.TemporaryDirectory(prefix="sweep-overhead-") as tmp:
         tmp = Path(tmp)
         path = overhead_space_file(tmp, args.trials, args.steps, args.concurrent)
         direct, direct_first = run_direct(path, args.trials, args.concurrent)
-        sweep, first, marks, first_trial = run_sweep(path, tmp)
+        (tmp / "new").mkdir()
+        sweep, first, marks, first_trial = run_sweep(path, tmp / "new")
+        if old_root is not None:
+            (tmp / "old").mkdir()
+            old_sweep, old_first, _, _ = run_sweep(path, tmp / "old", old_root)
     print(f"{args.trials} trials of the default hybrid, {args.steps} steps each, {args.concurrent} at a time")
     print(f"direct  {direct:7.1f} s  (plain processes)")
     print(f"sweep   {sweep:7.1f} s  (sweeper launch: Ray, Optuna, checkpoints)")

@@ -17,7 +17,10 @@ ray.init, flatters the ratio; the marginal cost is what must not grow).
 Anchor: Ray Tune's own bookkeeping test runs 10,000 one-second trials on 16 CPUs in 715 s
 against a 625 s ideal (14% over).
 
-    python bench/sweep_scale.py [--sizes 10 100 500] [--schedulers fifo asha] [--profile DIR]
+`--baseline REV` runs every size on this checkout's code and on an older commit's (a `git worktree`
+beside it, bench/worktree.py), one after the other, and prints the driver CPU per trial of both.
+
+    python bench/sweep_scale.py [--sizes 10 100 500] [--schedulers fifo asha] [--profile DIR] [--baseline REV]
 
 `--profile DIR` also samples the driver with py-spy (`pip install py-spy`; 100 samples a second,
 its raw stacks kept in DIR) and prints, per function, the driver's sampled CPU per trial at each
@@ -40,6 +43,9 @@ from pathlib import Path
 import psutil
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from worktree import baseline_tree  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 4
 PROFILE_RATE = 100  # py-spy samples per second
@@ -60,11 +66,12 @@ def space(n: int, scheduler: str) -> dict:
     }
 
 
-def run(n: int, scheduler: str, workdir: Path, profile_dir: Path | None = None) -> dict:
+def run(n: int, scheduler: str, workdir: Path, profile_dir: Path | None = None, root: Path = ROOT) -> dict:
     spec = space(n, scheduler)
+    workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"{spec['name']}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(root)}
     env.pop("MLFLOW_TRACKING_URI", None)
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "sweeper.cli", "launch", str(path), "--progress", "lines",
@@ -91,7 +98,8 @@ def run(n: int, scheduler: str, workdir: Path, profile_dir: Path | None = None) 
         raise SystemExit(f"{spec['name']}: sweeper launch exited {proc.returncode}: {err[-1000:]}")
     sweep_dir = workdir / "sweeps" / spec["name"]
     trial_time, reports = 0.0, 0
-    for reports_file in sweep_dir.glob("trials/*/metrics.jsonl"):  # each trial's own reports
+    report_files = list(sweep_dir.glob("trials/*/metrics.jsonl")) or list(sweep_dir.rglob("result.json"))  # older trees: Ray's
+    for reports_file in report_files:  # each trial's own reports
         reports += sum(1 for x in reports_file.read_text().splitlines() if x.strip())
     for trial in json.loads((sweep_dir / "status.json").read_text())["trials"]:  # Ray's time_total_s of its last report
         trial_time += float(trial["metrics"].get("time_total_s", 0.0))
@@ -142,7 +150,9 @@ def main() -> None:
     parser.add_argument("--schedulers", nargs="+", default=["fifo", "asha"], choices=["fifo", "asha"])
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--profile", type=Path, help="sample the driver with py-spy; keep its stacks in this folder")
+    parser.add_argument("--baseline", metavar="REV", help="also run every size on this commit's code, side by side")
     args = parser.parse_args()
+    old_root = baseline_tree(args.baseline) if args.baseline else None
     if args.profile:
         py_spy()  # before any sweep runs
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -150,8 +160,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sweep-scale-") as tmp:
         for scheduler in args.schedulers:
             for n in args.sizes:
-                row = run(n, scheduler, Path(tmp), args.profile)
+                row = run(n, scheduler, Path(tmp) / "new", args.profile)
                 rows.append(row)
+                if old_root is not None:
+                    old = run(n, scheduler, Path(tmp) / "old", None, old_root)
+                    print(f"{scheduler:>4} N={n:<4} {args.baseline}: wall {old['wall_s']:7.1f} s  overhead {old['overhead']:5.2f}x  "
+                          f"driver CPU {old['cpu_per_trial_s']:.3f} s/trial; this tree / {args.baseline}: driver CPU per trial "
+                          f"{row['cpu_per_trial_s'] / old['cpu_per_trial_s']:.2f}, wall {row['wall_s'] / old['wall_s']:.2f}", flush=True)
                 s = row["sizes"]
                 print(f"{scheduler:>4} N={n:<4} wall {row['wall_s']:7.1f} s  ideal {row['ideal_s']:7.1f} s  overhead "
                       f"{row['overhead']:5.2f}x  driver CPU {row['driver_cpu_s']:7.1f} s = {row['cpu_per_trial_s']:.3f} s/trial, "
