@@ -99,7 +99,10 @@ def test_sweeper_ui_lands_on_the_trials_best_first(smoke_sweep, mlflow_server, b
 
     url = experiment_url(mlflow_server, "smoke")  # what `sweeper ui smoke` prints
     browser.get(url)
-    body = wait_for_text(browser, ["Training runs", "7 matching runs", "Sort: acc_3x", *ids])  # every trial, unfolded
+    # every trial, unfolded; the searched parameters and each trial's status as columns (the sweep's saved view)
+    body = wait_for_text(browser, ["Training runs", "7 matching runs", "Sort: acc_3x", "dat.switch_step", *ids])
+    statuses = {r.data.tags["status"] for r in trials}
+    assert "viewStateShareKey" in url and all(s in body for s in statuses), (statuses, body[:2000])
     shown = sorted(ids, key=body.index)
     scores = [r.data.metrics["acc_3x"] for r in sorted(trials, key=lambda r: body.index(r.data.tags["trial_id"]))]
     assert scores == sorted(scores, reverse=True), f"trials not best first: {shown} with acc_3x {scores}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import os
 import queue
 import sqlite3
@@ -281,12 +282,33 @@ class BackgroundLog:
         return self.failed + left
 
 
+VIEW_TAG = "mlflow.sharedViewState."  # an experiment tag the MLflow UI opens as a saved view (?viewStateShareKey=KEY)
+
+
+def view_key(sweep: str) -> str:
+    """The saved view of a sweep's trials in its experiment (sweep names are URL-safe)."""
+    return f"sweeper-{sweep}"
+
+
+def trials_view(metric: str, mode: str, searched: list[str]) -> str:
+    """The MLflow UI's view state for a sweep's runs table: sorted by the sweep's metric, best first,
+    with the metric, the searched parameters, each trial's status and the other lengths as columns."""
+    lengths = [f"acc_{k}x" for k in (1, 2, 3, 4)] if metric.startswith("acc_") else []
+    metrics = [metric, *(m for m in lengths if m != metric)]
+    return json.dumps({
+        "orderByKey": f"metrics.`{metric}`", "orderByAsc": mode == "min",
+        "selectedColumns": [f"metrics.`{metric}`", *(f"params.`{p}`" for p in searched), "tags.`status`",
+                            *(f"metrics.`{m}`" for m in metrics[1:])],
+    })
+
+
 def experiment_url(uri: str, experiment: str, ui_address: str | None = None) -> str | None:
     """The MLflow UI address of a sweep's training runs (the server's, or a local `sweeper ui`'s):
     the experiment's runs table, not MLflow 3's GenAI overview that the bare experiment address
-    opens, sorted by the sweep's metric, best first. Sorted by anything but date, the UI lists the
-    trials as rows of their own instead of folding them under the sweep's parent run (MLflow
-    3.17 ignores a `searchFilter` in the address; tests/test_mlflow_ui.py shows both)."""
+    opens, sorted by the sweep's metric, best first, in the saved view the tracker made for the sweep
+    (`trials_view`) where there is one. Sorted by anything but date, the UI lists the trials as rows
+    of their own instead of folding them under the sweep's parent run (MLflow 3.17 ignores a
+    `searchFilter` in the address; tests/test_mlflow_ui.py shows both)."""
     c = client(uri)
     exp = c.get_experiment_by_name(experiment)
     base = ui_address or (uri if uri.startswith("http") else None)
@@ -295,11 +317,15 @@ def experiment_url(uri: str, experiment: str, ui_address: str | None = None) -> 
     url = f"{base.rstrip('/')}/#/experiments/{exp.experiment_id}/runs"
     parents = c.search_runs([exp.experiment_id], filter_string="tags.role = 'sweep'", max_results=1,
                             order_by=["attributes.start_time DESC"])
-    metric = parents[0].data.tags.get("metric") if parents else None
-    if not metric:
+    tags = parents[0].data.tags if parents else {}
+    key = view_key(tags.get("sweep", ""))
+    if tags and VIEW_TAG + key in exp.tags:
+        return f"{url}?viewStateShareKey={urllib.parse.quote(key)}"
+    if not tags.get("metric"):
         return url
-    ascending = "true" if parents[0].data.tags.get("mode") == "min" else "false"
-    return f"{url}?orderByKey={urllib.parse.quote(f'metrics.`{metric}`')}&orderByAsc={ascending}"
+    ascending = "true" if tags.get("mode") == "min" else "false"
+    order = urllib.parse.quote(f"metrics.`{tags['metric']}`")
+    return f"{url}?orderByKey={order}&orderByAsc={ascending}"
 
 
 def charts_url(runs_url: str) -> str:

@@ -29,9 +29,9 @@ from typing import Any
 import yaml
 
 from sweeper import plots
-from sweeper.adapters.mlflow_store import BackgroundLog, client, retrying
+from sweeper.adapters.mlflow_store import VIEW_TAG, BackgroundLog, client, retrying, trials_view, view_key
 from sweeper.records import TrialRecord, ranked, score, trainer_metrics
-from sweeper.space import SearchSpace, flatten, trial_config_for
+from sweeper.space import SearchSpace, flatten, iter_params, trial_config_for
 from sweeper.status import format_table, summary_csv
 from trainables.errors import cut
 
@@ -87,6 +87,8 @@ class SweepTracker:
         else:
             exp_id = exp.experiment_id
         spec, params = self.spec, self._sweep_params()
+        self.client.set_experiment_tag(exp_id, VIEW_TAG + view_key(spec.name),  # the runs table `sweeper ui` opens
+                                       trials_view(spec.metric, spec.mode, sorted({p for p, _, _ in iter_params(spec.space)})))
         made = self.client.search_runs([exp_id], filter_string=f"tags.parent_uid = '{st['parent_uid']}'", max_results=1)
         run = made[0] if made else self._adopt_stale_parent(exp_id, params)
         if run is not None and run.info.status != "RUNNING":
