@@ -140,3 +140,37 @@ def test_a_report_reaches_status_json_within_the_write_interval(tmp_path):
     ledger.report(number, 20, 0.2)
     views.on_report(number, {"step": 20, "acc_3x": 0.2})
     assert step_of() == 20  # a report after a quiet spell is written at once
+
+
+def test_an_interrupted_trial_carries_a_note_on_the_dashboard_until_it_reports_again(tmp_path):
+    """optuna-dashboard (its own WSGI app on the study) shows why a RUNNING trial is not running."""
+    import io
+    import json as _json
+    from wsgiref.util import setup_testing_defaults
+
+    from optuna_dashboard import wsgi
+
+    from sweeper.adapters.optuna_ledger import Ledger
+    from sweeper.space import SearchSpace
+
+    spec = SearchSpace.model_validate({
+        "name": "noted", "space": {"optim.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
+        "budget": {"num_samples": 2, "max_concurrent": 1, "max_steps": 40, "eval_every": 10},
+    })
+    ledger = Ledger(f"sqlite:///{tmp_path}/optuna.db", spec, create=True)
+    number = ledger.new_trial()
+    ledger.report(number, 10, 0.3)
+    assert ledger.mark_interrupted() == [number]
+
+    def dashboard_note() -> str:
+        environ, out, errors = {"PATH_INFO": f"/api/studies/{ledger.study_id}"}, [], io.StringIO()
+        setup_testing_defaults(environ)
+        environ["wsgi.errors"] = errors
+        body = wsgi(ledger.storage)(environ, lambda status, headers, exc_info=None: out.append(status))
+        assert out[0].startswith("200"), (out, errors.getvalue()[-2000:])
+        trial = next(t for t in _json.loads(b"".join(body))["trials"] if t["number"] == number)
+        return trial["note"]["body"]
+
+    assert "Interrupted" in dashboard_note() and "step 10" in dashboard_note()
+    ledger.report(number, 20, 0.4)  # the next launch resumed it
+    assert dashboard_note().startswith("Resumed")

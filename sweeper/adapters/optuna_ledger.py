@@ -83,6 +83,9 @@ class LedgerTrial:
         return {int(k.split(".", 1)[1]): float(v) for k, v in self.attrs.items() if k.startswith("rung.")}
 
 
+INTERRUPTED_NOTE = ("**Interrupted** at step {step}: its sweep's driver stopped before the trial ended. Optuna "
+                    "shows it as RUNNING; `sweeper launch` of the same space resumes it from its checkpoint. "
+                    "Failing it here would end it for good.")
 MEMORY = "memory"  # the url of a ledger held in memory only (a replay of recorded curves)
 
 
@@ -193,6 +196,7 @@ class Ledger:
         t.values[step] = float(value)
         if t.attrs.get("interrupted"):
             self.set_trial_attr(number, "interrupted", False)
+            self.note(number, f"Resumed: reported step {step} after an interruption.")
         return True
 
     def record_rung(self, number: int, step: int, value: float) -> None:
@@ -223,7 +227,14 @@ class Ledger:
         for number in left:
             if self.trials[number].values or self.trials[number].attrs.get("ray_trial_id"):
                 self.set_trial_attr(number, "interrupted", True)
+                self.note(number, INTERRUPTED_NOTE.format(step=self.trials[number].last_step))
         return left
+
+    def note(self, number: int, body: str) -> None:
+        """A note on the trial where optuna-dashboard shows it (Markdown; the newest replaces the last)."""
+        from optuna_dashboard import save_note
+
+        save_note(optuna.Trial(self.study, self._id(number)), body)
 
     def close_decided(self) -> list[int]:
         """On resume: trials whose end the ledger already decided (the scheduler stopped them; a kill
