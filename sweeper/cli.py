@@ -122,7 +122,7 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
                                           "or the embedded ./mlflow.db")
     p.add_argument("--experiment", type=experiment_name, help="MLflow experiment name (default: the sweep's name)")
     _add_progress(p)
-    p.set_defaults(func=_lazy("sweeper.commands.launch"))
+    p.set_defaults(func=_lazy("sweeper.commands.launch"), exit_at_once=True)
 
 
 def _add_progress(p: argparse.ArgumentParser) -> None:
@@ -263,7 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args) or 0
+        code = args.func(args) or 0
+        if argv is None and getattr(args, "exit_at_once", False):
+            exit_at_once(code)
+        return code
     except ConfigError as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
         return 2
@@ -273,6 +276,14 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `sweeper validate FILE | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0
+
+
+def exit_at_once(code: int) -> None:
+    """End the process now, its work written and Ray stopped: the interpreter's own teardown of torch,
+    Ray, MLflow and their threads takes seconds that a Ctrl-C or the end of a sweep would wait for."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Shared fixtures: the project root, and a `sweeper` subprocess runner."""
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A shell without job control starts background commands (`make test &`, nohup) with SIGINT ignored,
+# and every process they start inherits that: a verb the tests stop with SIGINT, as Ctrl-C would in a
+# terminal, would never see it. Python's own handler here makes the children start with the default.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def sweeper_env() -> dict[str, str]:

@@ -21,8 +21,11 @@ def test_launch_prints_the_plan_then_plain_progress_lines_with_the_eta(smoke_swe
     _, r = smoke_sweep
     lines = r.stdout.splitlines()
     plan = next(i for i, line in enumerate(lines) if line.startswith("plan: "))
-    assert lines[plan] == ("plan: 6 trials of up to 60 steps, 2 at a time; ASHA (rungs 10, 20, 40, eta 2) expects ~22 steps "
-                           "a trial, ~135 steps in all; ETA after the first report. Ctrl-C stops; the same command resumes.")
+    # phase-aware ASHA: a trial that switches at s is judged only at rungs from s + 10 on (smoke.yaml's
+    # phase_margin), so with switches 0..60 about 48 of 60 steps a trial are expected, not ASHA's 22
+    assert lines[plan] == ("plan: 6 trials of up to 60 steps, 2 at a time; ASHA (rungs 10, 20, 40, eta 2, each trial judged "
+                           "only after its switch) expects ~49 steps a trial, ~296 steps in all; ETA after the first report. "
+                           "Ctrl-C stops; the same command resumes.")
     progress = [line for line in lines if line.startswith("[smoke ")]
     assert progress and all(LINE.match(line) for line in progress), "\n".join(progress)
     assert any(re.search(r"ETA \d+:\d\d:\d\d$", line) for line in progress)  # a measured ETA once trials reported

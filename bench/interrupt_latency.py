@@ -1,0 +1,75 @@
+"""Ctrl-C latency: seconds from a SIGINT to `sweeper launch` exiting with the sweep's state saved.
+
+Starts `sweeper launch` on N fixed trials long enough to be running (bench/fixed_trials.py), waits
+for the first report in status.json, sends SIGINT (what Ctrl-C sends to the foreground process)
+and times the exit. Each round checks that the launch exited 130, that status.json says
+`interrupted` and that the running trials are marked interrupted, so a fast exit that lost the
+state does not count. Prints each round and the median (target: <= 3 s).
+
+    python bench/interrupt_latency.py [--rounds 3] [--trials 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path (the tests)
+from fixed_trials import space_file, start_launch  # noqa: E402
+
+TARGET_S = 3.0
+
+
+def one_round(workdir: Path, trials: int) -> tuple[float, str]:
+    """(seconds from SIGINT to exit, what status.json said); raises if the state was not saved."""
+    path = space_file(workdir, "interrupt", trials, 20_000, concurrent=trials, eval_every=50, resources={"cpu": 1},
+                      fixed={"eval": {"n_sequences": 64}}, description="bench/interrupt_latency.py")
+    status = workdir / "sweeps" / "interrupt" / "status.json"
+    proc = start_launch(path, workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if any(t["step"] > 0 for t in json.loads(status.read_text())["trials"]):
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        raise SystemExit(f"no report within 600 s (exit {proc.poll()}): {proc.stderr.read()[-1500:]}")
+    sent = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=300)
+    latency = time.perf_counter() - sent
+    data = json.loads(status.read_text())
+    states = sorted(t["status"] for t in data["trials"])
+    if proc.returncode != 130 or data.get("state") != "interrupted" or "interrupted" not in states:
+        raise SystemExit(f"the interrupt did not save the sweep's state: exit {proc.returncode}, state "
+                         f"{data.get('state')}, trials {states}: {proc.stderr.read()[-1500:]}")
+    return latency, f"exit 130, state interrupted, trials {', '.join(states)}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--trials", type=int, default=2)
+    args = parser.parse_args()
+    latencies = []
+    for k in range(args.rounds):
+        with tempfile.TemporaryDirectory(prefix="interrupt-latency-") as tmp:
+            latency, saved = one_round(Path(tmp), args.trials)
+        latencies.append(latency)
+        print(f"round {k + 1}: SIGINT to exit {latency:.2f} s ({saved})", flush=True)
+    print(f"Ctrl-C to exit: median {statistics.median(latencies):.2f} s, range {min(latencies):.2f}-{max(latencies):.2f} s "
+          f"over {args.rounds} rounds of {args.trials} running trials (target <= {TARGET_S:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
