@@ -1,5 +1,6 @@
-"""Regenerate docs/mlflow_compare.png: a real small sweep compared in MLflow's UI, as a researcher
-looks at one: acc_3x against the searched parameters across all trials (parallel coordinates).
+"""Regenerate docs/mlflow_compare.png and docs/mlflow_trials.png: a real small sweep in MLflow's UI,
+as a researcher looks at one: acc_3x against the searched parameters across all trials (parallel
+coordinates), and the trials' table that `sweeper ui NAME` opens (the sweep's saved view).
 
     .venv/bin/python docs/screenshots.py                       # a fresh sweep, then the screenshot
     .venv/bin/python docs/screenshots.py --tracking-uri http://127.0.0.1:5000 --experiment NAME
@@ -9,7 +10,8 @@ looks at one: acc_3x against the searched parameters across all trials (parallel
     ->  `sweeper launch` of search_spaces/smoke.yaml, widened (--samples trials of up to --steps steps)
     ->  headless Chromium (Debian's chromium + chromedriver, driven by selenium as tests/test_mlflow_ui.py
         does) on MLflow's compare page of every trial run: the parallel-coordinates plot with the
-        searched parameters and the metric  ->  docs/mlflow_compare.png
+        searched parameters and the metric  ->  docs/mlflow_compare.png; the address `sweeper ui`
+        prints  ->  docs/mlflow_trials.png
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from conftest import start_mlflow_server, stop  # noqa: E402  the tests' real MLflow server
 
 OUT = ROOT / "docs" / "mlflow_compare.png"
+TABLE_OUT = ROOT / "docs" / "mlflow_trials.png"
 
 
 def widened_space(path: Path, samples: int, steps: int) -> dict:
@@ -96,6 +99,23 @@ def screenshot(uri: str, experiment: str, params: list[str], metric: str, out: P
     print(f"{out}: {len(trials)} trials of `{experiment}`, {metric} against {', '.join(params)}")
 
 
+def table_screenshot(uri: str, experiment: str, params: list[str], out: Path) -> None:
+    """The runs table at the address `sweeper ui NAME` prints: best first, the searched parameters as columns."""
+    from sweeper.adapters.mlflow_store import experiment_url
+
+    driver = browser()
+    try:
+        driver.get(experiment_url(uri, experiment))
+        wait_for(driver, ["Training runs", params[0], "status"])
+        for close in driver.find_elements("css selector", "button[data-component-id='mlflow.assistant.chat_panel.close']"):
+            close.click()  # the assistant side panel
+        time.sleep(2)
+        driver.save_screenshot(str(out))
+    finally:
+        driver.quit()
+    print(f"{out}: the trials' table of `{experiment}`")
+
+
 def choose(driver, params: list[str], metric: str) -> None:
     """The plot's controls: exactly the searched parameters and the metric (MLflow preselects up
     to three parameters that differ and the first metric, `step`)."""
@@ -134,6 +154,7 @@ def main() -> int:
     if args.tracking_uri:
         space = yaml.safe_load((ROOT / "search_spaces" / "smoke.yaml").read_text())
         screenshot(args.tracking_uri, args.experiment, list(space["space"]), space["metric"], args.out)
+        table_screenshot(args.tracking_uri, args.experiment, list(space["space"]), TABLE_OUT)
         return 0
     with tempfile.TemporaryDirectory(prefix="screenshots") as tmp:
         workdir = Path(tmp)
@@ -142,6 +163,7 @@ def main() -> int:
         try:
             name, params, metric = run_sweep(workdir, uri, args.samples, args.steps)
             screenshot(uri, name, params, metric, args.out)
+            table_screenshot(uri, name, params, TABLE_OUT)
         finally:
             stop(server)
     return 0

@@ -149,3 +149,17 @@ def test_markdown_in_a_read_only_folder_is_refused_first(tmp_path):
     finally:
         folder.chmod(0o700)
     assert r.returncode == 2 and r.stdout == "" and "--markdown" in r.stderr
+
+
+def test_report_reads_the_store_the_sweep_logged_to_whose_password_the_study_does_not_keep(tmp_path):
+    from sweeper.commands.report import report_uri
+    from trainables.errors import ConfigError
+
+    study = tmp_path / "optuna.db"
+    kept = "postgresql://me:***@db:5432/mlflow"
+    assert report_uri("http://other:5000", kept, "sqlite:///mlflow.db", study) == "http://other:5000"
+    assert report_uri(None, "http://mlflow:5000", "sqlite:///mlflow.db", study) == "http://mlflow:5000"
+    assert report_uri(None, kept, "postgresql://me:s3cret@db:5432/mlflow", study) == "postgresql://me:s3cret@db:5432/mlflow"
+    with pytest.raises(ConfigError, match=r"whose password is not kept; pass --tracking-uri") as err:
+        report_uri(None, kept, "sqlite:///mlflow.db", study)
+    assert "s3cret" not in str(err.value)

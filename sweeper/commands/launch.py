@@ -111,7 +111,7 @@ def check_address(address: str) -> None:
 
 def check_same_store(sweep_dir: Path, uri: str, source: str, started_with: str | None) -> None:
     """A resumed sweep logs to the store it started with: its parent and child runs are there."""
-    if started_with and started_with != uri:
+    if started_with and hide_password(started_with) != hide_password(uri):  # kept without its password
         shown, theirs = hide_password(uri), hide_password(started_with)
         raise SpaceError(f"{source} {shown}: sweep `{sweep_dir.name}` logs to {theirs} (its runs are there); "
                          f"resume with --tracking-uri {theirs}, or pass --restart to start over")
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         check_ledger(study_url, spec, str(sweep_dir / OPTUNA_DB))  # one line for a damaged or foreign study
     ledger = Ledger(study_url, spec, create=not resuming)
     check_same_store(sweep_dir, uri, uri_source(args.tracking_uri), ledger.attr("sweeper.tracking_uri"))
-    ledger.set_attr("sweeper.tracking_uri", uri)
+    ledger.set_attr("sweeper.tracking_uri", hide_password(uri))  # a password never goes into the study
     if closed := ledger.close_decided():
         print(f"ended {len(closed)} trials whose end the study held before the last driver stopped", file=sys.stderr)
     trials_root = str(Path(experiment_dir) / TRIALS_DIR)

@@ -206,6 +206,23 @@ def check_markdown(path: str) -> Path:
     return target
 
 
+
+def report_uri(cli_value: str | None, logged_to: str | None, default: str, study: Path) -> str:
+    """The store to read: --tracking-uri, else the one the sweep logged to (kept without its password:
+    the default store, $MLFLOW_TRACKING_URI, supplies it when it is that store), else the default."""
+    from sweeper.adapters.mlflow_store import hide_password
+
+    if cli_value:
+        return cli_value
+    if not logged_to:
+        return default
+    if ":***@" in logged_to:
+        if hide_password(default) == logged_to:
+            return default
+        raise ConfigError(f"{study}: the sweep logged to {logged_to}, whose password is not kept; pass --tracking-uri "
+                          "with it (or set MLFLOW_TRACKING_URI)")
+    return logged_to
+
 def run(args: argparse.Namespace) -> int:
     from sweeper.adapters.mlflow_store import resolve_uri, uri_source
     from sweeper.adapters.optuna_ledger import sweep_attrs
@@ -221,9 +238,9 @@ def run(args: argparse.Namespace) -> int:
     if study.is_file() and study.stat().st_size == 0:
         raise ConfigError(f"{study}: empty, not a sweep's Optuna study; move it away (`sweeper launch` makes a new one)")
     logged_to = sweep_attrs(study, name).get("sweeper.tracking_uri")  # read-only
-    uri = args.tracking_uri or logged_to or resolve_uri(None)
+    uri = report_uri(args.tracking_uri, logged_to, resolve_uri(None), study)
     source = ("--tracking-uri" if args.tracking_uri else
-              f"the tracking URI the sweep logged to ({study})" if logged_to else
+              f"the tracking URI the sweep logged to ({study})" if uri == logged_to else
               uri_source(None))
     text = build_report(name, readable_store(uri, source), sweep_dir if sweep_dir.exists() else None, args.experiment,
                         args.top, shown_uri=uri)
