@@ -180,7 +180,12 @@ def test_killed_sweep_resumes_to_exactly_num_samples_trials_and_runs(tmp_path, b
     # the MLflow server on SQLite (the laptop default behind a server) and on a real PostgreSQL
     # (as k8s/ deploys it): parent and nested children, and a kill-and-resume with no duplicates
     mlflow_server = request.getfixturevalue("mlflow_server" if backend == "sqlite" else "mlflow_postgres_server")
-    cmd = sweeper_cmd("launch", SMOKE, "--tracking-uri", mlflow_server, "--experiment", "smoke-resume")
+    # smoke.yaml with plain ASHA: its phase-aware rule judges only trials that switched early, so whether a
+    # second stop comes would depend on the draws; plain ASHA over 6 trials and 3 rungs always stops two
+    space = tmp_path / "smoke.yaml"
+    space.write_text(SMOKE.read_text().replace("  phase_margin: 10", "  phase_aware: false  # (test)\n  phase_margin: 10"))
+    assert "phase_aware: false" in space.read_text()
+    cmd = sweeper_cmd("launch", space, "--tracking-uri", mlflow_server, "--experiment", "smoke-resume")
     # the driver SIGKILLs itself right after the ledger took ASHA's second stop (SWEEPER_FAULT): no chance
     # to clean up, its views one event behind, some trials ended and some mid-training
     killed = subprocess.Popen(cmd, cwd=tmp_path, env={**ENV, "SWEEPER_FAULT": "stop:2:KILL"}, stdout=subprocess.DEVNULL,
