@@ -13,6 +13,7 @@ new checkout too: the data file is the record, the sweep folder only a cache).
     python -m experiments.switch_grid run [--concurrent 2]   # train the missing cells, export as they finish
     python -m experiments.switch_grid export                 # copy finished runs into the data file
     python -m experiments.switch_grid status                 # cells recorded / planned
+    python -m experiments.switch_grid report                 # docs/results/switch_grid.{md,png}: the switch question itself
 """
 
 from __future__ import annotations
@@ -178,6 +179,55 @@ def run(concurrent: int) -> int:
     return rc
 
 
+REPORT = ROOT / "docs" / "results" / "switch_grid"
+
+
+def report() -> str:
+    """Final metrics against the switch step, per training seed, with and without the curriculum, per
+    learning rate: the table (Markdown) and the picture, from what the data file holds so far."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = load()
+    final = {key(r["params"]): r["reports"][-1] for r in data["runs"]}
+    fig, axes = plt.subplots(1, len(LEARNING_RATES), figsize=(6 * len(LEARNING_RATES), 4.2), sharey=True, squeeze=False)
+    lines = ["# The switch question on the grid: final accuracy against the switch step", "",
+             f"`python -m experiments.switch_grid report` from `{DATA.relative_to(ROOT)}` ({len(final)} of {len(cells())} "
+             f"runs recorded; the rest of the grid shows as `-`). Each run trains {MAX_STEPS} steps with attention held "
+             f"off until its switch (switch {MAX_STEPS} = never on), with or without the state-only curriculum's first "
+             f"{STATE_ONLY_STEPS[-1]} steps; training seeds {', '.join(map(str, SEEDS))} (fresh), evaluation seed {EVAL_SEED}. "
+             "Cells: final acc_3x per training seed (`-`: not recorded yet).", ""]
+    for ax, lr in zip(axes[0], LEARNING_RATES):
+        lines += [f"## learning rate {lr:g}", "", "| curriculum | " + " | ".join(f"switch {s}" for s in SWITCH_STEPS) + " |",
+                  "|---|" + "---|" * len(SWITCH_STEPS)]
+        for state_only in STATE_ONLY_STEPS:
+            row = []
+            for switch in SWITCH_STEPS:
+                values = [final.get((switch, state_only, lr, seed)) for seed in SEEDS]
+                row.append(" / ".join("-" if v is None else f"{v['acc_3x']:.3f}" for v in values))
+            lines.append(f"| {'state-only ' + str(state_only) if state_only else 'none'} | " + " | ".join(row) + " |")
+            for seed, style in zip(SEEDS, ("-", "--")):
+                pts = [(s, final[(s, state_only, lr, seed)]["acc_3x"]) for s in SWITCH_STEPS if (s, state_only, lr, seed) in final]
+                if pts:
+                    ax.plot(*zip(*pts), style, marker="o", ms=3, color="C1" if state_only else "C0",
+                            label=f"curriculum {state_only}, seed {seed}")
+        lines.append("")
+        ax.set_title(f"lr {lr:g}")
+        ax.set_xlabel("dat.switch_step")
+        ax.grid(alpha=0.3)
+        if ax.has_data():
+            ax.legend(fontsize=7)
+    axes[0][0].set_ylabel(f"final acc_3x (step {MAX_STEPS})")
+    fig.tight_layout()
+    fig.savefig(REPORT.with_suffix(".png"), dpi=100)
+    lines += [f"![final acc_3x against the switch step]({REPORT.name}.png)", ""]
+    text = "\n".join(lines)
+    REPORT.with_suffix(".md").write_text(text)
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.switch_grid", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -185,9 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--concurrent", type=int, default=1, help="runs at once (one core each)")
     sub.add_parser("export", help="copy finished runs of sweeps/switch_grid_* into the data file")
     sub.add_parser("status", help="cells recorded / planned")
+    sub.add_parser("report", help="the switch question itself: docs/results/switch_grid.{md,png}")
     args = parser.parse_args(argv)
     if args.verb == "run":
         return run(args.concurrent)
+    if args.verb == "report":
+        print(report())
+        return 0
     if args.verb == "export":
         print(f"switch grid: {export()} runs added")
         return 0
