@@ -171,6 +171,9 @@ def write(grid: Grid, results: dict, taus: list[dict], args, seeds_per_point: li
         f"{args.samples} trials, 2 at a time, {args.seeds} times (replay seeds 0-{args.seeds - 1}); compute is "
         "training steps summed over trials. A point's true value is its final acc_3x averaged over training seeds.",
         "",
+        *([f"**Preliminary:** the grid holds {sum(len(r) for r in grid.runs.values())} runs of the "
+           f"{len(switch_grid.cells())} it plans (experiments/switch_grid.py); these numbers change as it fills.", ""]
+          if args.lr is not None or min(seeds_per_point) < len(switch_grid.SEEDS) else []),
         "Grid's best points: " + "; ".join(f"switch {k[0]}, curriculum {k[1]}, lr {k[2]:g}: {grid.final(k):.3f}" for k in best),
         "",
         *lines,
@@ -216,6 +219,7 @@ def plot(grid: Grid, results: dict, out: Path) -> None:
     ax.set_xlabel("compute: training steps, all trials")
     ax.set_ylabel("grid's best acc_3x - best-so-far point's true acc_3x")
     ax.set_yscale("symlog", linthresh=0.01)
+    ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)
     ax.set_title("Search replay on the switch grid: median and IQR over replay seeds")
     fig.tight_layout()
