@@ -197,6 +197,10 @@ def main() -> None:
         cores = os.cpu_count() or 1
         print(f"CPU used by the launch's processes until the first report: {first_trial['cpu']:.1f} s on {cores} cores "
               f"(so the first report cannot come before {first_trial['cpu'] / cores:.1f} s of that work)")
+    if old_root is not None:
+        print(f"side by side: this tree sweep/direct {sweep / direct:.3f}, first report {first or float('nan'):.1f} s; "
+              f"{args.baseline} sweep/direct {old_sweep / direct:.3f}, first report {old_first or float('nan'):.1f} s; "
+              f"sweep wall this tree / {args.baseline} {sweep / old_sweep:.3f}")
 
 
 if __name__ == "__main__":
