@@ -6,7 +6,10 @@ and times the exit. Each round checks that the launch exited 130, that status.js
 `interrupted` and that the running trials are marked interrupted, so a fast exit that lost the
 state does not count. Prints each round and the median (target: <= 3 s).
 
-    python bench/interrupt_latency.py [--rounds 3] [--trials 2]
+`--baseline REV` alternates each round with a launch on an older commit's code (a `git worktree`
+beside this checkout, bench/worktree.py) and prints both medians.
+
+    python bench/interrupt_latency.py [--rounds 3] [--trials 2] [--baseline REV]
 """
 
 from __future__ import annotations
@@ -22,17 +25,18 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path (the tests)
-from fixed_trials import space_file, start_launch  # noqa: E402
+from fixed_trials import ROOT, space_file, start_launch  # noqa: E402
+from worktree import baseline_tree  # noqa: E402
 
 TARGET_S = 3.0
 
 
-def one_round(workdir: Path, trials: int) -> tuple[float, str]:
+def one_round(workdir: Path, trials: int, root: Path = ROOT) -> tuple[float, str]:
     """(seconds from SIGINT to exit, what status.json said); raises if the state was not saved."""
     path = space_file(workdir, "interrupt", trials, 20_000, concurrent=trials, eval_every=50, resources={"cpu": 1},
                       fixed={"eval": {"n_sequences": 64}}, description="bench/interrupt_latency.py")
     status = workdir / "sweeps" / "interrupt" / "status.json"
-    proc = start_launch(path, workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = start_launch(path, workdir, root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -60,16 +64,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument("--baseline", metavar="REV", help="alternate each round with this commit's launch")
     args = parser.parse_args()
-    latencies = []
+    trees = {"this tree": ROOT} | ({args.baseline: baseline_tree(args.baseline)} if args.baseline else {})
+    latencies: dict[str, list[float]] = {name: [] for name in trees}
     for k in range(args.rounds):
-        with tempfile.TemporaryDirectory(prefix="interrupt-latency-") as tmp:
-            latency, saved = one_round(Path(tmp), args.trials)
-        latencies.append(latency)
-        print(f"round {k + 1}: SIGINT to exit {latency:.2f} s ({saved})", flush=True)
-    print(f"Ctrl-C to exit: median {statistics.median(latencies):.2f} s, range {min(latencies):.2f}-{max(latencies):.2f} s "
-          f"over {args.rounds} rounds of {args.trials} running trials (target <= {TARGET_S:.0f} s)")
-
+        for name, root in trees.items():
+            with tempfile.TemporaryDirectory(prefix="interrupt-latency-") as tmp:
+                latency, saved = one_round(Path(tmp), args.trials, root)
+            latencies[name].append(latency)
+            print(f"round {k + 1}, {name}: SIGINT to exit {latency:.2f} s ({saved})", flush=True)
+    for name, xs in latencies.items():
+        print(f"Ctrl-C to exit, {name}: median {statistics.median(xs):.2f} s, range {min(xs):.2f}-{max(xs):.2f} s "
+              f"over {args.rounds} rounds of {args.trials} running trials (target <= {TARGET_S:.0f} s)")
 
 if __name__ == "__main__":
     main()
