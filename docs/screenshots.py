@@ -54,7 +54,7 @@ def run_sweep(workdir: Path, uri: str, samples: int, steps: int) -> tuple[str, l
     return space["name"], list(space["space"]), space["metric"]
 
 
-def browser():
+def browser(size: str = "1400,790"):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -65,7 +65,7 @@ def browser():
     opts.binary_location = chromium
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1400,790", "--hide-scrollbars"):
+                 "--disable-dev-shm-usage", f"--window-size={size}", "--hide-scrollbars"):
         opts.add_argument(flag)
     return webdriver.Chrome(service=Service(chromedriver), options=opts)
 
@@ -103,10 +103,10 @@ def table_screenshot(uri: str, experiment: str, params: list[str], out: Path) ->
     """The runs table at the address `sweeper ui NAME` prints: best first, the searched parameters as columns."""
     from sweeper.adapters.mlflow_store import experiment_url
 
-    driver = browser()
+    driver = browser("2200,900")  # wide enough that the grid draws the parameter and status columns
     try:
         driver.get(experiment_url(uri, experiment))
-        wait_for(driver, ["Training runs", params[0], "status"])
+        wait_for(driver, ["Training runs", "Sort: acc_3x", params[0]])
         for close in driver.find_elements("css selector", "button[data-component-id='mlflow.assistant.chat_panel.close']"):
             close.click()  # the assistant side panel
         time.sleep(2)
