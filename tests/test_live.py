@@ -6,7 +6,9 @@ import json
 from dataclasses import replace
 
 from sweeper.eta import Plan, asha_rungs, makespan, progress
-from sweeper.live import LiveView, clock, plain_line, plan_line, running_rows, table
+from sweeper.eta import clock
+from sweeper.live import LiveView
+from sweeper.live_table import plain_line, plan_line, running_rows, table
 from sweeper.records import TrialRecord
 from sweeper.space_file import load_space
 from sweeper.status import STATUS_FILE

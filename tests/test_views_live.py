@@ -11,7 +11,8 @@ from rich.cells import cell_len
 from rich.console import Console
 
 from sweeper.eta import Plan
-from sweeper.live import BAR_NARROW, BAR_WIDE, LiveView, layout, running_rows, shortest_names, table
+from sweeper.live import LiveView
+from sweeper.live_table import BAR_NARROW, BAR_WIDE, layout, running_rows, shortest_names, table
 from sweeper.records import TrialRecord
 from sweeper.status import STATUS_FILE
 

@@ -28,6 +28,7 @@ from sweeper.adapters.mlflow_store import hide_password, preflight, resolve_uri,
 from sweeper.adapters.optuna_ledger import Ledger, check_ledger
 from sweeper.adapters.optuna_search import baseline_points
 from sweeper.eta import Plan
+from sweeper.live_table import plan_line
 from sweeper.fs import check_writable
 from sweeper.lock import hold_sweep_lock
 from sweeper.records import FINAL
@@ -178,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
     views = SweepViews(sweep_dir, spec, ledger, trials_root, tracker=tracker)
     records = views.records()
     plan = Plan.from_space(spec)
-    print(live.plan_line(plan, records), flush=True)  # trials, steps, concurrency, the estimate (sweeper/live.py)
+    print(plan_line(plan, records), flush=True)  # trials, steps, concurrency, the estimate (sweeper/live_table.py)
 
     def start_tracking() -> int:
         try:
