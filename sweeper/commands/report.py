@@ -206,7 +206,6 @@ def check_markdown(path: str) -> Path:
     return target
 
 
-
 def report_uri(cli_value: str | None, logged_to: str | None, default: str, study: Path) -> str:
     """The store to read: --tracking-uri, else the one the sweep logged to (kept without its password:
     the default store, $MLFLOW_TRACKING_URI, supplies it when it is that store), else the default."""
@@ -222,6 +221,7 @@ def report_uri(cli_value: str | None, logged_to: str | None, default: str, study
         raise ConfigError(f"{study}: the sweep logged to {logged_to}, whose password is not kept; pass --tracking-uri "
                           "with it (or set MLFLOW_TRACKING_URI)")
     return logged_to
+
 
 def run(args: argparse.Namespace) -> int:
     from sweeper.adapters.mlflow_store import resolve_uri, uri_source
