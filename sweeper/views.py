@@ -199,7 +199,7 @@ def print_status(sweep_dir: Path, out: TextIO = sys.stdout) -> None:
 
 
 def _progress_line(sweep_dir: Path, records: list[TrialRecord], running: bool) -> str:
-    """Steps done and to go, speed, ETA (sweeper/live.py), from the plan in the sweep's space.yaml."""
+    """Steps done and to go, speed, ETA (sweeper/eta.py), from the plan in the sweep's space.yaml."""
     from sweeper import live
     from sweeper.eta import clock, progress
 
