@@ -140,6 +140,7 @@ CLI_MISUSE = {
     "report_of_nothing": (["report", "no_such_sweep"], "no_such_sweep"),
     "storage_unwritable": (["launch", SMOKE, "--storage", "/proc/sweeps"], "cannot write there"),
     "storage_under_a_file": (["launch", SMOKE, "--storage", "/etc/hostname/sweeps"], "--storage"),
+    "storage_a_bucket": (["launch", SMOKE, "--storage", "s3://bucket/sweeps"], "a path every node sees"),
     "tracking_file_unwritable": (["launch", SMOKE, "--tracking-uri", "file:/proc/mlruns"], "cannot write there"),
     "tracking_unknown_scheme": (["launch", SMOKE, "--tracking-uri", "bogus://x"], "unknown scheme"),
     "tracking_sqlite_missing_folder": (["launch", SMOKE, "--tracking-uri", "sqlite:////no/such/dir/m.db"], "does not exist"),

@@ -102,7 +102,7 @@ def test_a_web_server_that_is_not_mlflow_is_one_line(tmp_path, web_server, healt
 
 @pytest.mark.integration
 def test_a_real_mlflow_server_passes_the_check(mlflow_server):
-    from sweeper.adapters.mlflow_store import preflight
+    from sweeper.tracking_uri import preflight
 
     preflight(mlflow_server)  # its /health answers OK
 

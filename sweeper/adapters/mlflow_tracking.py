@@ -30,9 +30,8 @@ import yaml
 
 from sweeper import plots
 from sweeper.adapters.mlflow_store import VIEW_TAG, BackgroundLog, client, retrying, trials_view, view_key
-from sweeper.records import TrialRecord, ranked, score, trainer_metrics
+from sweeper.records import TrialRecord, trainer_metrics
 from sweeper.space import SearchSpace, flatten, iter_params, trial_config_for
-from sweeper.status import format_table, summary_csv
 from trainables.errors import cut
 
 PARENT_UID = "sweeper.mlflow_uid"  # the ledger's attribute naming the sweep's parent run (its tag parent_uid)
@@ -56,9 +55,6 @@ class SweepTracker:
         if self._client is None:
             self._client = client(self.uri, retries=False)
         return self._client
-
-    def _save(self) -> None:
-        """The mapping lives in MLflow's tags; nothing to write."""
 
     # -- parent run --------------------------------------------------------------------
 
@@ -105,7 +101,6 @@ class SweepTracker:
             self.client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])  # finds none)
             self.client.log_artifact(run.info.run_id, str(space_file))
         st.update({"tracking_uri": self.uri, "experiment_id": exp_id, "parent_run_id": run.info.run_id, "trials": {}})
-        self._save()
         return run.info.run_id
 
     def _sweep_params(self) -> dict[str, str]:
@@ -155,7 +150,6 @@ class SweepTracker:
         found = self._find_child(record.trial_id)  # a kill between creating the run and saving the mapping
         if found is not None:
             trials[record.trial_id] = found
-            self._save()
             return found
         from mlflow.entities import Param
 
@@ -166,7 +160,6 @@ class SweepTracker:
         cfg = trial_config_for(self.spec, record.params).model_dump(mode="json")
         self.client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in flatten(cfg).items()])
         trials[record.trial_id] = {"run_id": run.info.run_id, "last_step": 0}
-        self._save()
         return trials[record.trial_id]
 
     def _find_child(self, trial_id: str) -> dict | None:
@@ -245,7 +238,6 @@ class SweepTracker:
             if record.status in FINAL and (run is None or run.info.status == "RUNNING" or run.data.tags.get("status") != record.status):
                 retrying(lambda: self._on_end(record), deadline, "logging a trial's end")
                 made += 1
-        self._save()
         return made
 
     def _fill_gaps(self, record: TrialRecord, reports: list[tuple[int, dict]], run) -> int:
@@ -282,8 +274,6 @@ class SweepTracker:
             self.client.update_run(entry["run_id"], status="RUNNING")
             self.client.set_tag(entry["run_id"], "status", "running")
         if record.step <= entry["last_step"]:
-            if resumed:
-                self._save()
             return
         now = int(time.time() * 1000)
         metrics = [Metric(k, float(v), now, record.step) for k, v in trainer_metrics(record.metrics).items()
@@ -306,47 +296,6 @@ class SweepTracker:
                 png = plots.trial_lengths(record.metrics, cfg.task.max_len, title, Path(tmp) / "accuracy_vs_length.png")
                 self.client.log_artifact(run_id, str(png))
         self.client.set_terminated(run_id, RUN_STATUS.get(record.status, "FINISHED"))
-
-    # -- the end of the sweep -------------------------------------------------------------
-
-    def finish(self, records: list[TrialRecord], baselines: list[dict], interrupted: bool, timeout_s: float = DRAIN_S) -> list[Path]:
-        """Best-trial tags, summary tables and sweep plots on the parent run; returns the plot files.
-        Retried while the store is unreachable, for at most `timeout_s`."""
-        return retrying(lambda: self._finish(records, baselines, interrupted), time.monotonic() + timeout_s,
-                        "finishing the sweep's run")
-
-    def _finish(self, records: list[TrialRecord], baselines: list[dict], interrupted: bool) -> list[Path]:
-        from mlflow.entities import Metric, RunTag
-
-        spec, parent = self.spec, self.state["parent_run_id"]
-        trials = self.state.get("trials", {})
-        top = ranked(records, spec.metric, spec.mode)
-        for r in records:
-            if r.trial_id in trials:
-                self.client.set_tag(trials[r.trial_id]["run_id"], "best", "true" if top and r is top[0] else "false")
-        if top:
-            best = top[0]
-            cfg = trial_config_for(spec, best.params).model_dump(mode="json")
-            # the best point as tags, not params: params are immutable in MLflow, and a resumed sweep's
-            # best trial may differ from the one an interrupted run wrote
-            self.client.log_batch(parent, metrics=[Metric(f"best_{spec.metric}", score(best, spec.metric), int(time.time() * 1000), 0)],
-                                  tags=[RunTag(f"best.{k}", str(v)) for k, v in best.params.items()])
-            self.client.set_tag(parent, "best_trial", best.trial_id)
-            self.client.log_text(parent, yaml.safe_dump(cfg, sort_keys=False), "best_config.yaml")
-        self.client.log_text(parent, summary_csv(records), "summary.csv")
-        self.client.log_text(parent, "```\n" + format_table(records, spec.metric, spec.mode, top=len(records)) + "\n```\n", "summary.md")
-        written = plots.sweep_plots(spec, self.sweep_dir, records, baselines, trial_reports)
-        for png in written:
-            self.client.log_artifact(parent, str(png), "plots")
-        for r in records:  # trials an interrupt cut off: say so; a resume continues the same run
-            if r.status == "interrupted" and r.trial_id in trials:
-                self.client.set_tag(trials[r.trial_id]["run_id"], "status", "interrupted")
-                self.client.set_terminated(trials[r.trial_id]["run_id"], "KILLED")
-                trials[r.trial_id]["interrupted"] = True
-        self._save()
-        self.client.set_terminated(parent, "KILLED" if interrupted else "FINISHED")
-        return written
-
 
 
 def trial_reports(trial_dir: str) -> list[tuple[int, dict]]:

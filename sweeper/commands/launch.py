@@ -24,7 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sweeper import faults, live, orphans
-from sweeper.adapters.mlflow_store import hide_password, preflight, resolve_uri, store_failure, store_lock, uri_source
+from sweeper.adapters.mlflow_store import store_lock
+from sweeper.tracking_uri import hide_password, preflight, resolve_uri, store_failure, uri_source
 from sweeper.adapters.optuna_ledger import Ledger, check_ledger
 from sweeper.adapters.optuna_search import baseline_points
 from sweeper.eta import Plan
@@ -233,7 +234,9 @@ def run(args: argparse.Namespace) -> int:
     if unlogged:
         print(tracking.describe_unlogged(unlogged), file=sys.stderr)
     try:
-        tracker.finish(records, baseline_points(spec), interrupted)
+        from sweeper.adapters.mlflow_summary import finish
+
+        finish(tracker, records, baseline_points(spec), interrupted)
     except Exception as err:  # noqa: BLE001 - the sweep's results are safe on disk; only MLflow's view is behind
         print(f"warning: could not finish the sweep's MLflow run ({type(err).__name__}: {str(err)[:160]}); "
               "run the same command again to finish it", file=sys.stderr)

@@ -118,7 +118,7 @@ def space_kinds(spec) -> tuple[dict[str, tuple], dict[str, str]]:
 def readable_store(uri: str, source: str) -> str:
     """The URI to read MLflow through. An SQLite store is opened read-only (never created, never
     migrated); missing or empty is one line. A server must answer its health check."""
-    from sweeper.adapters.mlflow_store import preflight
+    from sweeper.tracking_uri import preflight
 
     if not uri.startswith("sqlite:///"):
         preflight(uri, source=source)
@@ -209,7 +209,7 @@ def check_markdown(path: str) -> Path:
 def report_uri(cli_value: str | None, logged_to: str | None, default: str, study: Path) -> str:
     """The store to read: --tracking-uri, else the one the sweep logged to (kept without its password:
     the default store, $MLFLOW_TRACKING_URI, supplies it when it is that store), else the default."""
-    from sweeper.adapters.mlflow_store import hide_password
+    from sweeper.tracking_uri import hide_password
 
     if cli_value:
         return cli_value
@@ -224,7 +224,7 @@ def report_uri(cli_value: str | None, logged_to: str | None, default: str, study
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweeper.adapters.mlflow_store import resolve_uri, uri_source
+    from sweeper.tracking_uri import resolve_uri, uri_source
     from sweeper.adapters.optuna_ledger import sweep_attrs
     from sweeper.status import SPACE_FILE
     from sweeper.sweep_dir import find_sweep_dir

@@ -47,7 +47,7 @@ def check_storage(storage: str | None, shared: bool, nodes: int) -> None:
 def check_tracking(cli_value: str | None) -> str:
     """The tracking store must be a server (the cluster cannot see a file on this machine).
     Whether the cluster reaches it, `sweeper launch` checks on the head before any trial starts."""
-    from sweeper.adapters.mlflow_store import hide_password, resolve_uri
+    from sweeper.tracking_uri import hide_password, resolve_uri
 
     uri = resolve_uri(cli_value)
     if not uri.startswith(("http://", "https://")):

@@ -15,23 +15,24 @@ from sweeper.serve import Server, check_address, exposure_warning, url_of
 
 def run(args: argparse.Namespace) -> int:
     from sweeper.adapters import mlflow_store as store
+    from sweeper.tracking_uri import hide_password, preflight, resolve_uri, uri_source
 
-    uri = store.resolve_uri(args.tracking_uri)
+    uri = resolve_uri(args.tracking_uri)
     if uri.startswith("http"):
-        store.preflight(uri, source=store.uri_source(args.tracking_uri))
+        preflight(uri, source=uri_source(args.tracking_uri))
         url = store.experiment_url(uri, args.name) if args.name else None
-        print(f"MLflow UI: {url or store.hide_password(uri)}", flush=True)
+        print(f"MLflow UI: {url or hide_password(uri)}", flush=True)
         if url:
             print(f"as charts: {store.charts_url(url)}", flush=True)
         return 0
     check_address(args.host, args.port)  # a held port, a foreign host: one line before anything starts
-    store.preflight(uri, source=store.uri_source(args.tracking_uri))
+    preflight(uri, source=uri_source(args.tracking_uri))
     if warning := exposure_warning(args.host, args.port, "the MLflow UI"):
         print(warning, file=sys.stderr, flush=True)
     address = url_of(args.host, args.port)
     server = Server([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", args.host,
                      "--port", str(args.port), "--workers", "1"], "mlflow ui")  # one user: one worker starts soonest
-    return server.serve(address, f"{address}/health", f"MLflow UI on {store.hide_password(uri)}: {address}  (starting; Ctrl-C to stop)",
+    return server.serve(address, f"{address}/health", f"MLflow UI on {hide_password(uri)}: {address}  (starting; Ctrl-C to stop)",
                         lambda: ready(uri, args.name, address))
 
 

@@ -1,0 +1,57 @@
+"""The end of a sweep in MLflow, on its parent run: the best trial (tags, score, config), the
+summary tables, the sweep's plots, and the trials an interrupt cut off marked as such. Run once
+per launch, after the mirror (`mlflow_tracking.py`) has drained; a resumed sweep runs it again
+over the same runs.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+from mlflow.entities import Metric, RunTag
+
+from sweeper import plots
+from sweeper.adapters.mlflow_store import retrying
+from sweeper.adapters.mlflow_tracking import DRAIN_S, SweepTracker, trial_reports
+from sweeper.records import TrialRecord, ranked, score
+from sweeper.space import trial_config_for
+from sweeper.status import format_table, summary_csv
+
+
+def finish(tracker: SweepTracker, records: list[TrialRecord], baselines: list[dict], interrupted: bool, timeout_s: float = DRAIN_S) -> list[Path]:
+    """Best-trial tags, summary tables and sweep plots on the parent run; returns the plot files.
+    Retried while the store is unreachable, for at most `timeout_s`."""
+    return retrying(lambda: _finish(tracker, records, baselines, interrupted), time.monotonic() + timeout_s,
+                    "finishing the sweep's run")
+
+
+def _finish(tracker: SweepTracker, records: list[TrialRecord], baselines: list[dict], interrupted: bool) -> list[Path]:
+    client, spec, parent = tracker.client, tracker.spec, tracker.state["parent_run_id"]
+    trials = tracker.state.get("trials", {})
+    top = ranked(records, spec.metric, spec.mode)
+    for r in records:
+        if r.trial_id in trials:
+            client.set_tag(trials[r.trial_id]["run_id"], "best", "true" if top and r is top[0] else "false")
+    if top:
+        best = top[0]
+        cfg = trial_config_for(spec, best.params).model_dump(mode="json")
+        # the best point as tags, not params: params are immutable in MLflow, and a resumed sweep's
+        # best trial may differ from the one an interrupted run wrote
+        client.log_batch(parent, metrics=[Metric(f"best_{spec.metric}", score(best, spec.metric), int(time.time() * 1000), 0)],
+                     tags=[RunTag(f"best.{k}", str(v)) for k, v in best.params.items()])
+        client.set_tag(parent, "best_trial", best.trial_id)
+        client.log_text(parent, yaml.safe_dump(cfg, sort_keys=False), "best_config.yaml")
+    client.log_text(parent, summary_csv(records), "summary.csv")
+    client.log_text(parent, "```\n" + format_table(records, spec.metric, spec.mode, top=len(records)) + "\n```\n", "summary.md")
+    written = plots.sweep_plots(spec, tracker.sweep_dir, records, baselines, trial_reports)
+    for png in written:
+        client.log_artifact(parent, str(png), "plots")
+    for r in records:  # trials an interrupt cut off: say so; a resume continues the same run
+        if r.status == "interrupted" and r.trial_id in trials:
+            client.set_tag(trials[r.trial_id]["run_id"], "status", "interrupted")
+            client.set_terminated(trials[r.trial_id]["run_id"], "KILLED")
+            trials[r.trial_id]["interrupted"] = True
+    client.set_terminated(parent, "KILLED" if interrupted else "FINISHED")
+    return written
