@@ -90,7 +90,9 @@ def load_records(sweep_dir: Path) -> tuple[dict, list[TrialRecord]]:
 
 def driver_alive(status: dict) -> bool:
     """Whether the process that writes status.json still runs (only knowable on its host): its pid,
-    and the start time recorded with it (`driver_record`), so a pid reused by another process is not it."""
+    and the start time recorded with it (`driver_record`), so a pid reused by another process is not it.
+    A record without a start time (an older file): a process that started after the file's last
+    write cannot have written it."""
     driver = status.get("driver")
     driver = driver if isinstance(driver, dict) else {}
     if driver.get("host") != socket.gethostname():
@@ -102,7 +104,10 @@ def driver_alive(status: dict) -> bool:
     except (psutil.Error, ValueError, TypeError, OverflowError):
         return False
     recorded = driver.get("started")
-    return not isinstance(recorded, (int, float)) or abs(started - recorded) < 0.01
+    if isinstance(recorded, (int, float)):
+        return abs(started - recorded) < 0.01
+    updated = status.get("updated")
+    return not isinstance(updated, (int, float)) or started <= updated
 
 
 def driver_record() -> dict:

@@ -44,6 +44,17 @@ def _study(tmp_path):
     return optuna.load_study(study_name="intr", storage=f"sqlite:///{tmp_path / 'sweeps' / 'intr' / 'optuna.db'}")
 
 
+
+def _note(tmp_path, number: int) -> str:
+    """The trial's note as optuna-dashboard shows it."""
+    from optuna_dashboard import get_note
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'sweeps' / 'intr' / 'optuna.db'}")
+    study = optuna.load_study(study_name="intr", storage=storage)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name("intr"), number)
+    return get_note(optuna.Trial(study, trial_id))
+
+
 def test_ctrl_c_mid_training_is_interrupted_not_stopped_and_resumes(tmp_path, mlflow_server):
     space = tmp_path / "intr.yaml"
     space.write_text(SPACE)
@@ -68,6 +79,8 @@ def test_ctrl_c_mid_training_is_interrupted_not_stopped_and_resumes(tmp_path, ml
     study = _study(tmp_path).trials
     states = {t.number: t.state.name for t in study}
     assert "RUNNING" in states.values(), states  # the cut-off trials stay open in the study, for the resume
+    for number in (n for n, state in states.items() if state == "RUNNING"):  # and say why where the dashboard shows it
+        assert _note(tmp_path, number).startswith("**Interrupted** at step"), _note(tmp_path, number)
     # a trial ASHA stopped at its rung before the Ctrl-C (a fast machine gets there first) is PRUNED; the Ctrl-C prunes none
     assert all(max(t.intermediate_values) >= RUNG for t in study if t.state.name == "PRUNED"), states
 

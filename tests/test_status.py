@@ -99,6 +99,22 @@ def test_a_dead_driver_is_detected():
     assert not driver_alive({"driver": {"host": socket.gethostname(), "pid": 2**22 + 12345}})
 
 
+def test_a_record_without_a_start_time_is_judged_by_when_the_file_was_written():
+    """An older status.json names its driver by pid alone: a process that started after the file's
+    last write (a pid reused since) is not its driver; one that started before it may be."""
+    import socket
+    import time
+
+    import psutil
+
+    me = {"host": socket.gethostname(), "pid": os.getpid()}
+    started = psutil.Process().create_time()
+    assert driver_alive({"driver": me, "updated": time.time()})
+    assert not driver_alive({"driver": me, "updated": started - 60})
+    assert driver_alive({"driver": {**me, "started": started}, "updated": started - 60})  # the start time decides
+    assert not driver_alive({"driver": {**me, "started": started - 1}, "updated": time.time()})
+
+
 def test_tables_show_the_scored_metric_at_every_length():
     from sweeper.records import TrialRecord, length_family
     from sweeper.status import format_table

@@ -19,6 +19,7 @@ rebuilt from this and the trial folders.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,6 +117,7 @@ class Ledger:
         for t in self.study.get_trials(deepcopy=False):
             self.trials[t.number] = LedgerTrial(t.number, dict(t.params), t.state, dict(t.intermediate_values), dict(t.user_attrs))
         self._define = DefineByRun(spec)
+        self._notes_loading: threading.Thread | None = None  # see `report`
         if create and not self.attr(FORMAT_ATTR):
             self.study.set_metric_names([spec.metric])
             self.set_attr(FORMAT_ATTR, FORMAT)
@@ -194,6 +196,9 @@ class Ledger:
             return False
         self.storage.set_trial_intermediate_value(self._id(number), step, float(value))
         t.values[step] = float(value)
+        if not self._notes_loading:  # a trial trains: an interrupt may come and write notes
+            self._notes_loading = threading.Thread(target=_import_notes, name="import-notes", daemon=True)
+            self._notes_loading.start()
         if t.attrs.get("interrupted"):
             self.set_trial_attr(number, "interrupted", False)
             self.note(number, f"Resumed: reported step {step} after an interruption.")
@@ -231,9 +236,12 @@ class Ledger:
         return left
 
     def note(self, number: int, body: str) -> None:
-        """A note on the trial where optuna-dashboard shows it (Markdown; the newest replaces the last)."""
-        from optuna_dashboard import save_note
-
+        """A note on the trial where optuna-dashboard shows it (Markdown; the newest replaces the last).
+        Without optuna-dashboard, none: the trial's attribute `interrupted` says it too."""
+        try:
+            from optuna_dashboard import save_note
+        except ImportError:
+            return
         save_note(optuna.Trial(self.study, self._id(number)), body)
 
     def close_decided(self) -> list[int]:
@@ -249,6 +257,16 @@ class Ledger:
                 self.end(number, t.attrs["status"], t.values.get(t.last_step))
                 closed.append(number)
         return closed
+
+
+
+def _import_notes() -> None:
+    """optuna-dashboard's note writer takes ~1 s to import: done in the background while trials
+    train, so that an interrupt's notes do not wait for it."""
+    try:
+        import optuna_dashboard  # noqa: F401
+    except ImportError:
+        pass
 
 
 def check_ledger(url: str, spec: SearchSpace, where: str) -> None:

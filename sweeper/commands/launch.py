@@ -244,10 +244,12 @@ def run(args: argparse.Namespace) -> int:
     if interrupted:
         print(f"sweep {spec.name} interrupted with {sum(r.status in FINAL for r in records)} of {spec.budget.num_samples} "
               f"trials finished; run the same command to resume", file=sys.stderr)
-        ray_tune.shutdown_ray()  # after the state is written: a Ctrl-C during the shutdown loses nothing
+        if not getattr(args, "exit_at_once", False):  # the CLI ends this driver's local Ray faster (cli.exit_at_once)
+            ray_tune.shutdown_ray()  # after the state is written: a Ctrl-C during the shutdown loses nothing
         return 130
     print(f"summary: {sweep_dir / 'summary.json'}")
-    ray_tune.shutdown_ray()
+    if not getattr(args, "exit_at_once", False):
+        ray_tune.shutdown_ray()
     return 0
 
 
