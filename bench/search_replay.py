@@ -51,6 +51,9 @@ METHODS = {
     "TPE + phase-aware (grace 3000)": ("tpe", {**PLAIN, "phase_aware": True, "phase_margin": MARGIN}),
     "TPE + phase-aware (grace 500)": ("tpe", {**PLAIN, "grace_period": 500, "phase_aware": True, "phase_margin": MARGIN}),
     "TPE + phase-aware (grace 500, margin 250)": ("tpe", {**PLAIN, "grace_period": 500, "phase_aware": True, "phase_margin": 250}),
+    "TPE (4 startup) + FIFO": ("tpe:4", {"type": "fifo"}),
+    "TPE (4 startup) + phase-aware (grace 500)": ("tpe:4", {**PLAIN, "grace_period": 500, "phase_aware": True, "phase_margin": MARGIN}),
+    "TPE (4 startup) + phase-aware (grace 3000)": ("tpe:4", {**PLAIN, "phase_aware": True, "phase_margin": MARGIN}),
 }
 REFERENCE, SHIPPED_BEFORE = "random + FIFO", "TPE + ASHA (grace 3000)"
 
@@ -66,8 +69,15 @@ def space(sampler: str, scheduler: dict, samples: int) -> SearchSpace:
                   "optim.lr": {"type": "categorical", "choices": LRS}},
         "budget": {"num_samples": samples, "max_concurrent": 2, "max_steps": switch_grid.MAX_STEPS,
                    "eval_every": switch_grid.EVAL_EVERY},
-        "scheduler": scheduler, "searcher": {"sampler": sampler, "seed": 0},
+        "scheduler": scheduler, "searcher": searcher(sampler),
     })
+
+
+
+def searcher(name: str) -> dict:
+    """`tpe`, `random`, or `tpe:N` (TPE after N random draws instead of Optuna's 10)."""
+    sampler, _, startup = name.partition(":")
+    return {"sampler": sampler, "seed": 0, **({"startup_trials": int(startup)} if startup else {})}
 
 
 def quartiles(xs: list[float]) -> tuple[float, float, float]:

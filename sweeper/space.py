@@ -153,6 +153,13 @@ class Searcher(_Frozen):
     sampler: Literal["tpe", "random", "cmaes", "qmc", "grid"] = "tpe"
     seed: int = Field(0, ge=0, le=MAX_SEED)
     baseline: list[dict[str, Any]] = Field([], max_length=10_000)  # points evaluated first: {param name: value}
+    startup_trials: int | None = Field(None, ge=1, le=100_000)  # tpe: random draws before TPE models (Optuna: 10)
+
+    @model_validator(mode="after")
+    def _check(self) -> "Searcher":
+        if self.startup_trials is not None and self.sampler != "tpe":
+            raise ValueError(f"startup_trials is TPE's: sampler {self.sampler} takes none")
+        return self
 
 
 class Resources(_Frozen):

@@ -143,6 +143,26 @@ def test_auto_with_no_ray_cluster_is_one_line(tmp_path):
     assert r.stdout == "" and time.monotonic() - start < FAST_S
 
 
+
+@pytest.mark.integration
+def test_auto_that_finds_only_another_drivers_own_ray_is_one_line(tmp_path):
+    """`auto` finds any Ray on the machine. The private Ray of another process (its `ray.init()`; another
+    sweep's driver) is not a cluster to join: refused in one line, before the join, nothing written."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    sweep_dir, driver_dir = tmp_path / "sweep", tmp_path / "driver"
+    sweep_dir.mkdir()
+    driver_dir.mkdir()
+    before = snapshot(sweep_dir)
+    driver = (f"cd {driver_dir} && {sys.executable} -c 'import ray, time; ray.init(include_dashboard=False); "
+              "open(\"up\", \"w\").close(); time.sleep(900)' > log 2>&1 & pid=$!; "
+              f"for i in $(seq 900); do [ -e {driver_dir}/up ] && break; sleep 0.2; done; "
+              f"{SWEEPER} launch {SMOKE} --address auto; code=$?; kill $pid; exit $code")
+    r = subprocess.run([*_alone(), "sh", "-c", driver], cwd=sweep_dir, env=env, capture_output=True, text=True, timeout=600)
+    assert (driver_dir / "up").exists(), r.stderr[-2000:]
+    assert_refused(r, "--address auto", "another process's own", "ray start --head", root=sweep_dir, before=before)
+
+
 @pytest.fixture
 def silent_port():
     """A TCP port that accepts connections and never says a word (a Ray cluster that never answers)."""

@@ -112,6 +112,7 @@ class SweepTracker:
             "budget.num_samples": spec.budget.num_samples, "budget.max_concurrent": spec.budget.max_concurrent,
             "budget.max_steps": spec.budget.max_steps, "budget.eval_every": spec.budget.eval_every,
             "scheduler": spec.scheduler.type, "searcher.sampler": spec.searcher.sampler, "searcher.seed": spec.searcher.seed,
+            **({"searcher.startup_trials": spec.searcher.startup_trials} if spec.searcher.startup_trials else {}),
             **{f"fixed.{k}": v for k, v in flatten(spec.fixed).items()},
         }
         for line in describe_space(spec):

@@ -87,8 +87,9 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
 
 def make_sampler(spec: SearchSpace) -> optuna.samplers.BaseSampler:
     seed = spec.searcher.seed
+    startup = {} if spec.searcher.startup_trials is None else {"n_startup_trials": spec.searcher.startup_trials}
     return {
-        "tpe": lambda: optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True),
+        "tpe": lambda: optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, **startup),
         "random": lambda: optuna.samplers.RandomSampler(seed=seed),
         "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
         "qmc": lambda: optuna.samplers.QMCSampler(seed=seed, scramble=True, warn_independent_sampling=False),

@@ -60,6 +60,9 @@ def join_cluster(address: str, timeout_s: float = JOIN_TIMEOUT_S) -> None:
     waiting after `timeout_s` ends the process (exit 2), as nothing else stops Ray's retries. Ray's
     client logs each retry on stderr: kept aside during the join, shown only if it succeeds."""
     shown = cut(address, 80)
+    if address == "auto" and (owners := private_instances()):
+        raise ConfigError(f"--address auto: the only Ray here is another process's own ({owners[0]}); start a "
+                          "cluster with `ray start --head`, or leave --address out")
     with _stderr_aside() as (stderr_fd, aside):
         watchdog = threading.Timer(timeout_s, _no_answer, (shown, timeout_s, stderr_fd))
         watchdog.daemon = True
@@ -75,6 +78,33 @@ def join_cluster(address: str, timeout_s: float = JOIN_TIMEOUT_S) -> None:
             watchdog.cancel()
         aside.seek(0)
         os.write(stderr_fd, aside.read(1 << 16))
+    return None
+
+
+
+def private_instances() -> list[str] | None:
+    """What `--address auto` would find on this machine, before joining it: None if a cluster runs
+    here (or nothing does: Ray's own error says so), else the processes whose private Ray runs here
+    ("pid N: command"). A driver's `ray.init()` starts its GCS server as a child of that (Python)
+    process; a cluster's is a child of `ray start`, or of an init process once that has exited."""
+    import psutil
+
+    owners = []
+    for proc in psutil.process_iter(["name"]):
+        try:
+            if proc.info["name"] != "gcs_server":
+                continue
+            parent = proc.parent()
+            if parent is None or parent.pid == 1:
+                return None
+            command = parent.cmdline()
+            ray_start = any(os.path.basename(part) == "ray" for part in command[:3]) and "start" in command
+            if ray_start or not os.path.basename(parent.exe()).startswith("python"):
+                return None
+            owners.append(f"pid {parent.pid}, {cut(' '.join(os.path.basename(c) for c in command[:4]), 50)}")
+        except (psutil.Error, OSError):
+            continue
+    return owners or None
 
 
 @contextlib.contextmanager
