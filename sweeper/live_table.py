@@ -20,11 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sweeper.eta import Plan, Progress, clock, progress
-from sweeper.records import TrialRecord, length_family
+from sweeper.records import MULTIPLIERS, TrialRecord, length_family
 from sweeper.status import best_line, counts_line
 
 
-MULTIPLIERS = (1, 2, 3, 4)
 
 
 # -- text ------------------------------------------------------------------------------------

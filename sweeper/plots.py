@@ -17,9 +17,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from sweeper.records import TrialRecord, length_family, ranked, score  # noqa: E402
+from sweeper.records import MULTIPLIERS, TrialRecord, length_family, ranked, score  # noqa: E402
 
-MULTIPLIERS = (1, 2, 3, 4)
 HALVES = (("acc", "all targets", "-"), ("state_acc", "state (ADD)", "--"), ("recall_acc", "recall (QUERY)", ":"))
 
 

@@ -29,6 +29,7 @@ class TrialRecord:
 
 
 _PER_LENGTH = re.compile(r"(.+)_(\d+)x")  # acc_3x, state_acc_1x, raw_tv_4x: a metric at k x max_len
+MULTIPLIERS = (1, 2, 3, 4)  # the evaluation lengths every view shows, in multiples of the training length
 
 
 RAY_KEYS = {"timestamp", "training_iteration", "time_this_iter_s", "time_total_s", "time_since_restore",
@@ -45,6 +46,12 @@ def length_family(metric: str) -> str:
     """The per-length metric family a score belongs to: `tv_3x` -> `tv`; `acc` if it has none."""
     match = _PER_LENGTH.fullmatch(metric)
     return match.group(1) if match else "acc"
+
+
+def length_metrics(metric: str) -> list[str]:
+    """The metrics of `metric`'s family at every length the views show: `tv_3x` -> tv_1x .. tv_4x."""
+    family = length_family(metric)
+    return [f"{family}_{k}x" for k in MULTIPLIERS]
 
 
 def is_per_length(metric: str) -> bool:

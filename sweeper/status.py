@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sweeper.faults import fault_point
 from sweeper.fs import read_json_limited
-from sweeper.records import TrialRecord, is_per_length, length_family, ranked, score
+from sweeper.records import MULTIPLIERS, TrialRecord, is_per_length, length_family, ranked, score
 from trainables.errors import ConfigError, cut
 
 STATUS_FILE, SUMMARY_FILE, SPACE_FILE = "status.json", "summary.json", "space.yaml"
@@ -117,7 +117,7 @@ def driver_record() -> dict:
     return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
 
 
-def format_table(records: list[TrialRecord], metric: str, mode: str, top: int = 10, multipliers=(1, 2, 3, 4)) -> str:
+def format_table(records: list[TrialRecord], metric: str, mode: str, top: int = 10, multipliers=MULTIPLIERS) -> str:
     """The top trials: params, the scored metric at each length, steps used, status."""
     rows = ranked(records, metric, mode)[:top]
     if not rows:

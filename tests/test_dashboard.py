@@ -86,3 +86,48 @@ def test_the_dashboard_shows_the_study_its_trials_and_intermediate_values(dashbo
         except OSError:
             return
     raise AssertionError(f"{url} still answers after `sweeper dashboard` ended")
+
+
+NOTE_SHOT = os.environ.get("SWEEPER_DASHBOARD_NOTE_SCREENSHOT")  # set to also save it, e.g. docs/optuna_dashboard_note.png
+CUT_SPACE = """
+name: cut
+fixed:
+  model: {d_model: 16, n_layers: 1, n_heads: 2}
+  eval: {n_sequences: 16, batch_size: 16}
+  optim: {batch_size: 16, warmup_steps: 5}
+space:
+  dat.switch_step: {type: int, low: 0, high: 200, step: 50}
+budget: {num_samples: 2, max_concurrent: 2, max_steps: 2000, eval_every: 20}
+scheduler: {type: fifo}
+searcher: {sampler: random, seed: 3}
+resources: {cpu: 1, gpu: 0}
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.long
+def test_an_interrupted_trial_says_so_on_its_dashboard_page(tmp_path, browser):  # noqa: F811
+    """A sweep cut off by Ctrl-C (on cue): the dashboard names the objective acc_3x, and the trial
+    page of a trial left RUNNING carries the note that it was interrupted and resumes."""
+    (tmp_path / "cut.yaml").write_text(CUT_SPACE)
+    r = subprocess.run(sweeper_cmd("launch", "cut.yaml", "--progress", "none"), cwd=tmp_path, timeout=600,
+                       env={**ENV, "SWEEPER_FAULT": "report:4:INT"}, capture_output=True, text=True)
+    assert r.returncode == 130, r.stderr[-2000:]
+    port = free_port()
+    proc = subprocess.Popen(sweeper_cmd("dashboard", "cut", "--port", port), cwd=tmp_path, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        proc.stdout.readline()
+        ready = proc.stdout.readline()
+        assert ready.startswith("ready: http://"), ready
+        browser.get(ready.split()[1])  # the study's page: the objective by its name
+        body = wait_for_text(browser, ["cut (id=1)", "acc_3x"])
+        assert "Objective 0" not in body
+        browser.get(ready.split()[1] + "/trials")  # the first trial's page: Running, and why
+        wait_for_text(browser, ["2 Trials", "Running", "Interrupted at step", "resumes it from its checkpoint",
+                                "interrupted True"])
+        if NOTE_SHOT:
+            browser.save_screenshot(NOTE_SHOT)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)

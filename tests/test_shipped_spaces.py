@@ -57,6 +57,8 @@ def shrink(spec: dict, steps: int = TINY_STEPS) -> dict:
     for key in ("grace_period", "max_t"):
         if key in spec.get("scheduler", {}):
             spec["scheduler"][key] = _scale(spec["scheduler"][key], f)
+    if "grace_period" in spec.get("scheduler", {}):  # a rung comes at a report at the earliest
+        spec["scheduler"]["grace_period"] = max(spec["scheduler"]["grace_period"], budget["eval_every"])
     _shrink_params(spec["space"], f)
     for point in spec.get("searcher", {}).get("baseline", []):
         for path in point:

@@ -258,3 +258,17 @@ def test_a_failed_call_after_the_parent_run_is_made_never_makes_a_second(tmp_pat
     run_id = tracker.start(sweep_dir / "space.yaml")
     assert failures
     assert [r.info.run_id for r in client(uri).search_runs(["1"]) if r.data.tags.get("role") == "sweep"] == [run_id]
+
+
+def test_the_saved_view_shows_the_metric_its_family_at_every_length_and_the_searched_params():
+    import json
+
+    from sweeper.adapters.mlflow_store import trials_view
+
+    view = json.loads(trials_view("tv_3x", "min", ["model.dropout"]))
+    assert view["orderByKey"] == "metrics.`tv_3x`" and view["orderByAsc"] is True
+    assert view["selectedColumns"] == ["metrics.`tv_3x`", "params.`model.dropout`", "tags.`status`",
+                                       "metrics.`tv_1x`", "metrics.`tv_2x`", "metrics.`tv_4x`"]
+    view = json.loads(trials_view("loss", "min", []))  # a metric over training, not at a length: alone
+    assert view["selectedColumns"] == ["metrics.`loss`", "tags.`status`"]
+    assert json.loads(trials_view("acc_3x", "max", []))["orderByAsc"] is False

@@ -17,7 +17,7 @@ import urllib.parse
 from pathlib import Path
 
 from sweeper.tracking_uri import hide_password
-from sweeper.records import TrialRecord
+from sweeper.records import TrialRecord, is_per_length, length_metrics
 from trainables.config import ConfigError
 from trainables.errors import cut
 
@@ -156,7 +156,7 @@ def view_key(sweep: str) -> str:
 def trials_view(metric: str, mode: str, searched: list[str]) -> str:
     """The MLflow UI's view state for a sweep's runs table: sorted by the sweep's metric, best first,
     with the metric, the searched parameters, each trial's status and the other lengths as columns."""
-    lengths = [f"acc_{k}x" for k in (1, 2, 3, 4)] if metric.startswith("acc_") else []
+    lengths = length_metrics(metric) if is_per_length(metric) else []
     metrics = [metric, *(m for m in lengths if m != metric)]
     return json.dumps({
         "orderByKey": f"metrics.`{metric}`", "orderByAsc": mode == "min",
