@@ -100,9 +100,16 @@ wait_for "the worker to join" 120 nodes_are 2
 wait_for "mlflow" 120 "$PY" -c "import urllib.request; urllib.request.urlopen('$TRACKING/health', timeout=2)"
 log "cluster up in ${SECONDS}s: 2 nodes alive"
 
-log "sweeper submit $SPACE --address $DASHBOARD --storage /mnt/sweeps --shared-storage --tracking-uri $TRACKING --follow"
+# The check's space: $SPACE with a fresh worker per trial (resources.reuse_workers: false). Each node
+# has one CPU and a trial takes one, so the trials that run at once are placed on both nodes by
+# Ray's resources, whichever actor comes up first (a reused worker could take every trial).
+CHECK_SPACE="$WORK/$(basename "$SPACE")"
+"$PY" -c "import sys, yaml; s = yaml.safe_load(open(sys.argv[1])); s.setdefault('resources', {})['reuse_workers'] = False
+assert s['budget']['max_concurrent'] >= 2, 'the check needs two trials at once'
+yaml.safe_dump(s, open(sys.argv[2], 'w'), sort_keys=False)" "$SPACE" "$CHECK_SPACE"
+log "sweeper submit $SPACE (a fresh worker per trial) --address $DASHBOARD --storage /mnt/sweeps --shared-storage --tracking-uri $TRACKING --follow"
 start=$SECONDS
-"$SWEEPER" submit "$SPACE" --address "$DASHBOARD" --storage /mnt/sweeps --shared-storage \
+"$SWEEPER" submit "$CHECK_SPACE" --address "$DASHBOARD" --storage /mnt/sweeps --shared-storage \
   --tracking-uri "$TRACKING" --follow 2>&1 | sed -u '/View run \|View experiment at/d'  # MLflow's per-run links
 log "job finished in $((SECONDS - start))s"
 

@@ -165,6 +165,9 @@ class Searcher(_Frozen):
 class Resources(_Frozen):
     cpu: float = Field(1.0, gt=0, le=100_000)
     gpu: float = Field(0.0, ge=0, le=1024)
+    # true: a finished trial's worker process (torch already imported) takes the next trial; false: a
+    # fresh worker per trial, placed anew (trials spread over a cluster's nodes as resources allow)
+    reuse_workers: bool = True
 
     @model_validator(mode="after")
     def _check(self) -> "Resources":

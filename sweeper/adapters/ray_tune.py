@@ -189,7 +189,7 @@ def build_tuner(spec: SearchSpace, ledger: Ledger, views, trials_root: str, scra
             scheduler=scheduler,
             num_samples=-1,  # the searcher says when the sweep has all its trials
             max_concurrent_trials=budget.max_concurrent,
-            reuse_actors=True,  # a finished trial's worker (torch already imported) takes the next one
+            reuse_actors=spec.resources.reuse_workers,  # a finished trial's worker (torch imported) takes the next
         ),
         run_config=tune.RunConfig(
             name=spec.name,
