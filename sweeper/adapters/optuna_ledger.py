@@ -259,7 +259,6 @@ class Ledger:
         return closed
 
 
-
 def _import_notes() -> None:
     """optuna-dashboard's note writer takes ~1 s to import: done in the background while trials
     train, so that an interrupt's notes do not wait for it."""

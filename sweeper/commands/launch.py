@@ -25,7 +25,6 @@ from pathlib import Path
 
 from sweeper import faults, live, orphans
 from sweeper.adapters.mlflow_store import store_lock
-from sweeper.tracking_uri import hide_password, preflight, resolve_uri, store_failure, uri_source
 from sweeper.adapters.optuna_ledger import Ledger, check_ledger
 from sweeper.adapters.optuna_search import baseline_points
 from sweeper.eta import Plan
@@ -38,6 +37,7 @@ from sweeper.space_file import load_space
 from sweeper.status import SPACE_FILE, format_table, write_summary
 from sweeper.views import SweepViews
 from sweeper.sweep_dir import OPTUNA_DB, folder_kind, is_uri, sweep_dir_for
+from sweeper.tracking_uri import hide_password, preflight, resolve_uri, store_failure, uri_source
 from trainables.errors import ConfigError, cut
 
 TRIALS_DIR = "trials"  # in the sweep's folder: one folder per trial, the trainer's own (trainables/run_dir.py)
