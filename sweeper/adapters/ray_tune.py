@@ -78,14 +78,12 @@ def join_cluster(address: str, timeout_s: float = JOIN_TIMEOUT_S) -> None:
             watchdog.cancel()
         aside.seek(0)
         os.write(stderr_fd, aside.read(1 << 16))
-    return None
-
 
 
 def private_instances() -> list[str] | None:
     """What `--address auto` would find on this machine, before joining it: None if a cluster runs
     here (or nothing does: Ray's own error says so), else the processes whose private Ray runs here
-    ("pid N: command"). A driver's `ray.init()` starts its GCS server as a child of that (Python)
+    ("pid N, command"). A driver's `ray.init()` starts its GCS server as a child of that (Python)
     process; a cluster's is a child of `ray start`, or of an init process once that has exited."""
     import psutil
 
