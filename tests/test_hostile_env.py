@@ -287,3 +287,47 @@ def test_a_driver_pid_now_of_another_process_is_not_taken_for_the_driver(sweep, 
     finally:
         other.kill()
         other.wait()
+
+
+CLUSTER_SIGNAL = r"""
+set -u
+ray=$(dirname "$SWEEPER")/ray
+"$ray" start --head --num-cpus 2 --include-dashboard=false --disable-usage-stats > ray_start.log 2>&1 || exit 90
+"$SWEEPER" launch "$SPACE" --address auto --progress none > out.log 2> err.log &
+pid=$!
+for i in $(seq 1200); do
+  grep -q '"step": [1-9]' sweeps/smoke/status.json 2>/dev/null && break
+  sleep 0.25
+done
+kill -"$SIGNAL" "$pid"
+wait "$pid"
+echo "exit $?"
+grep -o '"state": "[a-z]*"' sweeps/smoke/status.json | head -1
+grep -c '"status": "interrupted"' sweeps/smoke/status.json | sed 's/^/interrupted trials: /'
+pgrep -x gcs_server > /dev/null && echo "cluster up" || echo "cluster gone"
+"$SWEEPER" launch "$SPACE" --address auto --progress none > out2.log 2> err2.log
+echo "resume exit $?"
+"$ray" stop --force > /dev/null 2>&1
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.long  # a `ray start` cluster and two launches: `make test-long`
+@pytest.mark.parametrize("sig", ["INT", "TERM"])
+def test_a_launch_joined_to_a_cluster_with_auto_stops_on_a_signal_and_leaves_the_cluster_up(tmp_path, sig):
+    """`--address auto` into a `ray start` cluster: SIGINT or SIGTERM after the first report ends the
+    launch as interrupted (exit 130, the running trials marked), the cluster keeps running, and the
+    same command finishes the sweep."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env |= {"SWEEPER": str(SWEEPER), "SPACE": str(SMOKE), "SIGNAL": sig}
+    r = subprocess.run([*_alone(), "bash", "-c", CLUSTER_SIGNAL], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=900)
+    log = r.stdout + r.stderr + "".join((tmp_path / f).read_text()[-1500:] for f in ("err.log", "err2.log")
+                                        if (tmp_path / f).exists())
+    assert "exit 130" in r.stdout and "cluster up" in r.stdout and "resume exit 0" in r.stdout, log
+    assert '"state": "interrupted"' in r.stdout and "interrupted trials: 0" not in r.stdout, log
+    assert "Traceback" not in (tmp_path / "err.log").read_text(), log
+    status = json.loads((tmp_path / "sweeps" / "smoke" / "status.json").read_text())
+    assert status["state"] == "finished" and len(status["trials"]) == 6, status
+    assert all(t["status"] in ("completed", "stopped") for t in status["trials"]), status["trials"]
