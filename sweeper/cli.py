@@ -264,6 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.exit_at_once = argv is None and getattr(args, "exit_at_once", False)  # the CLI's own process only
+    if args.exit_at_once:
+        adopt_orphans()
     try:
         code = args.func(args) or 0
         if args.exit_at_once:
@@ -280,18 +282,44 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+PR_SET_CHILD_SUBREAPER = 36  # Linux prctl(2)
+
+
+def adopt_orphans() -> None:
+    """Make this process the reaper of its descendants' orphans (Linux): a process whose parent
+    ended (a Ray worker whose raylet was killed) becomes this process's child, not the init
+    process's, so `exit_at_once` can reap it. Without it, where the init process does not reap (a
+    container's), every killed process would stay behind as a zombie. Elsewhere, a no-op."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
 def exit_at_once(code: int) -> None:
     """End the process now, its work written. The processes it started (a local Ray: GCS, raylet,
-    agents, idle workers, none holding anything of the sweep) are killed, where `ray.shutdown()`
-    waits 1-1.5 s for them, and the interpreter's own teardown of torch, Ray, MLflow and their
-    threads, seconds that a Ctrl-C or the end of a sweep would wait for, is skipped."""
+    agents, idle workers, none holding anything of the sweep) are killed and reaped, where
+    `ray.shutdown()` waits 1-1.5 s for them, and the interpreter's own teardown of torch, Ray,
+    MLflow and their threads, seconds that a Ctrl-C or the end of a sweep would wait for, is skipped."""
+    import time
+
     import psutil
 
     sys.stdout.flush()
     sys.stderr.flush()
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            child.kill()
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        left = psutil.Process().children(recursive=True)  # again: a raylet may start a worker meanwhile
+        for child in left:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:  # every ended child (orphans adopted above) reaped
+                pass
+        if not left:
+            break
+        time.sleep(0.01)
     os._exit(code)
 
 
