@@ -41,6 +41,23 @@ def _runs(tmp_path) -> tuple[list, list]:
     return [r for r in runs if r.data.tags.get("role") == "sweep"], [r for r in runs if r.data.tags.get("role") == "trial"]
 
 
+
+def _left_behind(sweep_dir) -> list[str]:
+    """The processes the launch recorded (its local Ray) that still exist, zombies included."""
+    import psutil
+
+    record = json.loads((sweep_dir / "ray_processes.json").read_text())
+    left = []
+    for p in record["processes"]:
+        try:
+            proc = psutil.Process(p["pid"])
+            if abs(proc.create_time() - p["started"]) < 0.01:
+                left.append(f"{p['name']} ({proc.status()})")
+        except psutil.Error:
+            continue
+    return left
+
+
 def test_lost_state_files_are_rebuilt_or_refused(tmp_path):
     space = tmp_path / "lost.yaml"
     space.write_text(SPACE)
@@ -52,6 +69,7 @@ def test_lost_state_files_are_rebuilt_or_refused(tmp_path):
 
     r = launch()
     assert r.returncode == 0, r.stderr[-3000:]
+    assert not _left_behind(sweep_dir)  # the launch's local Ray: ended and reaped, not even a zombie
     before = _statuses(sweep_dir)
     assert len(before) == 3 and {s for s, _ in before.values()} <= {"completed", "stopped"}
     assert {p.name for p in sweep_dir.iterdir()} >= {"space.yaml", "optuna.db", "trials", "status.json", "summary.json"}
