@@ -269,10 +269,11 @@ def base_trial_dict(spec: SearchSpace) -> dict:
     scheduler's: eval.full_at = ASHA's rungs."""
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in spec.fixed.items()}
     data["steps"] = spec.budget.max_steps
-    data.setdefault("eval", {})
-    data["eval"] = {**data["eval"], "every": spec.budget.eval_every}
-    if rungs := spec.asha_rungs():  # every comparison ASHA makes is on the full evaluation sets
-        data["eval"]["full_at"] = list(rungs)
+    section = data.setdefault("eval", {})
+    if isinstance(section, dict):  # anything else (`eval: null`): TrialConfig's validation says so, in one line
+        data["eval"] = {**section, "every": spec.budget.eval_every}
+        if rungs := spec.asha_rungs():  # every comparison ASHA makes is on the full evaluation sets
+            data["eval"]["full_at"] = list(rungs)
     return data
 
 
