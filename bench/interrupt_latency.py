@@ -78,5 +78,6 @@ def main() -> None:
         print(f"Ctrl-C to exit, {name}: median {statistics.median(xs):.2f} s, range {min(xs):.2f}-{max(xs):.2f} s "
               f"over {args.rounds} rounds of {args.trials} running trials (target <= {TARGET_S:.0f} s)")
 
+
 if __name__ == "__main__":
     main()

@@ -58,6 +58,15 @@ def steps_in_mlflow(client, experiment: str) -> dict[str, int]:
             for r in runs}
 
 
+
+def mark(seen: dict[tuple[str, int], float], latest: dict[str, int], written: dict[tuple[str, int], float]) -> None:
+    """Stamp now each written report a view holds: its latest step of a trial covers every earlier one."""
+    now = time.monotonic()
+    for trial, step in written:
+        if step <= latest.get(trial, -1):
+            seen.setdefault((trial, step), now)
+
+
 def percentile(xs: list[float], q: float) -> float:
     return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))]
 
@@ -87,14 +96,8 @@ def main() -> None:
                 for trial, steps in steps_in_folders(sweep).items():
                     for step in steps:
                         written.setdefault((trial, step), now)
-                for trial, step in steps_in_status(sweep).items():  # the latest report: every earlier one is held too
-                    for (t, s) in written:
-                        if t == trial and s <= step:
-                            in_status.setdefault((t, s), time.monotonic())
-                for trial, step in steps_in_mlflow(client, "lag").items():
-                    for (t, s) in written:
-                        if t == trial and s <= step:
-                            in_mlflow.setdefault((t, s), time.monotonic())
+                mark(in_status, steps_in_status(sweep), written)
+                mark(in_mlflow, steps_in_mlflow(client, "lag"), written)
                 time.sleep(POLL_S)
             if proc.returncode != 0:
                 raise SystemExit(f"sweeper launch exited {proc.returncode}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sweeper.eta import Plan, Progress, clock, progress
-from sweeper.records import MULTIPLIERS, TrialRecord, length_family
+from sweeper.records import TrialRecord, length_metrics
 from sweeper.status import best_line, counts_line
 
 
@@ -79,13 +79,13 @@ def running_rows(records: list[TrialRecord], plan: Plan) -> tuple[list[str], lis
     """(header, rows) of the running and waiting trials: params, step of the budget, acc at 1x-4x, speed."""
     live = [r for r in records if r.status in ("running", "pending")]
     keys = sorted({k for r in live for k in r.params})
-    family = length_family(plan.metric)
-    header = ["trial", *keys, "step", *(f"{family}_{k}x" for k in MULTIPLIERS), "steps/s", "status"]
+    lengths = length_metrics(plan.metric)
+    header = ["trial", *keys, "step", *lengths, "steps/s", "status"]
     rows = []
     for r in sorted(live, key=lambda r: (r.status != "running", -r.step, r.trial_id)):
         rate = r.metrics.get("steps_per_s")
         rows.append([r.trial_id, *(_fmt(r.params.get(k)) for k in keys), f"{r.step}/{plan.max_steps}",
-                     *(_fmt(r.metrics.get(f"{family}_{k}x")) for k in MULTIPLIERS), "" if rate is None else f"{rate:.1f}", r.status])
+                     *(_fmt(r.metrics.get(m)) for m in lengths), "" if rate is None else f"{rate:.1f}", r.status])
     return header, rows
 
 

@@ -79,18 +79,25 @@ def _recorded(path: Path) -> list[tuple[int, float]]:
         return []  # cut by a kill, or not a record of ours: nothing we can safely call ours
 
 
+def still_there(recorded: list[tuple[int, float]]) -> list[psutil.Process]:
+    """The recorded processes, (pid, start time), that still exist, zombies included; a pid now of
+    another process (its start time differs) and this process itself are left out."""
+    found = []
+    for pid, started in recorded:
+        try:
+            proc = psutil.Process(pid)
+            if abs(proc.create_time() - started) < 0.01 and pid != os.getpid():
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
 def end_orphans(sweep_dir: Path, grace_s: float = 5.0) -> list[str]:
     """End the recorded processes of an earlier driver of this sweep that still run (SIGTERM, then
     SIGKILL after `grace_s`). Call only while holding the sweep's lock. Returns their names."""
     path = Path(sweep_dir) / PROCESSES_FILE
-    alive = []
-    for pid, started in _recorded(path):
-        try:
-            proc = psutil.Process(pid)
-            if abs(proc.create_time() - started) < 0.01 and pid != os.getpid():
-                alive.append(proc)
-        except psutil.Error:
-            continue
+    alive = still_there(_recorded(path))
     family = {p.pid: p for p in alive}
     for proc in alive:  # workers a recorded raylet started after the record was written
         try:

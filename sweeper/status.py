@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sweeper.faults import fault_point
 from sweeper.fs import read_json_limited
-from sweeper.records import MULTIPLIERS, TrialRecord, is_per_length, length_family, ranked, score
+from sweeper.records import TrialRecord, is_per_length, length_metrics, ranked, score
 from trainables.errors import ConfigError, cut
 
 STATUS_FILE, SUMMARY_FILE, SPACE_FILE = "status.json", "summary.json", "space.yaml"
@@ -117,18 +117,18 @@ def driver_record() -> dict:
     return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
 
 
-def format_table(records: list[TrialRecord], metric: str, mode: str, top: int = 10, multipliers=MULTIPLIERS) -> str:
+def format_table(records: list[TrialRecord], metric: str, mode: str, top: int = 10) -> str:
     """The top trials: params, the scored metric at each length, steps used, status."""
     rows = ranked(records, metric, mode)[:top]
     if not rows:
         return "(no trial has reported yet)"
-    family = length_family(metric)
+    lengths = length_metrics(metric)
     param_keys = sorted({k for r in rows for k in r.params})
-    header = ["trial", *param_keys, *(f"{family}_{k}x" for k in multipliers), "steps", "status"]
+    header = ["trial", *param_keys, *lengths, "steps", "status"]
     body = []
     for r in rows:
         params = [_fmt(r.params.get(k, "")) for k in param_keys]
-        accs = [_fmt(r.metrics.get(f"{family}_{k}x", "")) for k in multipliers]
+        accs = [_fmt(r.metrics.get(m, "")) for m in lengths]
         body.append([r.trial_id, *params, *accs, str(r.step), r.status])
     widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(header)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731

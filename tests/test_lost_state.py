@@ -46,13 +46,13 @@ def _left_behind(sweep_dir) -> list[str]:
     """The processes the launch recorded (its local Ray) that still exist, zombies included."""
     import psutil
 
+    from sweeper.orphans import still_there
+
     record = json.loads((sweep_dir / "ray_processes.json").read_text())
     left = []
-    for p in record["processes"]:
+    for proc in still_there([(p["pid"], p["started"]) for p in record["processes"]]):
         try:
-            proc = psutil.Process(p["pid"])
-            if abs(proc.create_time() - p["started"]) < 0.01:
-                left.append(f"{p['name']} ({proc.status()})")
+            left.append(f"{proc.name()} ({proc.status()})")
         except psutil.Error:
             continue
     return left

@@ -32,12 +32,13 @@ resources: {cpu: 1, gpu: 0}
 
 
 def _alive(recorded: list[dict]) -> list[str]:
+    from sweeper.orphans import still_there
+
     out = []
-    for p in recorded:
+    for proc in still_there([(p["pid"], p["started"]) for p in recorded]):
         try:
-            proc = psutil.Process(p["pid"])
-            if abs(proc.create_time() - p["started"]) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
-                out.append(f"{p['name']}:{p['pid']}")
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(f"{proc.name()}:{proc.pid}")
         except psutil.Error:
             continue
     return out

@@ -40,7 +40,7 @@ def _finish(tracker: SweepTracker, records: list[TrialRecord], baselines: list[d
         # the best point as tags, not params: params are immutable in MLflow, and a resumed sweep's
         # best trial may differ from the one an interrupted run wrote
         client.log_batch(parent, metrics=[Metric(f"best_{spec.metric}", score(best, spec.metric), int(time.time() * 1000), 0)],
-                     tags=[RunTag(f"best.{k}", str(v)) for k, v in best.params.items()])
+                         tags=[RunTag(f"best.{k}", str(v)) for k, v in best.params.items()])
         client.set_tag(parent, "best_trial", best.trial_id)
         client.log_text(parent, yaml.safe_dump(cfg, sort_keys=False), "best_config.yaml")
     client.log_text(parent, summary_csv(records), "summary.csv")

@@ -20,7 +20,7 @@ import urllib.parse
 from pathlib import Path
 from statistics import mean
 
-from sweeper.records import MULTIPLIERS, length_family
+from sweeper.records import length_metrics
 from sweeper.sweep_dir import OPTUNA_DB
 from sweeper.fs import check_output_file
 from trainables.config import ConfigError
@@ -163,15 +163,15 @@ def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | 
     sign = 1 if mode == "max" else -1
     ordered = sorted((r for r in runs if metric in r["metrics"]), key=lambda r: -sign * r["metrics"][metric])
     searched = sorted({p for r in runs for p in r["searched"]})
-    family = length_family(metric)  # the scored metric at every length: acc_{k}x, or tv_{k}x, ...
-    header = ["trial", *searched, *(f"{family}_{k}x" for k in MULTIPLIERS), "steps", "status"]
+    lengths = length_metrics(metric)  # the scored metric at every length: acc_{k}x, or tv_{k}x, ...
+    header = ["trial", *searched, *lengths, "steps", "status"]
     lines = [f"# Sweep `{name}`", "", f"{len(runs)} trials in MLflow ({shown_uri}); scored by `{metric}` ({mode}).", "",
              f"## Top {min(top, len(ordered))} trials", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in ordered[:top]:
         cells = [r["trial_id"] + (" (best)" if r["best"] else "")]
         cells += [_short(r["params"].get(s.split("|")[0], "")) if s in r["searched"] else "" for s in searched]
         # a length the metric does not exist at (ood_acc_1x: nothing lies beyond the range at 1x) is "-"
-        cells += [f"{v:.3f}" if (v := r["metrics"].get(f"{family}_{k}x")) is not None else "-" for k in MULTIPLIERS]
+        cells += [f"{v:.3f}" if (v := r["metrics"].get(m)) is not None else "-" for m in lengths]
         cells += [str(int(r["metrics"].get("step", 0))), r["status"]]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Parameter effect", "", "| parameter | kind | effect | best value |", "|---|---|---|---|",
