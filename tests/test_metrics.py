@@ -87,3 +87,48 @@ def test_beyond_range_accuracy_counts_only_the_steps_beyond_max_len():
     asked = b3.targets != IGNORE
     in_range_share = float((asked & (b3.step_index < task.cfg.max_len)).sum() / asked.sum())
     assert m["acc_3x"] == pytest.approx(in_range_share)
+
+
+def test_last_target_and_position_curve_match_a_per_sequence_loop():
+    """A fake model wrong wherever a hash of the position says so: `last_acc_{k}x` and every point of
+    the curve (`eval.curve_window`) equal what a plain Python loop over the sequences counts."""
+    import torch
+
+    from trainables.evaluate import evaluate
+    from trainables.metrics import curve_names
+    from trainables.tasks import IGNORE, RECALL, STATE, SequenceTask, make_eval_sets
+
+    task = SequenceTask(TaskConfig())
+    sets = make_eval_sets(task, (1, 2), 12, seed=5)
+    vocab, window, max_len = task.vocab_size, 7, task.cfg.max_len
+
+    def wrong_at(b, t):  # a fixed, irregular pattern of mistakes
+        return (b * 31 + t * 17) % 5 == 0
+
+    class Patchy(torch.nn.Module):
+        def forward(self, tokens):
+            full = next(s for s in sets.values() if s.tokens.shape == tokens.shape and torch.equal(s.tokens, tokens))
+            answer = full.targets.clamp(min=0)
+            b, t = torch.meshgrid(torch.arange(tokens.shape[0]), torch.arange(tokens.shape[1]), indexing="ij")
+            answer = torch.where(wrong_at(b, t), (answer + 1) % vocab, answer)
+            return torch.nn.functional.one_hot(answer, vocab).float()
+
+    m = evaluate(Patchy(), sets, (STATE, RECALL), batch_size=64, max_len=max_len, curve_window=window)
+    for k, s in sets.items():
+        last_right = 0
+        for b in range(s.tokens.shape[0]):
+            asked = [t for t in range(s.tokens.shape[1]) if s.targets[b, t] != IGNORE]
+            last_right += not wrong_at(b, asked[-1])
+        assert m[f"last_acc_{k}x"] == pytest.approx(last_right / s.tokens.shape[0])
+    s = sets[2]  # the curve comes from the longest set
+    names = curve_names(max_len, (1, 2), window)
+    assert names[0] == "curve_acc_s007" and len(names) == -(-2 * max_len // window)
+    for i, name in enumerate(names):
+        right = asked = 0
+        for b in range(s.tokens.shape[0]):
+            for t in range(s.tokens.shape[1]):
+                if s.targets[b, t] != IGNORE and i * window <= s.step_index[b, t] < (i + 1) * window:
+                    asked += 1
+                    right += not wrong_at(b, t)
+        assert asked and m[name] == pytest.approx(right / asked)
+    assert not any(n.startswith("curve_") for n in evaluate(Patchy(), sets, (STATE, RECALL), 64, max_len))

@@ -271,6 +271,9 @@ def test_the_config_refuses_ranges_past_the_60th_move_in_one_line():
     with pytest.raises(ValueError, match="state_acc needs state-tracking targets; task othello"):
         TrialConfig.model_validate({"task": {"name": "othello", "max_len": 20}, "eval": {"multipliers": [1, 2, 3]},
                                     "dat": {"mode": "adaptive", "criterion": "state_acc"}})
+    with pytest.raises(ConfigError) as info:
+        trial_config_from_dict({"task": {"name": "othello", "max_len": 15}, "eval": {"curve_window": 5}}, source="x.yaml")
+    assert str(info.value) == "x.yaml: eval.curve_window needs a sequence task (modsum_recall, modsum, recall), got task othello"
 
 
 @pytest.fixture

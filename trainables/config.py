@@ -182,6 +182,9 @@ class EvalConfig(_Frozen):
     full_at: tuple[int, ...] = Field((), max_length=64)
     batch_size: int = Field(256, ge=1, le=1_000_000)
     seed: int = Field(1_000_003, ge=0, le=MAX_SEED - 64)  # evaluation sets' seed (+k per length); apart from the training seed
+    # > 0: also report accuracy against the position in the sequence, in windows of this many steps
+    # (`curve_acc_s{end}`, on the longest set; the sequence tasks only; trainables/evaluate.py)
+    curve_window: int = Field(0, ge=0, le=MAX_STEPS)
 
     @model_validator(mode="after")
     def _check(self) -> "EvalConfig":
@@ -261,6 +264,8 @@ class TrialConfig(_Frozen):
                 f"othello needs `task.max_len * max(eval.multipliers) <= 60` (a game has at most 60 moves), "
                 f"got {self.task.max_len} * {max(self.eval.multipliers)} = {self.task.max_len * max(self.eval.multipliers)}"
             )
+        if self.eval.curve_window and self.task.name in ("set_complement", "othello"):
+            raise ValueError(f"eval.curve_window needs a sequence task (modsum_recall, modsum, recall), got task {self.task.name}")
         if self.dat.mode == "adaptive" and self.dat.criterion == "state_acc" and self.task.name in ("recall", "set_complement", "othello"):
             raise ValueError(f"dat.criterion state_acc needs state-tracking targets; task {self.task.name} has none")
         return self

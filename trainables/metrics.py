@@ -6,7 +6,9 @@ against what a real training run reports. Each evaluation metric exists once per
 multiplier k (`acc_3x`); with `ema.decay > 0` the live weights' metrics come again as
 `raw_acc_3x` and so on. The sequence tasks also report, for every k > 1, the accuracies over
 the targets beyond the training range only (`ood_acc_3x`, `ood_state_acc_3x`, ...); at k = 1
-nothing lies beyond it, so there is no `ood_*_1x` (trainables/evaluate.py).
+nothing lies beyond it, so there is no `ood_*_1x` (trainables/evaluate.py). With
+`eval.curve_window` they report the points of the accuracy-against-position curve as well
+(`curve_acc_s025`: no length suffix, no direction).
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ LOOP_METRICS = ("step", "loss", "train_acc", "attention_active", "attn_scale", "
 
 # evaluation metric families per task, each reported as `{family}_{k}x`
 TASK_FAMILIES: dict[str, tuple[str, ...]] = {
-    "modsum_recall": ("acc", "state_acc", "recall_acc", "seq_acc", "ood_acc", "ood_state_acc", "ood_recall_acc"),
-    "modsum": ("acc", "state_acc", "seq_acc", "ood_acc", "ood_state_acc"),
-    "recall": ("acc", "recall_acc", "seq_acc", "ood_acc", "ood_recall_acc"),
+    "modsum_recall": ("acc", "state_acc", "recall_acc", "seq_acc", "last_acc", "ood_acc", "ood_state_acc", "ood_recall_acc"),
+    "modsum": ("acc", "state_acc", "seq_acc", "last_acc", "ood_acc", "ood_state_acc"),
+    "recall": ("acc", "recall_acc", "seq_acc", "last_acc", "ood_acc", "ood_recall_acc"),
     "set_complement": ("acc", "seen_mass", "tv", "loss"),
     "othello": ("acc", "tv", "illegal_mass", "loss"),
 }
@@ -34,6 +36,15 @@ LOWER_IS_BETTER = frozenset({"loss", "tv", "seen_mass", "illegal_mass"})
 LOOP_DIRECTIONS = {"loss": "min", "train_acc": "max"}
 
 
+CURVE = "curve_acc_s"  # prefix of the accuracy-against-position curve's points
+
+
+def curve_names(max_len: int, multipliers: tuple[int, ...], window: int) -> list[str]:
+    """The names of the position curve's points, on the longest set (none without a window)."""
+    steps = max(multipliers) * max_len
+    return [f"{CURVE}{e:03d}" for e in range(window, steps + window, window)] if window else []
+
+
 def length_families(cfg) -> tuple[str, ...]:
     return TASK_FAMILIES[cfg.task.name]
 
@@ -42,6 +53,7 @@ def reported_metrics(cfg) -> frozenset[str]:
     """Every metric name a run of `cfg` reports at each evaluation."""
     names = {f"{fam}_{k}x" for fam in length_families(cfg) for k in cfg.eval.multipliers
              if k > 1 or fam not in BEYOND_RANGE_FAMILIES}
+    names |= set(curve_names(cfg.task.max_len, cfg.eval.multipliers, cfg.eval.curve_window))
     if cfg.ema.decay > 0:
         names |= {f"raw_{n}" for n in names}
     return frozenset(names | set(LOOP_METRICS))

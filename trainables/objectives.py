@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from trainables.config import TrialConfig
 from trainables.evaluate import KIND_METRIC, OOD, evaluate
+from trainables.metrics import curve_names
 from trainables.tasks import IGNORE, RECALL, STATE, PaddedBatches, make_eval_sets, make_task, train_batches
 
 
@@ -80,12 +81,15 @@ class SequenceObjective:
         return float(((logits.argmax(-1) == batch.targets) & is_state).sum()) / n if n else math.nan
 
     def evaluate(self, model: nn.Module, eval_sets: dict) -> dict[str, float]:
-        return evaluate(model, eval_sets, self.task.kinds_present, self.cfg.eval.batch_size, self.cfg.task.max_len)
+        e = self.cfg.eval
+        return evaluate(model, eval_sets, self.task.kinds_present, e.batch_size, self.cfg.task.max_len, e.curve_window)
 
     def worst_metrics(self) -> dict[str, float]:
         """Every length metric at its worst: what a diverged run reports."""
         accs = ["acc"] + [KIND_METRIC[k] for k in self.task.kinds_present]
-        worst = {f"{n}_{k}x": 0.0 for n in [*accs, "seq_acc"] for k in self.cfg.eval.multipliers}
+        e = self.cfg.eval
+        worst = {f"{n}_{k}x": 0.0 for n in [*accs, "seq_acc", "last_acc"] for k in e.multipliers}
+        worst.update({name: 0.0 for name in curve_names(self.cfg.task.max_len, e.multipliers, e.curve_window)})
         worst.update({f"{OOD}{n}_{k}x": 0.0 for n in accs for k in self.cfg.eval.multipliers if k > 1})
         return worst
 

@@ -1,0 +1,329 @@
+"""DAT at the paper's depth: the pre-registered experiment of docs/results/dat_paper_depth.md.
+
+Four hybrid blocks (LSTM + rope attention), the composite task. The rules that choose the
+training budget and plain DAT's switch step are code here, applied to the exploration seeds'
+runs only; the confirmation runs train fresh seeds under what they chose. Every run goes
+through the service (`sweeper launch`, one run per core, FIFO: nothing is cut short); each
+finished run's every report is copied into docs/results/dat_paper_depth_runs.json.gz, the
+committed record, which `report` rebuilds the results from. Interrupted in any way, `run`
+resumes: a chunk's sweep continues from its checkpoints, and what the record holds is not
+trained again (in a new checkout too).
+
+    python -m experiments.dat_paper_depth run       # explore, apply the rules, confirm (resumable)
+    python -m experiments.dat_paper_depth export    # copy finished runs into the record
+    python -m experiments.dat_paper_depth report    # rebuild the results section and pictures
+
+The plan, in order (`plan`): for each budget of BUDGETS until one passes, (1) joint training and
+the attention-off hybrid on the exploration seeds; (2) the switch rule on the attention-off runs,
+then plain DAT and DAT + curriculum at that switch on the same seeds; (3) the budget rule: every
+arm passes the in-range check on every exploration seed, else the next budget (the last budget is
+kept whatever it gives). Then (4) the three arms on the confirmation seeds, two seeds per sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import math
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "docs" / "results" / "dat_paper_depth_runs.json.gz"
+RESULTS = ROOT / "docs" / "results" / "dat_paper_depth.md"
+SWEEPS = ROOT / "sweeps"
+BEGIN, END = "<!-- results:begin (experiments/dat_paper_depth.py report) -->", "<!-- results:end -->"
+
+# Seeds. Exploration: 0 and 1 (the only seeds any rule here reads). Confirmation: 5101-5115 and
+# evaluation seed 20261125, used by nothing in this repository before this experiment.
+EXPLORE_SEEDS = (0, 1)
+SEEDS = tuple(range(5101, 5116))
+EVAL_SEED = 20261125
+BUDGETS = (12_000, 24_000)  # training steps, tried in this order
+EVAL_EVERY, CURVE_WINDOW, MULTIPLIERS = 250, 5, (1, 2, 3, 4)
+IN_RANGE = (("acc_1x", 0.95), ("recall_acc_1x", 0.95))  # the in-range check, at the final step
+CONVERGED_WITHIN = 0.01  # the switch rule: state_acc_1x stays within this of its best from then on
+SEEDS_PER_SWEEP = 2  # confirmation chunks: the three arms of two seeds per sweep
+CONCURRENT = 2  # runs at once, one torch thread each
+
+FIXED = {
+    "model": {"d_model": 64, "n_layers": 4, "n_heads": 4, "mixer": "lstm", "attention": True, "positional": "rope"},
+    "dat": {"hold": "gate"},
+    "eval": {"seed": EVAL_SEED, "curve_window": CURVE_WINDOW},
+    "device": "cpu",
+}
+AXES = ("dat.mode", "dat.switch_step", "curriculum.state_only_steps", "seed")
+ARMS = ("joint", "DAT", "DAT + curriculum")  # the confirmation's arms
+OFF = "attention off"  # exploration only: the hybrid with attention held off for the whole run
+
+
+# --------------------------------------------------------------------------- cells and arms
+
+
+def cell(arm: str, seed: int, budget: int, switch: int) -> dict:
+    """The sampled parameters of one run of `arm` (joint's switch step is unused: the budget)."""
+    mode, sw, state_only = {"joint": ("none", budget, 0), OFF: ("fixed", budget, 0),
+                            "DAT": ("fixed", switch, 0), "DAT + curriculum": ("fixed", switch, switch)}[arm]
+    return {"dat.mode": mode, "dat.switch_step": sw, "curriculum.state_only_steps": state_only, "seed": seed}
+
+
+def arm_of(params: dict, budget: int) -> str:
+    if params["dat.mode"] == "none":
+        return "joint"
+    if params["dat.switch_step"] >= budget:
+        return OFF
+    return "DAT + curriculum" if params["curriculum.state_only_steps"] else "DAT"
+
+
+def key(budget: int, params: dict) -> tuple:
+    return (budget, *(params[a] for a in AXES))
+
+
+@dataclass(frozen=True)
+class Run:
+    arm: str
+    seed: int
+    budget: int
+    params: dict
+    reports: list  # every report, in step order; the last is the final evaluation (full sets)
+
+    @property
+    def final(self) -> dict:
+        return self.reports[-1]
+
+
+def runs_of(data: dict) -> list[Run]:
+    return [Run(arm_of(r["params"], r["budget"]), r["params"]["seed"], r["budget"], r["params"], r["reports"])
+            for r in data["runs"]]
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def in_range_misses(final: dict) -> list[str]:
+    """The in-range check's failures on one run's final report (empty: it passes)."""
+    return [f"{m} {final.get(m, math.nan):.3f} < {bar}" for m, bar in IN_RANGE if not final.get(m, 0.0) >= bar]
+
+
+def converged_at(reports: list[dict]) -> tuple[int, float]:
+    """(the first evaluation step from which state_acc_1x stays within CONVERGED_WITHIN of the
+    run's best, that best)."""
+    series = [(r["step"], r["state_acc_1x"]) for r in reports if "state_acc_1x" in r]
+    best = max(v for _, v in series)
+    at = series[-1][0]
+    for step, v in reversed(series):
+        if v < best - CONVERGED_WITHIN:
+            break
+        at = step
+    return at, best
+
+
+def switch_rule(off_runs: list[Run], budget: int) -> int:
+    """Plain DAT's switch step: the latest convergence step over the exploration seeds'
+    attention-off runs, rounded up to an evaluation step, at most half the budget."""
+    latest = max(converged_at(r.reports)[0] for r in off_runs)
+    return min(-(-latest // EVAL_EVERY) * EVAL_EVERY, budget // 2)
+
+
+@dataclass(frozen=True)
+class Plan:
+    phase: str  # explore-1 | explore-2 | confirm | done
+    budget: int
+    switch: int | None  # None before the switch rule could be applied
+    todo: list  # the cells of the next sweep (empty when done)
+    notes: list  # what the rules decided so far, one line each
+
+
+def plan(data: dict) -> Plan:
+    """Where the experiment stands and what to train next, from the record alone."""
+    runs = runs_of(data)
+    have = {key(r.budget, r.params) for r in runs}
+    notes: list[str] = []
+
+    def missing(budget: int, cells: list[dict]) -> list[dict]:
+        return [c for c in cells if key(budget, c) not in have]
+
+    for i, budget in enumerate(BUDGETS):
+        last = i == len(BUDGETS) - 1
+        first = [cell(arm, s, budget, 0) for s in EXPLORE_SEEDS for arm in ("joint", OFF)]
+        if todo := missing(budget, first):
+            return Plan("explore-1", budget, None, todo, notes)
+        off = [r for r in runs if r.budget == budget and r.arm == OFF and r.seed in EXPLORE_SEEDS]
+        switch = switch_rule(off, budget)
+        notes.append(f"budget {budget}: switch rule -> dat.switch_step {switch} ("
+                     + ", ".join(f"seed {r.seed}: state_acc_1x within {CONVERGED_WITHIN} of its best "
+                                 f"{converged_at(r.reports)[1]:.3f} from step {converged_at(r.reports)[0]}" for r in off) + ")")
+        second = [cell(arm, s, budget, switch) for s in EXPLORE_SEEDS for arm in ("DAT", "DAT + curriculum")]
+        if todo := missing(budget, second):
+            return Plan("explore-2", budget, switch, todo, notes)
+        explored = {key(budget, c) for c in first + second}
+        misses = [(r.arm, r.seed, in_range_misses(r.final)) for r in runs
+                  if key(r.budget, r.params) in explored and r.arm != OFF]
+        failing = [(arm, seed, m) for arm, seed, m in misses if m]
+        if failing and not last:
+            notes.append(f"budget {budget}: the in-range check fails ("
+                         + "; ".join(f"{a} seed {s}: {', '.join(m)}" for a, s, m in failing) + "): next budget")
+            continue
+        notes.append(f"budget {budget}: " + ("every arm passes the in-range check on every exploration seed" if not failing
+                     else "the last budget; the in-range check still fails (" + "; ".join(
+                         f"{a} seed {s}: {', '.join(m)}" for a, s, m in failing) + "): such arms are reported as undertrained"))
+        confirm = [cell(arm, s, budget, switch) for s in SEEDS for arm in ARMS]
+        todo = missing(budget, confirm)
+        return Plan("confirm" if todo else "done", budget, switch, todo, notes)
+    raise AssertionError("unreachable: the last budget always returns")
+
+
+# --------------------------------------------------------------------------- the record
+
+
+def load() -> dict:
+    """The record: {"design": ..., "runs": [{"budget", "params", "reports"}, ...]}."""
+    if not DATA.exists():
+        return {"design": design(), "runs": []}
+    with gzip.open(DATA, "rt") as f:
+        return json.load(f)
+
+
+def design() -> dict:
+    return {"fixed": FIXED, "budgets": list(BUDGETS), "eval_every": EVAL_EVERY, "explore_seeds": list(EXPLORE_SEEDS),
+            "seeds": list(SEEDS), "eval_seed": EVAL_SEED, "in_range": dict(IN_RANGE),
+            "converged_within": CONVERGED_WITHIN, "command": "python -m experiments.dat_paper_depth run"}
+
+
+def save(data: dict) -> None:
+    data["runs"].sort(key=lambda r: key(r["budget"], r["params"]))
+    tmp = DATA.with_suffix(".tmp")
+    with gzip.GzipFile(tmp, "wb", mtime=0) as f:  # mtime 0: the same runs give the same bytes
+        f.write(json.dumps(data, separators=(",", ":"), sort_keys=True).encode())
+    tmp.replace(DATA)
+
+
+def finished_runs(sweep: Path) -> list[dict]:
+    """Each run of a sweep folder that trained its every step: its budget, cell and reports."""
+    import yaml
+
+    from trainables.run_dir import RunDir
+
+    out = []
+    for trial in sorted((sweep / "trials").glob("t*")):
+        run = RunDir(trial)
+        reports, checkpoint = run.reports(), run.checkpoint()
+        if not reports or checkpoint is None:
+            continue
+        try:
+            config = yaml.safe_load((checkpoint / "config.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if reports[-1].get("step") != config["steps"]:
+            continue
+        params = {"dat.mode": config["dat"]["mode"], "dat.switch_step": config["dat"]["switch_step"],
+                  "curriculum.state_only_steps": config["curriculum"]["state_only_steps"], "seed": config["seed"]}
+        out.append({"budget": config["steps"], "params": params, "reports": reports})
+    return out
+
+
+def export() -> int:
+    """Copy every finished run of sweeps/dat_depth_* into the record; the number added."""
+    data = load()
+    have = {key(r["budget"], r["params"]) for r in data["runs"]}
+    added = 0
+    for sweep in sorted(p for p in SWEEPS.glob("dat_depth_*") if p.is_dir()):
+        for run in finished_runs(sweep):
+            k = key(run["budget"], run["params"])
+            if k not in have:
+                data["runs"].append(run)
+                have.add(k)
+                added += 1
+    if added:
+        save(data)
+    return added
+
+
+# --------------------------------------------------------------------------- running
+
+
+def chunk(p: Plan) -> list[dict]:
+    """The next sweep's cells: a whole exploration phase, or the confirmation cells of the next
+    SEEDS_PER_SWEEP seeds that still miss a run."""
+    if p.phase != "confirm":
+        return p.todo
+    seeds = sorted({c["seed"] for c in p.todo})[:SEEDS_PER_SWEEP]
+    return [c for c in p.todo if c["seed"] in seeds]
+
+
+def space_for(p: Plan, cells: list[dict]) -> tuple[str, dict]:
+    """A sweep that trains exactly `cells` (its baseline points) to the end, named by them."""
+    digest = hashlib.sha256(json.dumps([key(p.budget, c) for c in cells]).encode()).hexdigest()[:8]
+    name = f"dat_depth_{digest}"
+    space = {
+        "name": name,
+        "description": f"DAT at the paper's depth, {p.phase} (experiments/dat_paper_depth.py)",
+        "metric": "ood_acc_3x", "mode": "max",
+        "fixed": FIXED,
+        "space": {a: {"type": "categorical", "choices": sorted({c[a] for c in cells}, key=str)} for a in AXES},
+        "budget": {"num_samples": len(cells), "max_concurrent": CONCURRENT, "max_steps": p.budget, "eval_every": EVAL_EVERY},
+        "scheduler": {"type": "fifo"},
+        "searcher": {"sampler": "random", "seed": 0, "baseline": cells},
+        "resources": {"cpu": 1},
+    }
+    return name, space
+
+
+def run() -> int:
+    """Train what the plan asks, one sweep at a time, exporting after each, until done."""
+    import yaml
+
+    export()
+    while (p := plan(load())).phase != "done":
+        for note in p.notes:
+            print(f"dat_paper_depth: {note}", flush=True)
+        cells = chunk(p)
+        name, space = space_for(p, cells)
+        path = SWEEPS / f"{name}.yaml"
+        SWEEPS.mkdir(exist_ok=True)
+        if not path.exists():  # an existing one is a sweep to resume, as it was written
+            path.write_text(yaml.safe_dump(space, sort_keys=False))
+        print(f"dat_paper_depth: {p.phase}, budget {p.budget}: {len(cells)} runs, sweep {name}", flush=True)
+        rc = subprocess.call([str(Path(sys.executable).with_name("sweeper")), "launch", str(path), "--storage",
+                              str(SWEEPS), "--progress", "lines", "--progress-every", "600"], cwd=ROOT)
+        added = export()
+        print(f"dat_paper_depth: {added} runs added to {DATA.relative_to(ROOT)}", flush=True)
+        if rc != 0 or not added:
+            print(f"dat_paper_depth: sweep {name} ended with {rc}; stopping (run again to resume)", flush=True)
+            return rc or 1
+    print("dat_paper_depth: " + "; ".join(plan(load()).notes) + "; every run is recorded", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.dat_paper_depth", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="verb", required=True)
+    sub.add_parser("run", help="explore, apply the rules, confirm; resumes what was interrupted")
+    sub.add_parser("export", help="copy finished runs of sweeps/dat_depth_* into the record")
+    sub.add_parser("status", help="where the plan stands")
+    sub.add_parser("report", help="rebuild the results section and pictures from the record")
+    args = parser.parse_args(argv)
+    if args.verb == "run":
+        return run()
+    if args.verb == "export":
+        print(f"dat_paper_depth: {export()} runs added")
+        return 0
+    if args.verb == "report":
+        from experiments.dat_paper_depth_report import report
+
+        print(report(load(), plan(load())))
+        return 0
+    p = plan(load())
+    print(f"dat_paper_depth: {len(load()['runs'])} runs recorded; phase {p.phase}, budget {p.budget}, "
+          f"switch {p.switch}, {len(p.todo)} runs to go")
+    for note in p.notes:
+        print(f"  {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
