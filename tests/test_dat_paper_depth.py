@@ -1,0 +1,150 @@
+"""The paper-depth experiment's rules (experiments/dat_paper_depth.py) on hand-made records: what
+each plan phase asks for, the switch and budget rules, and the report's statistics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from experiments import dat_paper_depth as dpd
+from experiments import dat_paper_depth_report as rep
+from trainables.metrics import CURVE
+
+B1, B2 = dpd.BUDGETS
+
+
+def final(acc1=0.99, recall1=0.99, ood3=0.8, **extra) -> dict:
+    curve = {f"{CURVE}{e:03d}": (1.0 if e <= 25 else ood3) for e in range(5, 105, 5)}
+    m = {"step": 0, "acc_1x": acc1, "state_acc_1x": 1.0, "recall_acc_1x": recall1, "ood_acc_3x": ood3,
+         "acc_3x": (acc1 + 2 * ood3) / 3, "ood_state_acc_3x": ood3, "ood_recall_acc_3x": ood3, "last_acc_3x": ood3,
+         "seq_acc_3x": ood3 / 2, "seq_acc_1x": 0.9, **curve}
+    m.update({f"ood_acc_{k}x": ood3 for k in (2, 4)})
+    m.update({f"{fam}_{k}x": ood3 for fam in ("acc", "last_acc", "seq_acc") for k in (2, 4)})
+    m.update({"acc_1x": acc1, "last_acc_1x": acc1, "seq_acc_1x": 0.9})
+    m.update(extra)
+    return m
+
+
+def record(budget: int, arm: str, seed: int, switch: int, reports: list[dict] | None = None, **final_kw) -> dict:
+    params = dpd.cell(arm, seed, budget, switch)
+    reports = reports or [{**final(**final_kw), "step": budget}]
+    return {"budget": budget, "params": params, "reports": reports}
+
+
+def off_reports(budget: int, converge_step: int, best: float = 1.0) -> list[dict]:
+    """An attention-off run whose state accuracy climbs, then stays at `best` from `converge_step`."""
+    out = []
+    for step in range(dpd.EVAL_EVERY, budget + 1, dpd.EVAL_EVERY):
+        acc = best if step >= converge_step else best - 0.2 * (converge_step - step) / converge_step - 0.02
+        out.append({**final(), "step": step, "state_acc_1x": acc})
+    return out
+
+
+def explored(budget: int, switch_at: dict[int, int], failing: set = frozenset()) -> list[dict]:
+    """Both exploration phases at `budget`, the attention-off runs converging at `switch_at[seed]`;
+    the (arm, seed) pairs in `failing` miss the in-range check (recall 0.80)."""
+    runs = [record(budget, dpd.OFF, s, 0, off_reports(budget, switch_at[s])) for s in dpd.EXPLORE_SEEDS]
+    runs += [record(budget, "joint", s, 0, recall1=0.8 if ("joint", s) in failing else 0.99) for s in dpd.EXPLORE_SEEDS]
+    switch = dpd.switch_rule([dpd.runs_of({"runs": [r]})[0] for r in runs[:2]], budget)
+    runs += [record(budget, arm, s, switch, recall1=0.8 if (arm, s) in failing else 0.99)
+             for s in dpd.EXPLORE_SEEDS for arm in ("DAT", "DAT + curriculum")]
+    return runs
+
+
+def test_an_empty_record_asks_for_joint_and_attention_off_on_the_exploration_seeds_only():
+    p = dpd.plan({"runs": []})
+    assert p.phase == "explore-1" and p.budget == B1 and p.switch is None
+    assert {(c["dat.mode"], c["dat.switch_step"], c["seed"]) for c in p.todo} == {
+        (mode, B1, s) for mode in ("none", "fixed") for s in dpd.EXPLORE_SEEDS}
+    assert not {c["seed"] for c in p.todo} & set(dpd.SEEDS)
+
+
+def test_the_switch_is_the_latest_convergence_rounded_up_and_capped_at_half_the_budget():
+    runs = [record(B1, dpd.OFF, 0, 0, off_reports(B1, 1750)), record(B1, dpd.OFF, 1, 0, off_reports(B1, 2600))]
+    off = dpd.runs_of({"runs": runs})
+    assert [dpd.converged_at(r.reports)[0] for r in off] == [1750, 2750]  # 2600 lies between evaluations
+    assert dpd.switch_rule(off, B1) == 2750
+    late = dpd.runs_of({"runs": [record(B1, dpd.OFF, 0, 0, off_reports(B1, 9000))]})
+    assert dpd.switch_rule(late, B1) == B1 // 2
+
+
+def test_a_dip_below_the_band_after_converging_moves_the_convergence_later():
+    reports = off_reports(B1, 1000)
+    reports[7]["state_acc_1x"] -= 0.05  # step 2000 dips out of the 0.01 band around the best
+    assert dpd.converged_at(reports) == (2250, 1.0)
+
+
+def test_after_the_first_phase_plain_dat_and_the_curriculum_arm_train_at_the_rule_s_switch():
+    runs = [record(B1, dpd.OFF, s, 0, off_reports(B1, 1500)) for s in dpd.EXPLORE_SEEDS]
+    runs += [record(B1, "joint", s, 0) for s in dpd.EXPLORE_SEEDS]
+    p = dpd.plan({"runs": runs})
+    assert p.phase == "explore-2" and p.switch == 1500
+    assert sorted((c["curriculum.state_only_steps"], c["dat.switch_step"]) for c in p.todo) == [(0, 1500)] * 2 + [(1500, 1500)] * 2
+
+
+def test_every_arm_in_range_keeps_the_budget_and_confirms_on_fresh_seeds_in_chunks_of_two():
+    p = dpd.plan({"runs": explored(B1, {0: 1500, 1: 2000})})
+    assert p.phase == "confirm" and p.budget == B1 and p.switch == 2000
+    assert len(p.todo) == 3 * len(dpd.SEEDS) and {c["seed"] for c in p.todo} == set(dpd.SEEDS)
+    assert {dpd.arm_of(c, B1) for c in p.todo} == set(dpd.ARMS)
+    first = dpd.chunk(p)
+    assert len(first) == 6 and {c["seed"] for c in first} == set(dpd.SEEDS[:2])
+    name, space = dpd.space_for(p, first)
+    assert space["budget"]["max_steps"] == B1 and space["searcher"]["baseline"] == first
+    assert space["scheduler"] == {"type": "fifo"} and name == dpd.space_for(p, list(first))[0]
+
+
+def test_an_arm_out_of_range_on_one_exploration_seed_moves_to_the_next_budget():
+    runs = explored(B1, {0: 1500, 1: 1500}, failing={("DAT", 1)})
+    p = dpd.plan({"runs": runs})
+    assert p.phase == "explore-1" and p.budget == B2
+    assert any("DAT seed 1: recall_acc_1x 0.800 < 0.95" in n for n in p.notes)
+
+
+def test_the_last_budget_is_kept_whatever_it_gives():
+    runs = explored(B1, {0: 1500, 1: 1500}, failing={("DAT", 1)}) + explored(B2, {0: 3000, 1: 2000}, failing={("DAT", 0)})
+    p = dpd.plan({"runs": runs})
+    assert p.phase == "confirm" and p.budget == B2 and p.switch == 3000
+    assert "reported as undertrained" in p.notes[-1]
+
+
+def test_confirmation_complete_means_done():
+    runs = explored(B1, {0: 1500, 1: 1500})
+    runs += [record(B1, arm, s, 1500) for s in dpd.SEEDS for arm in dpd.ARMS]
+    assert dpd.plan({"runs": runs}).phase == "done"
+
+
+def test_the_paired_interval_and_the_detectable_gap():
+    m, lo, hi = rep.interval([1.0, 2.0, 3.0])
+    assert m == 2.0 and hi - m == pytest.approx(4.303 / math.sqrt(3), abs=1e-3) and lo == pytest.approx(2 * m - hi)
+    # 47 seeds detect a gap of about 0.10 for a paired spread of 0.244 (80% power, two-sided 5%)
+    assert rep.detectable_gap(0.244, 47) == pytest.approx(0.102, abs=0.002)
+    assert rep.detectable_gap(0.244, 15) == pytest.approx(0.190, abs=0.002)
+
+
+def test_conclusions_are_worded_by_the_interval():
+    assert rep.wording("DAT", "joint", 0.1, 0.02, 0.18).startswith("DAT beats joint by +0.100")
+    assert rep.wording("DAT", "joint", -0.1, -0.18, -0.02).startswith("joint beats DAT by 0.100")
+    assert rep.wording("DAT", "joint", 0.01, -0.05, 0.07) == (
+        "no difference detected: rules out a benefit of DAT larger than +0.070 and a loss larger than 0.050")
+
+
+def test_the_cliff_is_in_range_minus_the_last_third_of_3x():
+    assert rep.cliff(final(ood3=0.3)) == pytest.approx(0.7)
+
+
+def test_the_report_rebuilds_its_section_and_one_picture_per_metric(tmp_path):
+    runs = explored(B1, {0: 1500, 1: 1500})
+    runs += [record(B1, arm, s, 1500, ood3=0.9 if arm == "DAT" else 0.6, recall1=0.8 if arm == "joint" else 0.99)
+             for s in dpd.SEEDS[:3] for arm in dpd.ARMS]
+    page = tmp_path / "page.md"
+    page.write_text("# title\n\n## Results\n\nold\n")
+    data = {"runs": runs}
+    section = rep.report(data, dpd.plan(data), page)
+    assert page.read_text().count(dpd.BEGIN) == 1 and section in page.read_text()
+    assert "| joint | 3 | **undertrained** (0 of 3 seeds pass)" in section
+    assert "pending (3 of 15 seeds)" in section and "| P3 |" in section and "| pending |" in section
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(f"page_{s}.png" for s in rep.PICTURES)
+    again = rep.report(data, dpd.plan(data), page)  # a second report replaces the section, never appends
+    assert page.read_text().count(dpd.BEGIN) == 1 and again.split("\n", 3)[3] == section.split("\n", 3)[3]
