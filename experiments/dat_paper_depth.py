@@ -17,7 +17,9 @@ The plan, in order (`plan`): for each budget of BUDGETS until one passes, (1) jo
 the attention-off hybrid on the exploration seeds; (2) the switch rule on the attention-off runs,
 then plain DAT and DAT + curriculum at that switch on the same seeds; (3) the budget rule: every
 arm passes the in-range check on every exploration seed, else the next budget (the last budget is
-kept whatever it gives). Then (4) the three arms on the confirmation seeds, two seeds per sweep.
+kept whatever it gives). Then (4) the three arms on the confirmation seeds, two seeds per sweep;
+(5) the pure Transformer's candidates on exploration seed 0 at the kept budget, and (6) the one
+with the best in-range recall on the confirmation seeds, if that recall passes the check.
 """
 
 from __future__ import annotations
@@ -57,8 +59,13 @@ FIXED = {
     "device": "cpu",
 }
 AXES = ("dat.mode", "dat.switch_step", "curriculum.state_only_steps", "seed")
+# the pure Transformer's cells set these too (a hybrid's cell leaves them at FIXED's and the defaults)
+MODEL_AXES = ("model.mixer", "model.n_layers", "model.positional", "optim.lr")
 ARMS = ("joint", "DAT", "DAT + curriculum")  # the confirmation's arms
 OFF = "attention off"  # exploration only: the hybrid with attention held off for the whole run
+TRANSFORMER = "pure Transformer"
+# the pure Transformer's candidates: (n_layers, positional, lr), tried on exploration seed 0
+TRANSFORMER_CANDIDATES = tuple((n, pos, lr) for n in (2, 4) for pos in ("rope", "none") for lr in (1e-3, 3e-3))
 
 
 # --------------------------------------------------------------------------- cells and arms
@@ -71,7 +78,19 @@ def cell(arm: str, seed: int, budget: int, switch: int) -> dict:
     return {"dat.mode": mode, "dat.switch_step": sw, "curriculum.state_only_steps": state_only, "seed": seed}
 
 
+def transformer_cell(candidate: tuple, seed: int, budget: int) -> dict:
+    n_layers, positional, lr = candidate
+    return {"dat.mode": "none", "dat.switch_step": budget, "curriculum.state_only_steps": 0, "seed": seed,
+            "model.mixer": "none", "model.n_layers": n_layers, "model.positional": positional, "optim.lr": lr}
+
+
+def candidate_of(params: dict) -> tuple:
+    return params["model.n_layers"], params["model.positional"], params["optim.lr"]
+
+
 def arm_of(params: dict, budget: int) -> str:
+    if params.get("model.mixer") == "none":
+        return TRANSFORMER
     if params["dat.mode"] == "none":
         return "joint"
     if params["dat.switch_step"] >= budget:
@@ -80,7 +99,8 @@ def arm_of(params: dict, budget: int) -> str:
 
 
 def key(budget: int, params: dict) -> tuple:
-    return (budget, *(params[a] for a in AXES))
+    """A run's identity: a hybrid's by the four AXES, a pure Transformer's by MODEL_AXES too."""
+    return (budget, *(params[a] for a in AXES), *(params[a] for a in MODEL_AXES if a in params))
 
 
 @dataclass(frozen=True)
@@ -172,9 +192,27 @@ def plan(data: dict) -> Plan:
                      else "the last budget; the in-range check still fails (" + "; ".join(
                          f"{a} seed {s}: {', '.join(m)}" for a, s, m in failing) + "): such arms are reported as undertrained"))
         confirm = [cell(arm, s, budget, switch) for s in SEEDS for arm in ARMS]
-        todo = missing(budget, confirm)
-        return Plan("confirm" if todo else "done", budget, switch, todo, notes)
+        if todo := missing(budget, confirm):
+            return Plan("confirm", budget, switch, todo, notes)
+        return transformer_plan(runs, budget, switch, notes, missing)
     raise AssertionError("unreachable: the last budget always returns")
+
+
+def transformer_plan(runs: list[Run], budget: int, switch: int, notes: list, missing) -> Plan:
+    """After the hybrids: the pure Transformer's selection, then its confirmation if one passes."""
+    select = [transformer_cell(c, EXPLORE_SEEDS[0], budget) for c in TRANSFORMER_CANDIDATES]
+    if todo := missing(budget, select):
+        return Plan("transformer-select", budget, switch, todo, notes)
+    tried = [r for r in runs if r.budget == budget and r.arm == TRANSFORMER and r.seed == EXPLORE_SEEDS[0]]
+    best = max(tried, key=lambda r: r.final["recall_acc_1x"])
+    chosen, recall = candidate_of(best.params), best.final["recall_acc_1x"]
+    if recall < dict(IN_RANGE)["recall_acc_1x"]:
+        notes.append(f"pure Transformer: no candidate learns recall in range (best {chosen}: recall_acc_1x {recall:.3f}); "
+                     "not trained on the confirmation seeds")
+        return Plan("done", budget, switch, [], notes)
+    notes.append(f"pure Transformer: candidate (n_layers, positional, lr) = {chosen}, recall_acc_1x {recall:.3f}")
+    todo = missing(budget, [transformer_cell(chosen, s, budget) for s in SEEDS])
+    return Plan("transformer-confirm" if todo else "done", budget, switch, todo, notes)
 
 
 # --------------------------------------------------------------------------- the record
@@ -222,6 +260,9 @@ def finished_runs(sweep: Path) -> list[dict]:
             continue
         params = {"dat.mode": config["dat"]["mode"], "dat.switch_step": config["dat"]["switch_step"],
                   "curriculum.state_only_steps": config["curriculum"]["state_only_steps"], "seed": config["seed"]}
+        if config["model"]["mixer"] == "none":
+            params.update({"model.mixer": "none", "model.n_layers": config["model"]["n_layers"],
+                           "model.positional": config["model"]["positional"], "optim.lr": config["optim"]["lr"]})
         out.append({"budget": config["steps"], "params": params, "reports": reports})
     return out
 
@@ -249,7 +290,7 @@ def export() -> int:
 def chunk(p: Plan) -> list[dict]:
     """The next sweep's cells: a whole exploration phase, or the confirmation cells of the next
     SEEDS_PER_SWEEP seeds that still miss a run."""
-    if p.phase != "confirm":
+    if not p.phase.endswith("confirm"):
         return p.todo
     seeds = sorted({c["seed"] for c in p.todo})[:SEEDS_PER_SWEEP]
     return [c for c in p.todo if c["seed"] in seeds]
@@ -264,7 +305,8 @@ def space_for(p: Plan, cells: list[dict]) -> tuple[str, dict]:
         "description": f"DAT at the paper's depth, {p.phase} (experiments/dat_paper_depth.py)",
         "metric": "ood_acc_3x", "mode": "max",
         "fixed": FIXED,
-        "space": {a: {"type": "categorical", "choices": sorted({c[a] for c in cells}, key=str)} for a in AXES},
+        "space": {a: {"type": "categorical", "choices": sorted({c[a] for c in cells}, key=str)}
+                  for a in (*AXES, *MODEL_AXES) if a in cells[0]},
         "budget": {"num_samples": len(cells), "max_concurrent": CONCURRENT, "max_steps": p.budget, "eval_every": EVAL_EVERY},
         "scheduler": {"type": "fifo"},
         "searcher": {"sampler": "random", "seed": 0, "baseline": cells},

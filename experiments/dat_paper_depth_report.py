@@ -13,8 +13,9 @@ import subprocess
 from pathlib import Path
 from statistics import mean, stdev
 
-from experiments.dat_paper_depth import (ARMS, BEGIN, END, EVAL_SEED, EXPLORE_SEEDS, MULTIPLIERS, OFF,
-                                         RESULTS, ROOT, SEEDS, Plan, Run, converged_at, in_range_misses, runs_of)
+from experiments.dat_paper_depth import (ARMS, BEGIN, END, EVAL_SEED, EXPLORE_SEEDS, MULTIPLIERS, OFF, RESULTS, ROOT,
+                                         SEEDS, TRANSFORMER, Plan, Run, candidate_of, converged_at, in_range_misses,
+                                         runs_of)
 from trainables.metrics import CURVE
 
 MAX_LEN = 25
@@ -63,10 +64,12 @@ def metric(run: Run, name: str) -> float:
 
 
 def confirmation(runs: list[Run], budget: int) -> dict[str, dict[int, Run]]:
-    out: dict[str, dict[int, Run]] = {arm: {} for arm in ARMS}
+    out: dict[str, dict[int, Run]] = {arm: {} for arm in (*ARMS, TRANSFORMER)}
     for r in runs:
         if r.budget == budget and r.seed in SEEDS and r.arm in out:
             out[r.arm][r.seed] = r
+    if not out[TRANSFORMER]:
+        del out[TRANSFORMER]  # shown only once its confirmation has a run
     return out
 
 
@@ -80,7 +83,7 @@ def _cell(xs: list[float]) -> str:
 
 
 def exploration_section(runs: list[Run], plan: Plan) -> list[str]:
-    explored = sorted((r for r in runs if r.seed in EXPLORE_SEEDS), key=lambda r: (r.budget, r.arm, r.seed))
+    explored = sorted((r for r in runs if r.seed in EXPLORE_SEEDS and r.arm != TRANSFORMER), key=lambda r: (r.budget, r.arm, r.seed))
     lines = ["### Exploration (seeds 0 and 1): what the rules chose", ""]
     lines += [f"- {note}" for note in plan.notes] or ["- no rule applied yet"]
     lines += ["", "| budget | arm | seed | `acc_1x` | `state_acc_1x` | `recall_acc_1x` | `ood_acc_3x` | in-range check | state converged (best) |",
@@ -92,6 +95,22 @@ def exploration_section(runs: list[Run], plan: Plan) -> list[str]:
         conv = "step {} ({:.3f})".format(*converged_at(r.reports)) if r.arm == OFF else "-"
         lines.append(f"| {r.budget} | {r.arm} | {r.seed} | {f['acc_1x']:.3f} | {f['state_acc_1x']:.3f} | "
                      f"{f['recall_acc_1x']:.3f} | {f['ood_acc_3x']:.3f} | {check} | {conv} |")
+    return lines + [""]
+
+
+def transformer_section(runs: list[Run], budget: int) -> list[str]:
+    tried = sorted((r for r in runs if r.arm == TRANSFORMER and r.seed in EXPLORE_SEEDS and r.budget == budget),
+                   key=lambda r: -r.final["recall_acc_1x"])
+    if not tried:
+        return []
+    lines = ["### The pure Transformer's candidates (exploration seed 0)", "",
+             "| n_layers | positional | lr | `recall_acc_1x` | `state_acc_1x` | `acc_1x` | `ood_state_acc_3x` | `ood_acc_3x` |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in tried:
+        f = r.final
+        n, pos, lr = candidate_of(r.params)
+        lines.append(f"| {n} | {pos} | {lr:g} | {f['recall_acc_1x']:.3f} | {f['state_acc_1x']:.3f} | {f['acc_1x']:.3f} | "
+                     f"{f['ood_state_acc_3x']:.3f} | {f['ood_acc_3x']:.3f} |")
     return lines + [""]
 
 
@@ -266,14 +285,14 @@ def report(data: dict, plan: Plan, out: Path = RESULTS) -> str:
     runs = runs_of(data)
     base = baselines()
     conf = confirmation(runs, plan.budget)
-    n_conf = sum(len(v) for v in conf.values())
+    n_conf = sum(len(conf[arm]) for arm in ARMS)
     lines = [BEGIN, "",
              f"State: {len(runs)} runs recorded ({n_conf} of {len(ARMS) * len(SEEDS)} confirmation runs); plan phase "
              f"`{plan.phase}`, budget {plan.budget} steps, switch step {plan.switch}. Rebuilt by "
              f"`python -m experiments.dat_paper_depth report` at commit `{_commit()}` from "
              "[dat_paper_depth_runs.json.gz](dat_paper_depth_runs.json.gz); every number is a final evaluation "
              f"(256 sequences per length, evaluation seed {EVAL_SEED}).", ""]
-    lines += exploration_section(runs, plan)
+    lines += exploration_section(runs, plan) + transformer_section(runs, plan.budget)
     if n_conf:
         lines += arms_section(conf, base) + paired_section(conf) + claims_section(conf) + preset_section(conf)
         lines += [f"![{PICTURES[s]}]({out.stem}_{s}.png)" for s in PICTURES] + [""]

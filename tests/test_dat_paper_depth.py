@@ -109,9 +109,41 @@ def test_the_last_budget_is_kept_whatever_it_gives():
     assert "reported as undertrained" in p.notes[-1]
 
 
-def test_confirmation_complete_means_done():
+def confirmed() -> list[dict]:
     runs = explored(B1, {0: 1500, 1: 1500})
-    runs += [record(B1, arm, s, 1500) for s in dpd.SEEDS for arm in dpd.ARMS]
+    return runs + [record(B1, arm, s, 1500) for s in dpd.SEEDS for arm in dpd.ARMS]
+
+
+def transformer_record(candidate: tuple, seed: int, recall: float) -> dict:
+    return {"budget": B1, "params": dpd.transformer_cell(candidate, seed, B1),
+            "reports": [{**final(recall1=recall), "step": B1}]}
+
+
+def test_after_the_hybrids_the_pure_transformer_candidates_train_on_exploration_seed_0():
+    p = dpd.plan({"runs": confirmed()})
+    assert p.phase == "transformer-select" and len(p.todo) == len(dpd.TRANSFORMER_CANDIDATES) == 8
+    assert {c["seed"] for c in p.todo} == {0} and {c["model.mixer"] for c in p.todo} == {"none"}
+    assert {dpd.arm_of(c, B1) for c in p.todo} == {dpd.TRANSFORMER}
+    name, space = dpd.space_for(p, dpd.chunk(p))
+    assert space["space"]["model.n_layers"]["choices"] == [2, 4] and len(space["searcher"]["baseline"]) == 8
+
+
+def test_the_best_recall_candidate_is_confirmed_only_if_it_learns_recall_in_range():
+    recalls = [0.5, 0.6, 0.7, 0.97, 0.4, 0.3, 0.96, 0.2]
+    tried = [transformer_record(c, 0, r) for c, r in zip(dpd.TRANSFORMER_CANDIDATES, recalls)]
+    p = dpd.plan({"runs": confirmed() + tried})
+    assert p.phase == "transformer-confirm" and {c["seed"] for c in p.todo} == set(dpd.SEEDS)
+    assert {dpd.candidate_of(c) for c in p.todo} == {dpd.TRANSFORMER_CANDIDATES[3]}
+    assert len(dpd.chunk(p)) == 2
+    low = [transformer_record(c, 0, r - 0.3) for c, r in zip(dpd.TRANSFORMER_CANDIDATES, recalls)]
+    p = dpd.plan({"runs": confirmed() + low})
+    assert p.phase == "done" and "no candidate learns recall in range" in p.notes[-1]
+
+
+def test_every_run_recorded_means_done():
+    chosen = dpd.TRANSFORMER_CANDIDATES[0]
+    runs = confirmed() + [transformer_record(c, 0, 0.99 if c == chosen else 0.5) for c in dpd.TRANSFORMER_CANDIDATES]
+    runs += [transformer_record(chosen, s, 0.99) for s in dpd.SEEDS]
     assert dpd.plan({"runs": runs}).phase == "done"
 
 
@@ -138,12 +170,14 @@ def test_the_report_rebuilds_its_section_and_one_picture_per_metric(tmp_path):
     runs = explored(B1, {0: 1500, 1: 1500})
     runs += [record(B1, arm, s, 1500, ood3=0.9 if arm == "DAT" else 0.6, recall1=0.8 if arm == "joint" else 0.99)
              for s in dpd.SEEDS[:3] for arm in dpd.ARMS]
+    runs += [transformer_record(c, 0, 0.5 + 0.01 * i) for i, c in enumerate(dpd.TRANSFORMER_CANDIDATES[:2])]
     page = tmp_path / "page.md"
     page.write_text("# title\n\n## Results\n\nold\n")
     data = {"runs": runs}
     section = rep.report(data, dpd.plan(data), page)
     assert page.read_text().count(dpd.BEGIN) == 1 and section in page.read_text()
     assert "| joint | 3 | **undertrained** (0 of 3 seeds pass)" in section
+    assert "### The pure Transformer's candidates" in section and "| 2 | rope | 0.003 | 0.510 |" in section
     assert "pending (3 of 15 seeds)" in section and "| P3 |" in section and "| pending |" in section
     assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(f"page_{s}.png" for s in rep.PICTURES)
     again = rep.report(data, dpd.plan(data), page)  # a second report replaces the section, never appends
