@@ -171,6 +171,30 @@ def test_targets_are_uniform_over_the_next_player_s_legal_moves():
         assert (batch.tokens[g, n:] == PAD).all() and not batch.mask[g, n:].any()
 
 
+def test_played_targets_are_the_next_move_of_the_game_one_hot_inside_the_legal_set():
+    from trainables.othello import OthelloTask, played_next
+
+    games = generate_games(200, torch.Generator().manual_seed(4), max_moves=21)
+    played, legal = played_next(games, 20), games_to_batch(games, 20)
+    assert torch.equal(played.tokens, legal.tokens)
+    asked = played.mask
+    assert torch.equal(asked, legal.mask & (games.moves[:, 1:21] >= 0)) and asked.sum() > 0
+    assert torch.allclose(played.target[asked].sum(-1), torch.ones(int(asked.sum())))
+    token = played.target.argmax(-1)
+    assert torch.equal(token[asked], SQUARE_TO_TOKEN[games.moves[:, 1:21][asked]])
+    assert (legal.target[asked].gather(-1, token[asked][:, None]) > 0).all()  # always a legal move
+    # averaged over many games, the played move is distributed as the legal target (the first reply to f5 here)
+    many = generate_games(6000, torch.Generator().manual_seed(5), max_moves=2)
+    first = played_next(many, 1)
+    f5 = many.moves[:, 0] == many.moves[0, 0]
+    assert torch.allclose(first.target[f5, 0].mean(0), games_to_batch(many, 1).target[f5, 0].mean(0), atol=0.03)
+    task = OthelloTask(TaskConfig(name="othello", max_len=15, othello_targets="played"))
+    batch = task.sample_train(8, torch.Generator().manual_seed(0))
+    assert batch.tokens.shape == (8, 15) and set(batch.target[batch.mask].sum(-1).tolist()) == {1.0}
+    with pytest.raises(ValueError, match="othello_targets is othello's"):
+        TaskConfig(othello_targets="played")
+
+
 def test_the_worked_example_of_the_docstring():
     games = generate_games(2000, torch.Generator().manual_seed(0), max_moves=3)
     g = next(i for i, m in enumerate(games.moves.tolist()) if m == [37, 43, 18])  # f5 d6 c3
@@ -315,3 +339,8 @@ def test_the_dat_hybrid_and_the_ema_run_on_othello(one_thread):
     cfg = _tiny(**{"model.mixer": "lstm", "dat.mode": "fixed", "dat.switch_step": 30, "ema.decay": 0.9, "steps": 40})
     result = train(cfg)
     assert result.status == "completed" and "raw_acc_3x" in result.metrics and result.metrics["switch_step"] == 30
+
+
+def test_training_on_played_moves_runs_and_is_scored_against_the_legal_set(one_thread):
+    result = train(_tiny(**{"task.othello_targets": "played", "steps": 20}))
+    assert result.status == "completed" and 0.0 <= result.metrics["acc_1x"] <= 1.0 and math.isfinite(result.metrics["loss_1x"])

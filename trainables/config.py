@@ -54,6 +54,9 @@ class TaskConfig(_Frozen):
     # batch (~45% PAD), the slow reference. set_complement and othello always draw padded batches
     batching: Literal["bucketed", "padded"] = "bucketed"
     train_plies: int = Field(0, ge=0, le=60)  # othello: moves per training game; 0: max_len (60: full games, the reference)
+    # othello: what training asks after each move: the uniform distribution over the legal moves (legal), or
+    # the move the game actually played next, one-hot (played: a sample of that distribution, noisy targets)
+    othello_targets: Literal["legal", "played"] = "legal"
 
     @model_validator(mode="after")
     def _check(self) -> "TaskConfig":
@@ -67,6 +70,8 @@ class TaskConfig(_Frozen):
                 )
             if self.p_store <= 0.0 or self.p_query <= 0.0:
                 raise ValueError("modsum_recall needs p_store > 0 and p_query > 0")
+        if self.othello_targets != "legal" and self.name != "othello":
+            raise ValueError(f"othello_targets is othello's; task {self.name} has its own targets")
         return self
 
 

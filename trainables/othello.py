@@ -25,6 +25,11 @@ Worked example, the opening f5 d6 c3 (a prefix of 3 moves, cut from a longer gam
                (white to move)     (black to move)           (white to move)
     mask       1                   1                         1
 
+With `task.othello_targets: played` training asks instead for the move the game actually played
+next (one-hot; the games are uniformly random, so it is a sample of the legal-move distribution:
+the same expectation, with sampling noise, as next-token prediction on real game records);
+evaluation always scores against the legal set.
+
 Training uses the first `task.max_len` = N moves of each game (`task.train_plies` overrides it,
 e.g. 60 for the full-game reference); a causal model sees every shorter prefix inside that one,
 so `task.min_len` is not used. Evaluation: one fixed set of `eval.n_sequences` games from
@@ -87,7 +92,19 @@ class OthelloTask:
         self.train_plies = cfg.train_plies or cfg.max_len
 
     def sample_train(self, batch_size: int, gen: torch.Generator) -> SetBatch:
+        if self.cfg.othello_targets == "played":  # one move more: the one played after the last
+            return played_next(generate_games(batch_size, gen, self.train_plies + 1), self.train_plies)
         return games_to_batch(generate_games(batch_size, gen, self.train_plies), self.train_plies)
+
+
+def played_next(games: Games, n_moves: int) -> SetBatch:
+    """The first `n_moves` moves as tokens, each asked for the move played after it (one-hot)."""
+    legal = games_to_batch(games, n_moves)
+    following = games.moves[:, 1 : n_moves + 1]  # (B, T): the next move played, -1 after the game's end
+    if following.shape[1] < n_moves:  # the game generator stopped at its last move
+        following = F.pad(following, (0, n_moves - following.shape[1]), value=-1)
+    target = F.one_hot(torch.where(following >= 0, SQUARE_TO_TOKEN[following.clamp(min=0)], PAD), VOCAB_SIZE).float()
+    return SetBatch(legal.tokens, target, legal.mask & (following >= 0))
 
 
 def make_othello_eval_sets(cfg: TaskConfig, multipliers: tuple[int, ...], n_games: int, seed: int) -> dict[int, SetBatch]:
