@@ -1,13 +1,17 @@
 """Tables and plots of docs/results/othello.md from the runs' reports.
 
     python experiments/othello_report.py RUNS_DIR_OR_JSON... [--out docs/results/othello]
+    python experiments/othello_report.py docs/results/othello.json --paired-only
 
 Each input is a directory written by othello_run.py (NAME.jsonl per run) or a JSON file mapping
-NAME -> {"reports": [...]}. Runs are grouped by name without the trailing `_s<seed>`. Writes
+NAME -> {"reports": [...]}; a single stored record (OUT.json, NAME -> {"final": ..., "curve": ...})
+is read back as it is. Runs are grouped by name without the trailing `_s<seed>`. Writes
 OUT.json (every run's final metrics and its acc_{k}x curves: the record the tables are built
 from), OUT.png, and prints the markdown tables: mean ± standard deviation over seeds per group,
-the per-seed numbers, the pre-registered comparisons (difference of means, its standard error)
-and, for EMA runs, the averaged weights against the live weights of the same run (paired).
+the per-seed numbers, the pre-registered comparisons (difference of means, its standard error),
+for EMA runs the averaged weights against the live weights of the same run, and the settings
+compared paired by training seed (the re-analysis pre-registered in dat_paper_depth.md).
+`--paired-only` prints that last table and writes nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import statistics as st
 from pathlib import Path
 
 import matplotlib
+from scipy import stats
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -37,6 +42,15 @@ def load(paths: list[Path]) -> dict:
         else:
             runs.update({k: {"reports": v["reports"]} for k, v in json.loads(p.read_text()).items()})
     return runs
+
+
+def read(paths: list[Path]) -> dict:
+    """The record: read back from one stored OUT.json, or built from the runs' reports."""
+    if len(paths) == 1 and paths[0].is_file():
+        rec = json.loads(paths[0].read_text())
+        if all("final" in r for r in rec.values()):
+            return rec
+    return record(load(paths))
 
 
 def record(runs: dict) -> dict:
@@ -102,6 +116,53 @@ COMPARISONS = [  # (label, a, b): a - b
 ]
 
 
+PAIRED = [  # (label, a, b): a - b, per shared training seed; the set pre-registered in dat_paper_depth.md
+    ("EMA 0.999 - none", "gpt_ema0.999_drop0.0", "gpt_ema0.0_drop0.0"),
+    ("EMA 0.99 - none", "gpt_ema0.99_drop0.0", "gpt_ema0.0_drop0.0"),
+    ("attention dropout 0.1 - none", "gpt_ema0.0_drop0.1", "gpt_ema0.0_drop0.0"),
+    ("5000 steps: EMA 0.999 - none", "long_gpt_ema0.999_drop0.0", "long_gpt_ema0.0_drop0.0"),
+    ("5000 steps: dropout 0.1 - none", "long_gpt_ema0.0_drop0.1", "long_gpt_ema0.0_drop0.0"),
+    ("DAT hybrid - joint hybrid", "hybrid_dat", "hybrid_joint"),
+]
+
+
+def paired(a: dict[int, dict], b: dict[int, dict], metric: str) -> dict:
+    """a - b on `metric` over the seeds both have: the per-seed differences, their mean and sd, the
+    paired t with n-1 degrees of freedom, its two-sided 95% interval, and the seeds a is ahead on."""
+    seeds = sorted(a.keys() & b.keys())
+    d = [a[s][metric] - b[s][metric] for s in seeds]
+    m, sd = mean_sd(d)
+    se, df = sd / math.sqrt(len(d)), len(d) - 1
+    t = m / se if se else math.copysign(math.inf, m) if m else math.nan
+    half = stats.t.ppf(0.975, df) * se
+    return {"seeds": seeds, "diffs": d, "mean": m, "sd": sd, "t": t, "df": df, "ci": (m - half, m + half),
+            "ahead": sum(x > 0 for x in d)}
+
+
+def verdict(p: dict) -> str:
+    """An effect if the 95% interval excludes 0; otherwise what the interval's ends rule out."""
+    lo, hi = p["ci"]
+    if lo > 0:
+        return "effect: a better"
+    if hi < 0:
+        return "effect: b better"
+    return f"no effect detected: rules out a gain larger than {hi:.3f} and a loss larger than {-lo:.3f}"
+
+
+def paired_table(g: dict) -> str:
+    """The pre-registered paired comparisons (a - b per shared seed) as a markdown table."""
+    lines = ["| comparison (a - b) | n (df) | per-seed Δ acc_3x | mean Δ acc_3x [95% interval] | t (df) | seeds ahead | "
+             "mean Δ acc_1x [95% interval] | verdict (acc_3x) |", "|---|---|---|---|---|---|---|---|"]
+    for label, a, b in PAIRED:
+        if a in g and b in g:
+            p3, p1 = paired(g[a], g[b], "acc_3x"), paired(g[a], g[b], "acc_1x")
+            n, df = len(p3["seeds"]), p3["df"]
+            lines.append(f"| {label} | {n} ({df}) | {' '.join(f'{x:+.3f}' for x in p3['diffs'])} | "
+                         f"{p3['mean']:+.3f} [{p3['ci'][0]:+.3f}, {p3['ci'][1]:+.3f}] | {p3['t']:+.2f} ({df}) | "
+                         f"{p3['ahead']} of {n} | {p1['mean']:+.3f} [{p1['ci'][0]:+.3f}, {p1['ci'][1]:+.3f}] | {verdict(p3)} |")
+    return "\n".join(lines)
+
+
 def paired_ema(g: dict) -> str:
     """EMA weights minus the live weights of the same run (raw_acc_{k}x): the same training, paired per seed."""
     lines = ["| group | Δ acc_1x | Δ acc_2x | Δ acc_3x (± SE) | Δ acc_3x / SE | seeds with Δ acc_3x > 0 |", "|---|---|---|---|---|---|"]
@@ -162,12 +223,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, default=Path("docs/results/othello"))
+    parser.add_argument("--paired-only", action="store_true", help="print the paired comparisons only; write nothing")
     args = parser.parse_args()
-    rec = record(load(args.inputs))
-    args.out.with_suffix(".json").write_text(json.dumps(rec, indent=1) + "\n")
+    rec = read(args.inputs)
     g = groups(rec)
+    if args.paired_only:
+        print(paired_table(g))
+        return
+    args.out.with_suffix(".json").write_text(json.dumps(rec, indent=1) + "\n")
     plot(g, rec, args.out.with_suffix(".png"))
-    print(tables(g), "", comparisons(g), "", paired_ema(g), sep="\n")
+    print(tables(g), "", comparisons(g), "", paired_ema(g), "", paired_table(g), sep="\n")
 
 
 if __name__ == "__main__":
