@@ -122,8 +122,25 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tracking-uri", help="MLflow tracking server (http://HOST:5000); default $MLFLOW_TRACKING_URI "
                                           "or the embedded ./mlflow.db")
     p.add_argument("--experiment", type=experiment_name, help="MLflow experiment name (default: the sweep's name)")
+    p.add_argument("--in-process", action="store_true",
+                   help="run the sweep in this process even when a sweep service (`sweeper serve`) runs")
     _add_progress(p)
     p.set_defaults(func=_lazy("sweeper.commands.launch"), exit_at_once=True)
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="the resident sweep service: launches attach to it and start at once",
+                       description="Run the resident sweep service: one local Ray, warm trial workers with torch and "
+                                   "the trainer imported, sweeps side by side. `sweeper launch` attaches to it when "
+                                   "it runs (and says so); Ctrl-C in an attached launch stops that sweep only. "
+                                   "It answers this user only, on a Unix socket (mode 0600). In the foreground "
+                                   "until Ctrl-C, or in the background with --detach.")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--detach", action="store_true", help="start it in the background (log: <service dir>/service.log)")
+    how.add_argument("--status", action="store_true", help="whether it runs, and the sweeps it runs (exit 1: none)")
+    how.add_argument("--stop", action="store_true", help="stop it; its sweeps are interrupted, resumable")
+    p.add_argument("--workers", type=cpus, default=None, help="warm trial workers (default: this machine's CPUs)")
+    p.set_defaults(func=_lazy("sweeper.commands.serve"))
 
 
 def _add_progress(p: argparse.ArgumentParser) -> None:
@@ -172,7 +189,8 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
                        description="The state of a sweep from its directory (status.json): trial counts, the best "
                                    "trial, the top trials, the ETA. With --watch, the live view of `sweeper launch`, "
                                    "redrawn until the sweep ends. (A remote Ray job: `sweeper job status JOB`.)")
-    p.add_argument("name", help="the sweep's name (its directory under --storage), or a path to it")
+    p.add_argument("name", nargs="?", help="the sweep's name (its directory under --storage), or a path to it; "
+                                           "without it, the sweeps the sweep service runs")
     p.add_argument("--storage", help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
     p.add_argument("--watch", action="store_true", help="keep redrawing the live view until the sweep ends (Ctrl-C to stop)")
     p.add_argument("--every", type=positive_int, default=30, metavar="SECONDS",
@@ -235,8 +253,8 @@ def _add_ui(sub: argparse._SubParsersAction) -> None:
 
 
 PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_trial, _add_validate, _add_launch, _add_status, _add_report, _add_ui, _add_dashboard, _add_submit, _add_job,
-    _add_reproduce]
+    _add_trial, _add_validate, _add_launch, _add_serve, _add_status, _add_report, _add_ui, _add_dashboard, _add_submit,
+    _add_job, _add_reproduce]
 
 
 def version() -> str:

@@ -49,9 +49,9 @@ def sweep_lock_path(sweep_dir: Path) -> Path:
     return Path(sweep_dir).parent / f".{Path(sweep_dir).name}.lock"
 
 
-def hold_sweep_lock(sweep_dir: Path, name: str) -> None:
-    """Take the sweep's lock for the rest of this process, or refuse in one line naming the
-    driver that holds it."""
+def hold_sweep_lock(sweep_dir: Path, name: str) -> IO:
+    """Take the sweep's lock for the rest of this process (or until `release_sweep_lock`), or
+    refuse in one line naming the driver that holds it."""
     path = sweep_lock_path(sweep_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     f = open_lock_file(path)
@@ -73,6 +73,14 @@ def hold_sweep_lock(sweep_dir: Path, name: str) -> None:
     f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}))
     f.flush()
     _held.append(f)
+    return f
+
+
+def release_sweep_lock(handle: IO) -> None:
+    """Give a sweep's lock back before the process ends (a resident service, sweep after sweep)."""
+    if handle in _held:
+        _held.remove(handle)
+    handle.close()  # closing the file drops its flock
 
 
 @contextlib.contextmanager

@@ -5,9 +5,10 @@ driver. A driver that exits normally stops them; one killed with SIGKILL cannot,
 dashboard and runtime-env agents) run on forever. `record` writes the driver's descendants (pid and
 start time) to `<sweep dir>/ray_processes.json`, signed with a key of this user's that never lives
 in a sweep folder (`key_path`, mode 0600); `end_orphans`, called by the next launch of the sweep
-while it holds the sweep's lock (so the recorded driver is gone), ends every recorded process still
-running with its recorded start time, and their children. A record whose signature does not check
-(planted, edited, or another user's) ends nothing.
+while it holds the sweep's lock, ends every recorded process still running with its recorded start
+time, and their children, unless the recorded driver itself still runs (a resident service, whose
+Ray serves its other sweeps: its processes are nobody's orphans). A record whose signature does
+not check (planted, edited, or another user's) ends nothing.
 """
 
 from __future__ import annotations
@@ -59,24 +60,28 @@ def record(sweep_dir: Path) -> int:
         except psutil.Error:
             continue
     tmp = Path(sweep_dir) / (PROCESSES_FILE + ".tmp")
-    tmp.write_text(json.dumps({"driver": os.getpid(), "processes": procs, "signature": _signature(procs)}))
+    driver = {"pid": os.getpid(), "started": psutil.Process().create_time()}
+    tmp.write_text(json.dumps({"driver": os.getpid(), "driver_started": driver["started"], "processes": procs,
+                               "signature": _signature([driver, *procs])}))
     os.replace(tmp, Path(sweep_dir) / PROCESSES_FILE)
     return len(procs)
 
 
-def _recorded(path: Path) -> list[tuple[int, float]]:
-    """(pid, start time) of a record whose signature checks; [] for anything else."""
+def _recorded(path: Path) -> tuple[tuple[int, float] | None, list[tuple[int, float]]]:
+    """(the driver's (pid, start time), its processes' (pid, start time)) of a record whose
+    signature checks; (None, []) for anything else."""
     try:
         if path.is_symlink() or not path.is_file():
-            return []
+            return None, []
         with open(path, "rb") as f:
             data = json.loads(f.read(MAX_FILE_BYTES))
         procs = data["processes"]
-        if not hmac.compare_digest(str(data.get("signature", "")), _signature(procs)):
-            return []
-        return [(int(p["pid"]), float(p["started"])) for p in procs]
+        driver = {"pid": data["driver"], "started": data["driver_started"]}
+        if not hmac.compare_digest(str(data.get("signature", "")), _signature([driver, *procs])):
+            return None, []
+        return (int(driver["pid"]), float(driver["started"])), [(int(p["pid"]), float(p["started"])) for p in procs]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return []  # cut by a kill, or not a record of ours: nothing we can safely call ours
+        return None, []  # cut by a kill, or not a record of ours: nothing we can safely call ours
 
 
 def still_there(recorded: list[tuple[int, float]]) -> list[psutil.Process]:
@@ -93,11 +98,24 @@ def still_there(recorded: list[tuple[int, float]]) -> list[psutil.Process]:
     return found
 
 
+def _runs(process: tuple[int, float]) -> bool:
+    """Whether the process (pid, start time) still runs: this one, or another that is not a zombie."""
+    if process[0] == os.getpid():
+        return True
+    try:
+        return any(p.status() != psutil.STATUS_ZOMBIE for p in still_there([process]))
+    except psutil.Error:
+        return False
+
+
 def end_orphans(sweep_dir: Path, grace_s: float = 5.0) -> list[str]:
     """End the recorded processes of an earlier driver of this sweep that still run (SIGTERM, then
     SIGKILL after `grace_s`). Call only while holding the sweep's lock. Returns their names."""
     path = Path(sweep_dir) / PROCESSES_FILE
-    alive = still_there(_recorded(path))
+    driver, recorded = _recorded(path)
+    if driver is not None and _runs(driver):
+        return []  # the driver runs on (a resident service): its Ray is not orphaned
+    alive = still_there(recorded)
     family = {p.pid: p for p in alive}
     for proc in alive:  # workers a recorded raylet started after the record was written
         try:

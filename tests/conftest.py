@@ -15,6 +15,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # terminal, would never see it. Python's own handler here makes the children start with the default.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# A launch attaches to the user's sweep service when one runs (`sweeper serve`); the tests' launches
+# look for theirs in a folder of their own, where none runs unless a test starts it.
+if "SWEEPER_SERVICE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["SWEEPER_SERVICE_DIR"] = tempfile.mkdtemp(prefix="sweeper-test-service-")
+
 
 def sweeper_env() -> dict[str, str]:
     """The environment of a `sweeper` subprocess in a test: this checkout importable, and no

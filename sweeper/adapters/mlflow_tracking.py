@@ -39,6 +39,14 @@ DRAIN_S = 60.0  # at the end of a sweep: how long the queue may take to empty be
 RUN_STATUS = {"completed": "FINISHED", "stopped": "FINISHED", "diverged": "FINISHED", "failed": "FAILED"}
 
 
+def artifact_root(uri: str) -> str:
+    """Where an embedded store's artifacts go: `mlartifacts` beside its database file (for the
+    default ./mlflow.db, ./mlartifacts), wherever the process that logs them runs."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts").resolve().as_uri()
+    return (Path.cwd() / "mlartifacts").resolve().as_uri()
+
+
 class SweepTracker:
     """Mirrors a sweep into MLflow; `ledger` keeps the parent run's uid (None: a new one each time)."""
 
@@ -76,7 +84,7 @@ class SweepTracker:
             st.update(tracking_uri=self.uri, parent_uid=uid)
         exp = self.client.get_experiment_by_name(self.experiment)
         if exp is None:
-            artifacts = None if "://" in self.uri and not self.uri.startswith("sqlite") else (Path.cwd() / "mlartifacts").resolve().as_uri()
+            artifacts = None if "://" in self.uri and not self.uri.startswith("sqlite") else artifact_root(self.uri)
             # the UI opens an experiment of this kind on its training-runs view
             exp_id = self.client.create_experiment(self.experiment, artifact_location=artifacts,
                                                    tags={"mlflow.experimentKind": "custom_model_development"})

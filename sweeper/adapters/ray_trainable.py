@@ -56,36 +56,42 @@ def trial_dir(trials_root: str | Path, number: int) -> Path:
     return Path(trials_root) / trial_name(number)
 
 
+def run_trial(config: dict, to_config: Callable[[dict[str, Any]], TrialConfig], threads: int, trials_root: str,
+              report_to: Callable[[dict], None]) -> None:
+    """Train the trial `config` names in its own folder, handing each report to `report_to`."""
+    import torch
+
+    from trainables.train import read_checkpoint, train
+
+    run = RunDir(trial_dir(trials_root, int(config["number"])))
+    torch.set_num_threads(max(1, threads))
+    cfg = to_config(config["params"])
+    resume_from = run.checkpoint()
+    if resume_from is not None:  # continue where the trial's folder left off; say that report again first:
+        state = read_checkpoint(resume_from)  # the ledger may not have heard of it
+        run.drop_reports_after(int(state["step"]))
+        if state.get("metrics"):
+            report_to(state["metrics"])
+    system = SystemMetrics()
+    reported = []
+
+    def report(metrics: dict, checkpoint_dir: str | None) -> None:
+        run.append(metrics)
+        if checkpoint_dir:
+            run.keep_checkpoint(checkpoint_dir, int(metrics["step"]))
+        report_to({**metrics, **system.sample()})
+        reported.append(metrics["step"])
+
+    result = train(cfg, report=report, resume_from=resume_from)
+    if not reported and result.metrics and resume_from is None:  # a Ray trial must end with a report
+        report_to(result.metrics)
+
+
 def make_trainable(to_config: Callable[[dict[str, Any]], TrialConfig], threads: int, trials_root: str) -> Callable[[dict], None]:
     """`to_config` maps a trial's sampled parameters to a TrialConfig; it must pickle. `trials_root`:
     the folder of the sweep's trial folders, on storage every node of the cluster sees."""
 
     def trainable(config: dict) -> None:
-        import torch
-
-        from trainables.train import read_checkpoint, train
-
-        run = RunDir(trial_dir(trials_root, int(config["number"])))
-        torch.set_num_threads(max(1, threads))
-        cfg = to_config(config["params"])
-        resume_from = run.checkpoint()
-        if resume_from is not None:  # continue where the trial's folder left off; say that report again first:
-            state = read_checkpoint(resume_from)  # the ledger may not have heard of it
-            run.drop_reports_after(int(state["step"]))
-            if state.get("metrics"):
-                tune.report(state["metrics"])
-        system = SystemMetrics()
-        reported = []
-
-        def report(metrics: dict, checkpoint_dir: str | None) -> None:
-            run.append(metrics)
-            if checkpoint_dir:
-                run.keep_checkpoint(checkpoint_dir, int(metrics["step"]))
-            tune.report({**metrics, **system.sample()})
-            reported.append(metrics["step"])
-
-        result = train(cfg, report=report, resume_from=resume_from)
-        if not reported and result.metrics and resume_from is None:  # a Ray trial must end with a report
-            tune.report(result.metrics)
+        run_trial(config, to_config, threads, trials_root, tune.report)
 
     return trainable

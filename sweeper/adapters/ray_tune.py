@@ -167,9 +167,28 @@ def _trial_config(spec: SearchSpace, params: dict):
     return trial_config_for(spec, params, source=f"trial {params}")
 
 
-def build_tuner(spec: SearchSpace, ledger: Ledger, views, trials_root: str, scratch: str) -> tune.Tuner:
+class EventStopper(tune.Stopper):
+    """Stops the whole sweep once `event` is set (a launch attached to the service was interrupted);
+    its running trials end unfinished, to be resumed, as after a Ctrl-C."""
+
+    def __init__(self, event: threading.Event | None = None):
+        self.event = event or threading.Event()
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.event.is_set()
+
+    def __reduce__(self):  # Tune saves its run config; an event does not pickle (a copy never fires)
+        return (EventStopper, ())
+
+
+def build_tuner(spec: SearchSpace, ledger: Ledger, views, trials_root: str, scratch: str,
+                stop: threading.Event | None = None, workers: list | None = None) -> tune.Tuner:
     """A Tuner that runs `spec`'s trials from the ledger: those a resumed sweep left unended, then new
-    ones until num_samples. Ray's experiment files go to `scratch` (nothing reads them back)."""
+    ones until num_samples. Ray's experiment files go to `scratch` (nothing reads them back). On the
+    resident service: `stop` ends the sweep when set, and trials train on the warm `workers`."""
     budget, sch = spec.budget, spec.scheduler
     searcher = LedgerSearcher(ledger, views, budget.num_samples, budget.max_steps, spec.metric, spec.mode)
     if sch.type == "asha":
@@ -177,7 +196,13 @@ def build_tuner(spec: SearchSpace, ledger: Ledger, views, trials_root: str, scra
     else:
         scheduler = FIFOScheduler()
     threads = max(1, int(spec.resources.cpu))
-    trainable = make_trainable(functools.partial(_trial_config, spec), threads, trials_root)
+    to_config = functools.partial(_trial_config, spec)
+    if workers and spec.resources.gpu == 0:
+        from sweeper.adapters.ray_warm import make_warm_trainable
+
+        trainable = make_warm_trainable(workers, to_config, threads, trials_root)
+    else:
+        trainable = make_trainable(to_config, threads, trials_root)
     return tune.Tuner(
         tune.with_resources(trainable, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}),
         tune_config=tune.TuneConfig(
@@ -194,6 +219,7 @@ def build_tuner(spec: SearchSpace, ledger: Ledger, views, trials_root: str, scra
             storage_path=scratch,
             failure_config=tune.FailureConfig(max_failures=2),  # a retry continues from the trial's folder
             callbacks=[ViewsCallback(views)],
+            stop=EventStopper(stop) if stop is not None else None,
             verbose=0,
         ),
     )

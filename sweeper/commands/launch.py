@@ -19,9 +19,12 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from sweeper import faults, live, orphans
 from sweeper.adapters.mlflow_store import store_lock
@@ -30,7 +33,7 @@ from sweeper.adapters.optuna_search import baseline_points
 from sweeper.eta import Plan
 from sweeper.live_table import plan_line
 from sweeper.fs import check_writable
-from sweeper.lock import hold_sweep_lock
+from sweeper.lock import hold_sweep_lock, release_sweep_lock
 from sweeper.records import FINAL
 from sweeper.space import SearchSpace, SpaceError
 from sweeper.space_file import load_space
@@ -138,11 +141,36 @@ def _graceful_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGUSR1))
 
 
-def run(args: argparse.Namespace) -> int:
-    from sweeper.adapters import mlflow_tracking as tracking
+@dataclass(frozen=True)
+class SweepHost:
+    """What the resident service (sweeper/service_host.py) gives a sweep it runs: its Ray is up,
+    `stop` ends the sweep when set, trials train on the warm `workers`, `announce` tells the
+    attached launch where the sweep's folder is (it draws the progress from there) and `fitted` when
+    its trials have stopped."""
 
+    stop: threading.Event
+    workers: list
+    announce: Callable[[Path], None]
+    fitted: Callable[[], None]  # the trials have stopped: the attached launch's progress view ends
+
+
+def run(args: argparse.Namespace, host: SweepHost | None = None) -> int:
+    """`sweeper launch`: attached to this user's running service if there is one (and the sweep is
+    local), else the sweep in this process. `host`: the service running it."""
+    if host is None and args.address is None and not getattr(args, "in_process", False):
+        from sweeper.attach import attach
+
+        code = attach(args)
+        if code is not None:
+            return code
+    return run_sweep(args, host)
+
+
+def check_launch(args: argparse.Namespace) -> tuple[SearchSpace, str, Path, str]:
+    """Every check of a launch's input, before anything starts or is written (also run by a launch
+    attached to the service, in its own folder and environment): (the space, the storage folder of
+    its trials, the sweep's folder, the tracking URI)."""
     spec = load_space(args.file)  # every user mistake surfaces here, before Ray starts
-    faults.arm()  # $SWEEPER_FAULT: the driver kills itself on cue (tests/faults/)
     experiment_dir, sweep_dir = sweep_dir_for(spec.name, args.storage)
     if is_uri(experiment_dir):
         raise SpaceError(f"--storage {args.storage}: trials keep their checkpoints in folders of their own, so the "
@@ -154,6 +182,13 @@ def run(args: argparse.Namespace) -> int:
         check_address(args.address)
     uri = resolve_uri(args.tracking_uri)
     preflight(uri, source=uri_source(args.tracking_uri))
+    return spec, experiment_dir, sweep_dir, uri
+
+
+def run_sweep(args: argparse.Namespace, host: SweepHost | None = None) -> int:
+    spec, experiment_dir, sweep_dir, uri = check_launch(args)
+    if host is None:
+        faults.arm()  # $SWEEPER_FAULT: the driver kills itself on cue (tests/faults/); the service arms its own
     if args.address is not None:
         from sweeper.adapters import ray_tune
 
@@ -162,7 +197,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: --address {args.address} with the storage path {experiment_dir}: on a multi-node cluster every "
               "node must see it (NFS, a shared volume; pass --shared-storage to confirm it is shared)", file=sys.stderr)
 
-    hold_sweep_lock(sweep_dir, spec.name)  # one driver per sweep, until this process ends
+    lock = hold_sweep_lock(sweep_dir, spec.name)  # one driver per sweep, until this process (or sweep on the service) ends
+    try:
+        return _run_locked(args, spec, experiment_dir, sweep_dir, uri, host)
+    finally:
+        if host is not None:
+            release_sweep_lock(lock)
+
+
+def _run_locked(args: argparse.Namespace, spec: SearchSpace, experiment_dir: str, sweep_dir: Path, uri: str,
+                host: SweepHost | None) -> int:
+    from sweeper.adapters import mlflow_tracking as tracking
+
     if ended_procs := orphans.end_orphans(sweep_dir):  # a SIGKILLed driver's local Ray: ours to end
         print(f"ended {len(ended_procs)} processes of this sweep's earlier local Ray ({', '.join(sorted(set(ended_procs)))})",
               file=sys.stderr)
@@ -180,7 +226,11 @@ def run(args: argparse.Namespace) -> int:
     views = SweepViews(sweep_dir, spec, ledger, trials_root, tracker=tracker)
     records = views.records()
     plan = Plan.from_space(spec)
-    print(plan_line(plan, records), flush=True)  # trials, steps, concurrency, the estimate (sweeper/live_table.py)
+    line = plan_line(plan, records)  # trials, steps, concurrency, the estimate (sweeper/live_table.py)
+    if host is not None:
+        line = line.replace("Ctrl-C stops;", f"On the service (pid {os.getpid()}, {len(host.workers)} warm workers): "
+                                             "Ctrl-C stops this sweep;")
+    print(line, flush=True)
 
     def start_tracking() -> int:
         try:
@@ -204,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"MLflow: {made} reports and trial ends the last run of this sweep did not log, logged now")
     print(f"tracking: {hide_password(uri)} (experiment {tracker.experiment}); `sweeper ui` opens it")
     if args.address is None:
-        orphans.record(sweep_dir)  # so that a next launch can end them if this driver is SIGKILLed
+        orphans.record(sweep_dir)  # so that a next launch can end them if this driver (or the service) is SIGKILLed
     if args.address is not None and (note := ray_tune.cluster_fit_note(spec.resources.cpu, spec.resources.gpu)):
         print(note, file=sys.stderr)
     if resuming:
@@ -213,15 +263,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"sweep {spec.name}: {spec.budget.num_samples} trials, {spec.budget.max_concurrent} at once -> {sweep_dir}")
     views.write("running")
     scratch = ray_tune.scratch_dir(spec.name)
-    tuner = ray_tune.build_tuner(spec, ledger, views, trials_root, scratch)
-    _graceful_sigterm()
+    tuner = ray_tune.build_tuner(spec, ledger, views, trials_root, scratch, stop=host.stop if host else None,
+                                 workers=host.workers if host else None)
+    if host is None:
+        _graceful_sigterm()
+    else:
+        host.announce(sweep_dir)  # the attached launch draws the progress from the sweep's folder
     try:
         with live.LiveView(sweep_dir, plan, getattr(args, "progress", "auto"), getattr(args, "progress_every", 30.0)):
             tuner.fit()
     finally:
         ray_tune.remove_scratch(scratch)
-    for sig in (signal.SIGINT, signal.SIGTERM):  # Ray's handlers outlive fit() and ignore both: during the finish
-        signal.signal(sig, signal.default_int_handler)  # they interrupt it (exit 130; the same command finishes it)
+        if host is not None:
+            host.fitted()
+    if host is None:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # Ray's handlers outlive fit() and ignore both: during the finish
+            signal.signal(sig, signal.default_int_handler)  # they interrupt it (exit 130; the same command finishes it)
 
     left = ledger.mark_interrupted()
     interrupted = bool(left) or ledger.counted() < spec.budget.num_samples
@@ -244,12 +301,12 @@ def run(args: argparse.Namespace) -> int:
     if interrupted:
         print(f"sweep {spec.name} interrupted with {sum(r.status in FINAL for r in records)} of {spec.budget.num_samples} "
               f"trials finished; run the same command to resume", file=sys.stderr)
-        if not getattr(args, "exit_at_once", False):  # the CLI ends this driver's local Ray faster (cli.exit_at_once)
+        if host is None and not getattr(args, "exit_at_once", False):  # the CLI ends its local Ray faster (cli.exit_at_once)
             ray_tune.shutdown_ray()  # after the state is written: a Ctrl-C during the shutdown loses nothing
         return 130
     print(f"summary: {sweep_dir / 'summary.json'}")
-    if not getattr(args, "exit_at_once", False):
-        ray_tune.shutdown_ray()
+    if host is None and not getattr(args, "exit_at_once", False):
+        ray_tune.shutdown_ray()  # the service's Ray serves its next sweep
     return 0
 
 

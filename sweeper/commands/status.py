@@ -11,6 +11,10 @@ from trainables.errors import ConfigError
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.name is None:  # the sweeps of the resident service
+        from sweeper.commands.serve import status
+
+        return status()
     sweep_dir = find_sweep_dir(args.name, args.storage, SPACE_FILE)
     if not (sweep_dir / STATUS_FILE).exists() and not (sweep_dir / SPACE_FILE).exists():
         raise ConfigError(f"{sweep_dir}: no sweep here (no {STATUS_FILE}, no {SPACE_FILE}); `sweeper launch FILE` starts one")

@@ -1,0 +1,158 @@
+"""Warm trial workers: the resident service's trials start with torch and the trainer imported.
+
+Ray Tune runs each trial in an actor of its own, a fresh process that would import torch and the
+trainer again (about 2 s here). The service (sweeper/service_host.py) keeps `TrialWorker` actors
+alive instead, each holding no CPU of its own and the imports done; a trial of a sweep on the
+service is a thin Tune trial (it keeps the trial's CPUs) that claims a free worker and has it
+train, forwarding every report to Ray Tune as the worker streams it back. The worker trains the
+same `run_trial` as a cold trial (sweeper/adapters/ray_trainable.py), in the trial's own folder.
+
+A worker stops training at its next report when the trial that claimed it asks it to (Tune
+stopped or interrupted the trial) or when that trial's process is gone (killed), so no worker
+trains for a trial Tune has given up. A GPU trial, or one that finds every worker busy, trains in
+its own process, as without the service.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from typing import Any, Callable
+
+import ray
+from ray import tune
+
+from sweeper.adapters.ray_trainable import run_trial
+from trainables.config import TrialConfig
+
+_DONE = object()
+
+
+class Stopped(Exception):
+    """Raised inside a worker's training when its trial no longer wants it."""
+
+
+@ray.remote(num_cpus=0, max_concurrency=4)  # one trial trains while claims and stops are answered
+class TrialWorker:
+    def __init__(self):
+        import torch  # noqa: F401  (the point of a warm worker)
+
+        import trainables.train  # noqa: F401
+
+        self._lock = threading.Lock()
+        self._owner: tuple[int, float] | None = None  # the trial that claimed this worker
+        self._training = False
+        self._stop = threading.Event()
+        self._trained = 0
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def info(self) -> dict:
+        """This worker's process and how many trials it has trained (the service's status shows them)."""
+        return {"pid": os.getpid(), "trained": self._trained, "busy": self._owner is not None}
+
+    def claim(self, owner: tuple[int, float]) -> bool:
+        """Take this worker for the trial `owner` (its process: pid, start time); False while another
+        trial has it (a trial that claimed it and died before training frees it)."""
+        with self._lock:
+            if self._owner is not None and (self._training or not _gone(self._owner)):
+                return False
+            self._owner = owner
+            self._stop.clear()
+            return True
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def train(self, config: dict, to_config: Callable[[dict[str, Any]], TrialConfig], threads: int, trials_root: str,
+              owner: tuple[int, float]):
+        """Train the trial (its reports streamed back), then free the worker. `owner`: the claiming
+        trial's process (pid, start time), watched at every report."""
+        with self._lock:
+            if self._owner != owner:
+                raise RuntimeError("this warm worker was not claimed by the trial asking it to train")
+            self._training = True
+        reports: queue.Queue = queue.Queue()
+        failure: list[BaseException] = []
+
+        def report_to(metrics: dict) -> None:
+            if self._stop.is_set() or _gone(owner):
+                raise Stopped()
+            reports.put(metrics)
+
+        def work() -> None:
+            try:
+                run_trial(config, to_config, threads, trials_root, report_to)
+            except Stopped:
+                pass
+            except BaseException as err:  # noqa: BLE001 - handed to the trial, which fails (and Tune retries)
+                failure.append(err)
+            finally:
+                reports.put(_DONE)
+
+        thread = threading.Thread(target=work, name="sweeper-warm-trial", daemon=True)
+        thread.start()
+        self._trained += 1
+        try:
+            while (item := reports.get()) is not _DONE:
+                yield item
+            if failure:
+                raise failure[0]
+        finally:
+            self._stop.set()
+            thread.join()
+            with self._lock:
+                self._owner, self._training = None, False
+
+
+def _gone(process: tuple[int, float]) -> bool:
+    """Whether the process (pid, start time) has ended (or its pid is now another process's)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(process[0])
+        return abs(proc.create_time() - process[1]) > 0.01 or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def start_workers(n: int) -> list:
+    """`n` warm workers, their imports done when this returns."""
+    workers = [TrialWorker.remote() for _ in range(n)]
+    ray.get([w.pid.remote() for w in workers])
+    return workers
+
+
+def claim(workers: list, owner: tuple[int, float]) -> Any | None:
+    for worker in workers:
+        try:
+            if ray.get(worker.claim.remote(owner), timeout=10):
+                return worker
+        except (ray.exceptions.RayError, TimeoutError):
+            continue
+    return None
+
+
+def make_warm_trainable(workers: list, to_config: Callable[[dict[str, Any]], TrialConfig], threads: int,
+                        trials_root: str) -> Callable[[dict], None]:
+    """A trainable that trains on a free warm worker, or in its own process when none is free."""
+
+    def trainable(config: dict) -> None:
+        import psutil
+
+        me = psutil.Process()
+        owner = (me.pid, me.create_time())
+        worker = claim(workers, owner)
+        if worker is None:
+            run_trial(config, to_config, threads, trials_root, tune.report)
+            return
+        stream = worker.train.options(num_returns="streaming").remote(config, to_config, threads, trials_root, owner)
+        try:
+            for ref in stream:
+                tune.report(ray.get(ref))
+        finally:
+            worker.stop.remote()
+
+    return trainable

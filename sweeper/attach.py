@@ -1,0 +1,114 @@
+"""`sweeper launch` attached to this user's running service (`sweeper serve`).
+
+The launch checks its input here first, in its own folder and environment, with the same code and
+the same one-line errors as a launch without the service; then it hands the sweep to the service,
+paths and tracking URI made absolute, prints what the service says about it, draws the progress
+from the sweep's folder as the sweep runs, and exits with the sweep's code. Ctrl-C asks the service
+to stop this sweep (its trials interrupted, resumable by the same command), not the service; a
+second Ctrl-C leaves at once, the sweep still stopping on the service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+from sweeper.service_link import Messages, code_hash, connect, send, service_dir
+from trainables.errors import ConfigError, one_line
+
+
+def attach(args: argparse.Namespace) -> int | None:
+    """The sweep's exit code, run on the service; None when no service answers (or it runs older
+    code than this checkout's and cannot restart now): the caller runs the sweep itself."""
+    conn = connect()
+    if conn is None:
+        return None
+    from sweeper.commands.launch import check_launch
+
+    spec, experiment_dir, sweep_dir, uri = check_launch(args)
+    request = {"verb": "launch", "code": code_hash(), "file": str(Path(args.file).resolve()),
+               "storage": str(Path(experiment_dir).parent), "tracking_uri": uri, "experiment": args.experiment,
+               "restart": bool(args.restart), "progress_every": float(args.progress_every)}
+    for _ in range(2):  # a second time after the service restarted on this checkout's code
+        with conn:
+            send(conn, request)
+            code = _follow(conn, args, spec.name)
+        if code != RESTARTED:
+            return code
+        conn = _wait_for_restart(request["code"])
+        if conn is None:
+            return None
+    return None
+
+
+RESTARTED = -1
+RESTART_TIMEOUT_S = 180.0
+
+
+def _wait_for_restart(code: str):
+    """A connection to the service once it answers with this checkout's code; None if it does not."""
+    import time
+
+    from sweeper.service_link import request
+
+    deadline = time.monotonic() + RESTART_TIMEOUT_S
+    while time.monotonic() < deadline:
+        answer = request({"verb": "status"})
+        if answer is not None and answer.get("code") == code:
+            return connect()
+        time.sleep(0.5)
+    print("note: the sweep service did not come back on the new code; this sweep runs in its own process", file=sys.stderr)
+    return None
+
+
+def _follow(conn, args: argparse.Namespace, name: str) -> int | None:
+    from sweeper import live
+
+    interrupts = []
+
+    def on_interrupt(*_) -> None:
+        interrupts.append(1)
+        if len(interrupts) > 1:
+            print("\nleft at once; the sweep is still stopping on the service", file=sys.stderr)
+            os._exit(130)
+        print("\ninterrupting: the service stops this sweep (Ctrl-C again to leave at once)", file=sys.stderr)
+        try:
+            send(conn, {"verb": "interrupt"})
+        except OSError:
+            pass
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    view = None
+    try:
+        for message in Messages(conn):
+            if "out" in message:
+                print(message["out"], end="", flush=True)
+            elif "err" in message:
+                print(message["err"], end="", file=sys.stderr, flush=True)
+            elif "sweep_dir" in message and view is None and args.progress != "none":
+                view = live.LiveView(Path(message["sweep_dir"]), live.plan_of(Path(message["sweep_dir"])), args.progress,
+                                     args.progress_every)
+                view.__enter__()
+            elif "stale" in message:
+                print(f"note: {message['stale']}", file=sys.stderr)
+                return None
+            elif "restart" in message:
+                print(f"note: {message['restart']}", file=sys.stderr)
+                return RESTARTED
+            elif "error" in message:
+                raise ConfigError(str(message["error"]))
+            elif "fitted" in message and view is not None:
+                view.__exit__(None, None, None)
+                view = None
+            elif "exit" in message:
+                return int(message["exit"])
+    finally:
+        if view is not None:
+            view.__exit__(None, None, None)
+        signal.signal(signal.SIGINT, previous)
+    print(f"error: the service stopped while running sweep {one_line(name, 80)} (killed?); the same command resumes "
+          f"the sweep (service log: {service_dir() / 'service.log'})", file=sys.stderr)
+    return 1

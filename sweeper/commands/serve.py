@@ -1,0 +1,117 @@
+"""`sweeper serve`: the resident sweep service, in the foreground or in the background.
+
+    sweeper serve             run it here until Ctrl-C (its log on this terminal)
+    sweeper serve --detach    start it in the background, its log in <service dir>/service.log;
+                              returns once it answers
+    sweeper serve --status    whether it runs: pid, uptime, workers, the sweeps it runs (exit 1: none)
+    sweeper serve --stop      stop it: its sweeps are interrupted and written down, resumable
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from sweeper.service_link import LOG, connect, ensure_private_dir, read_state, request, service_dir
+from trainables.errors import ConfigError
+
+START_TIMEOUT_S = 180.0  # until a detached service answers (Ray and the workers' imports; slow on 2 busy cores)
+STOP_TIMEOUT_S = 150.0  # until a stopped service's process has ended (its sweeps write themselves down first)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.status:
+        return status()
+    if args.stop:
+        return stop()
+    if args.detach:
+        return detach(args.workers)
+    from sweeper.service_host import main
+
+    return main(["--workers", str(args.workers)] if args.workers else [])
+
+
+def status() -> int:
+    answer = request({"verb": "status"})
+    if answer is None:
+        print(f"no sweep service runs for this user ({service_dir()})")
+        return 1
+    up = time.time() - float(answer.get("started", time.time()))
+    print(f"sweep service: pid {answer.get('pid')}, up {_duration(up)}, {answer.get('workers')} warm workers, "
+          f"code {answer.get('code')}; log {service_dir() / LOG}")
+    workers = answer.get("worker_info") or []
+    if workers:
+        print("warm workers: " + ", ".join(f"pid {w.get('pid')} ({w.get('trained')} trials{', busy' if w.get('busy') else ''})"
+                                           for w in workers))
+    sweeps = answer.get("sweeps") or []
+    if not sweeps:
+        print("no sweep running")
+    for s in sweeps:
+        print(f"  {s.get('name')}: running {_duration(time.time() - float(s.get('since', time.time())))} for launch pid "
+              f"{s.get('client_pid')} ({s.get('sweep_dir') or 'starting'})")
+    return 0
+
+
+def stop() -> int:
+    answer = request({"verb": "stop"})
+    if answer is None:
+        print("no sweep service runs for this user")
+        return 0
+    pid = int(answer.get("pid", 0))
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.2)
+    if _alive(pid):
+        raise ConfigError(f"the sweep service (pid {pid}) is still stopping after {STOP_TIMEOUT_S:.0f} s; "
+                          f"its log: {service_dir() / LOG}")
+    print(f"sweep service stopped (pid {pid}); its sweeps resume with `sweeper launch FILE`")
+    return 0
+
+
+def detach(workers: int | None) -> int:
+    directory = ensure_private_dir(service_dir())
+    if (conn := connect(directory)) is not None:
+        conn.close()
+        print(f"a sweep service already runs (pid {read_state(directory).get('pid', '?')}); `sweeper serve --status`")
+        return 0
+    log_path = directory / LOG
+    log = open(log_path, "ab")
+    os.chmod(log_path, 0o600)
+    command = [sys.executable, "-m", "sweeper.service_host", *(["--workers", str(workers)] if workers else [])]
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True, close_fds=True)
+    log.close()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+            raise ConfigError(f"the sweep service did not start (exit {proc.returncode}): {tail[0][:200]}")
+        if (conn := connect(directory)) is not None:
+            conn.close()
+            print(f"sweep service running (pid {proc.pid}); log {log_path}; `sweeper launch FILE` attaches to it, "
+                  "`sweeper serve --stop` stops it")
+            return 0
+        time.sleep(0.2)
+    raise ConfigError(f"the sweep service (pid {proc.pid}) did not answer within {START_TIMEOUT_S:.0f} s; its log: {log_path}")
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        try:
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"

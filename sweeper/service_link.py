@@ -1,0 +1,164 @@
+"""The resident service's address and its wire, on both ends (stdlib only: a launch reaches it fast).
+
+    service_dir()     this user's folder of the service (mode 0700): $SWEEPER_SERVICE_DIR, else
+                      $XDG_RUNTIME_DIR/dat-sweeper, else ~/.cache/dat-sweeper/service
+    SOCKET, STATE, LOG  in it: the Unix socket (mode 0600), the running service's pid and code,
+                      its log
+    connect()         a connection to this user's running service, or None where none answers;
+                      a socket or folder that is not this user's alone is refused, never used
+    send / Messages   one JSON object per line, each at most MAX_MESSAGE bytes
+    peer_uid(conn)    the connecting process's user (SO_PEERCRED): the service answers its own only
+    code_hash()       a hash of the project's modules (sweeper/, trainables/): the code a process runs
+
+A launch attached to the service sends {"verb": "launch", ...}; the service answers with lines
+{"out": text} and {"err": text}, one {"sweep_dir": path} once the sweep's folder is ready, and a
+last {"exit": code}. {"verb": "interrupt"} on the same connection, or the connection closing,
+stops that sweep (its trials interrupted, resumable).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import stat
+import struct
+from pathlib import Path
+from typing import Iterator
+
+from trainables.errors import ConfigError, cut
+
+SOCKET, STATE, LOG = "service.sock", "service.json", "service.log"
+MAX_MESSAGE = 1 << 20
+MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
+
+
+def service_dir() -> Path:
+    if os.environ.get("SWEEPER_SERVICE_DIR"):
+        return Path(os.environ["SWEEPER_SERVICE_DIR"]).expanduser().resolve()
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(os.environ["XDG_RUNTIME_DIR"]) / "dat-sweeper"
+    return Path.home() / ".cache" / "dat-sweeper" / "service"
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create `path` (mode 0700), or check that it is a folder of this user's that no one else may
+    enter; one line otherwise (a folder another user planted would let them take the socket's place)."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"{path}: the service's folder is not a folder (a link?); remove it")
+    if info.st_uid != os.getuid():
+        raise ConfigError(f"{path}: the service's folder belongs to user {info.st_uid}, not to you ({os.getuid()}); "
+                          "set SWEEPER_SERVICE_DIR to a folder of yours")
+    if info.st_mode & 0o077:
+        raise ConfigError(f"{path}: the service's folder is open to other users (mode {stat.S_IMODE(info.st_mode):o}); "
+                          f"chmod 700 {path}")
+    socket_path = path / SOCKET
+    if len(str(socket_path)) > MAX_SOCKET_PATH:
+        raise ConfigError(f"{cut(str(socket_path), 80)}: a socket path longer than {MAX_SOCKET_PATH} characters; "
+                          "set SWEEPER_SERVICE_DIR to a shorter folder")
+    return path
+
+
+def _is_ours(path: Path) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISSOCK(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+
+
+def connect(directory: Path | None = None, timeout_s: float = 2.0) -> socket.socket | None:
+    """A connection to this user's service, or None when none runs (no socket, or a stale one)."""
+    directory = directory or service_dir()
+    path = directory / SOCKET
+    try:
+        info = os.lstat(directory)
+    except OSError:
+        return None
+    if info.st_uid != os.getuid() or info.st_mode & 0o077 or not _is_ours(path):
+        return None  # not this user's alone: never talk to it
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(timeout_s)
+    try:
+        conn.connect(str(path))
+    except OSError:
+        conn.close()
+        return None
+    conn.settimeout(None)
+    return conn
+
+
+def send(conn: socket.socket, message: dict) -> None:
+    conn.sendall(json.dumps(message).encode() + b"\n")
+
+
+class Messages:
+    """The messages arriving on a connection, one JSON object per line; ends when it closes.
+    A line too long or not a JSON object is a ConfigError (one line for the other end)."""
+
+    def __init__(self, conn: socket.socket):
+        self.file = conn.makefile("rb")
+
+    def __iter__(self) -> Iterator[dict]:
+        while True:
+            try:
+                line = self.file.readline(MAX_MESSAGE + 1)
+            except OSError:
+                return
+            if not line:
+                return
+            if len(line) > MAX_MESSAGE:
+                raise ConfigError(f"a message longer than {MAX_MESSAGE} bytes")
+            try:
+                message = json.loads(line)
+            except ValueError:
+                raise ConfigError(f"not a JSON message: {cut(line.decode(errors='replace').strip(), 60)}") from None
+            if not isinstance(message, dict):
+                raise ConfigError(f"a message must be a JSON object, got {cut(line.decode(errors='replace').strip(), 60)}")
+            yield message
+
+
+def request(message: dict, directory: Path | None = None, timeout_s: float = 10.0) -> dict | None:
+    """One question, one answer (status, stop); None when no service answers."""
+    conn = connect(directory)
+    if conn is None:
+        return None
+    with conn:
+        conn.settimeout(timeout_s)
+        try:
+            send(conn, message)
+            return next(iter(Messages(conn)), None)
+        except (OSError, ConfigError):
+            return None
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The user id of the process at the other end of a Unix socket (Linux SO_PEERCRED)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+def code_hash() -> str:
+    """The project's modules as they are on disk now (every .py of sweeper/ and trainables/)."""
+    digest = hashlib.sha256()
+    for package in ("sweeper", "trainables"):
+        root = Path(__file__).resolve().parent.parent / package
+        for path in sorted(root.rglob("*.py")):
+            digest.update(str(path.relative_to(root.parent)).encode() + b"\0")
+            try:
+                digest.update(path.read_bytes())
+            except OSError:
+                continue
+    return digest.hexdigest()[:16]
+
+
+def read_state(directory: Path | None = None) -> dict:
+    try:
+        with open((directory or service_dir()) / STATE) as f:
+            state = json.loads(f.read(MAX_MESSAGE))
+        return state if isinstance(state, dict) else {}
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,227 @@
+"""The resident sweep service with a real service process: `sweeper serve --detach`, real Ray, warm
+workers, real attached launches (sweeper/service_host.py, sweeper/attach.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, sweeper_cmd, sweeper_env
+from sweeper.service_link import SOCKET, STATE, Messages, read_state, request
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the service's peer check is Linux's SO_PEERCRED")
+
+SPACE = """\
+name: {name}
+description: a sweep for the service tests
+metric: acc_3x
+fixed:
+  model: {{d_model: 16, n_layers: 1, n_heads: 2}}
+  eval: {{n_sequences: 16, mid_run_sequences: 16}}
+  optim: {{batch_size: 8, warmup_steps: 5}}
+  dat: {{switch_step: 10}}
+space:
+  seed: {{type: categorical, choices: [0, 1]}}
+budget: {{num_samples: 2, max_concurrent: 1, max_steps: {steps}, eval_every: 100}}
+scheduler: {{type: fifo}}
+searcher: {{sampler: grid, seed: 0}}
+resources: {{cpu: 1}}
+"""
+
+
+@pytest.fixture
+def service_dir():
+    """A service folder of the test's own (short: a socket path has at most ~100 characters)."""
+    directory = Path(tempfile.mkdtemp(prefix="sv", dir="/tmp"))
+    yield directory
+    request({"verb": "stop"}, directory)
+    pid = read_state(directory).get("pid")
+    deadline = time.monotonic() + 60
+    while pid and _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if pid and _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def env_of(directory: Path, pythonpath: Path = ROOT) -> dict:
+    return {**sweeper_env(), "SWEEPER_SERVICE_DIR": str(directory), "PYTHONPATH": str(pythonpath)}
+
+
+def start_service(directory: Path, cwd: Path, env: dict) -> int:
+    done = subprocess.run(sweeper_cmd("serve", "--detach"), cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return int(read_state(directory)["pid"])
+
+
+def write_space(where: Path, name: str, steps: int) -> Path:
+    path = where / f"{name}.yaml"
+    path.write_text(SPACE.format(name=name, steps=steps))
+    return path
+
+
+def launch(space: Path, cwd: Path, env: dict, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(sweeper_cmd("launch", space, "--progress", "lines", *extra), cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def trained_steps(sweep_dir: Path) -> int:
+    try:
+        return max((t["step"] for t in json.loads((sweep_dir / "status.json").read_text())["trials"]), default=0)
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def wait_for(condition, timeout_s: float = 240.0, what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def test_two_sweeps_at_once_and_a_ctrl_c_stops_only_its_own(tmp_path, service_dir):
+    env = env_of(service_dir)
+    pid = start_service(service_dir, tmp_path, env)
+    a, b = write_space(tmp_path, "a", 8000), write_space(tmp_path, "b", 3000)
+    first, second = launch(a, tmp_path, env), launch(b, tmp_path, env)
+    wait_for(lambda: trained_steps(tmp_path / "sweeps" / "a") > 0 and trained_steps(tmp_path / "sweeps" / "b") > 0,
+             what="both sweeps to report")
+    listed = subprocess.run(sweeper_cmd("status"), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0 and "  a: running" in listed.stdout and "  b: running" in listed.stdout, listed.stdout
+    first.send_signal(signal.SIGINT)  # what Ctrl-C in its terminal sends
+    out_a = first.communicate(timeout=120)[0]
+    assert first.returncode == 130, out_a
+    assert "On the service (pid" in out_a and "interrupted with" in out_a
+    assert request({"verb": "status"}, service_dir) is not None  # the service is up
+    out_b = second.communicate(timeout=300)[0]
+    assert second.returncode == 0, out_b  # the other sweep ran on to its end
+    assert json.loads((tmp_path / "sweeps" / "b" / "summary.json").read_text())
+    status_a = json.loads((tmp_path / "sweeps" / "a" / "status.json").read_text())
+    assert status_a["state"] == "interrupted"
+    stopped_at = max(t["step"] for t in status_a["trials"])
+    assert 0 < stopped_at < 8000
+    again = subprocess.run(sweeper_cmd("launch", a, "--progress", "none"), cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=400)
+    assert again.returncode == 0, again.stdout + again.stderr
+    reports = [json.loads(line) for line in (tmp_path / "sweeps" / "a" / "trials" / "t0000" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in reports]
+    assert steps == sorted(set(steps)) and steps[-1] == 8000  # resumed from its checkpoint: no step trained twice
+    state = request({"verb": "status"}, service_dir)
+    assert state["pid"] == pid and sum(w["trained"] for w in state["worker_info"]) >= 4  # every trial on a warm worker
+
+
+def test_a_killed_service_loses_nothing(tmp_path, service_dir):
+    env = env_of(service_dir)
+    pid = start_service(service_dir, tmp_path, env)
+    a = write_space(tmp_path, "a", 8000)
+    attached = launch(a, tmp_path, env)
+    wait_for(lambda: trained_steps(tmp_path / "sweeps" / "a") >= 300, what="reports")
+    os.kill(pid, signal.SIGKILL)
+    out = attached.communicate(timeout=60)[0]
+    assert attached.returncode == 1 and "the service stopped while running sweep a" in out, out
+    recorded = json.loads((tmp_path / "sweeps" / "a" / "ray_processes.json").read_text())["processes"]
+    resumed = subprocess.run(sweeper_cmd("launch", a, "--in-process", "--progress", "none"), cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=400)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "ended" in resumed.stderr and "earlier local Ray" in resumed.stderr  # the killed service's Ray
+    assert not any(_alive(p["pid"]) for p in recorded)
+    status = json.loads((tmp_path / "sweeps" / "a" / "status.json").read_text())
+    assert [t["status"] for t in status["trials"]] == ["completed", "completed"]
+    steps = [json.loads(line)["step"] for line in (tmp_path / "sweeps" / "a" / "trials" / "t0000" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 8000
+
+
+def test_a_changed_module_restarts_the_warm_workers(tmp_path, service_dir):
+    project = tmp_path / "project"
+    for package in ("sweeper", "trainables", "experiments"):
+        shutil.copytree(ROOT / package, project / package, ignore=shutil.ignore_patterns("__pycache__"))
+    env = env_of(service_dir, pythonpath=project)
+    start_service(service_dir, tmp_path, env)
+    before = request({"verb": "status"}, service_dir)
+    first = subprocess.run(sweeper_cmd("launch", write_space(tmp_path, "a", 200), "--progress", "none"), cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=400)
+    assert first.returncode == 0 and "On the service" in first.stdout, first.stdout + first.stderr
+    with open(project / "trainables" / "tasks.py", "a") as f:
+        f.write("\n# changed\n")
+    second = subprocess.run(sweeper_cmd("launch", write_space(tmp_path, "b", 200), "--progress", "none"), cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "runs older code than this checkout: it restarts" in second.stderr and "On the service" in second.stdout
+    after = request({"verb": "status"}, service_dir)
+    assert after["code"] != before["code"]
+    old_pids = {w["pid"] for w in before["worker_info"]}
+    new = after["worker_info"]
+    assert not old_pids & {w["pid"] for w in new} and sum(w["trained"] for w in new) == 2  # new workers trained sweep b
+
+
+def _connect_as(uid: int, path: Path) -> tuple[str, str]:
+    """In a child process running as user `uid`: connect to the socket, ask for the status, read the
+    answer (everything imported before the switch: that user may not read this Python's files)."""
+    code = ("import json, os, socket\n"
+            f"os.setgid({uid}); os.setuid({uid})\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            f"try:\n    s.connect({str(path)!r})\nexcept OSError as e:\n    print('refused', e.errno); raise SystemExit\n"
+            "s.sendall(b'{\"verb\": \"status\"}\\n')\nprint('answer', s.makefile('rb').readline().decode())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    return done.stdout.strip(), done.stderr
+
+
+def test_the_socket_answers_its_user_only_and_bad_requests_get_one_line(tmp_path, service_dir):
+    env = env_of(service_dir)
+    start_service(service_dir, tmp_path, env)
+    sock = service_dir / SOCKET
+    assert oct(sock.stat().st_mode & 0o777) == "0o600" and oct(service_dir.stat().st_mode & 0o777) == "0o700"
+    for line, expected in ((b"not json\n", "not a JSON message"), (b'{"verb": "dance"}\n', "unknown request verb"),
+                           (b'{"verb": "launch", "file": "a.yaml", "storage": "/tmp", "tracking_uri": "x"}\n',
+                            "file: must be an absolute path"), (b"[1, 2]\n", "must be a JSON object")):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(sock))
+            s.sendall(line)
+            answer = next(iter(Messages(s)))
+        assert expected in answer["error"] and "\n" not in answer["error"]
+    with socket.socket(socket.AF_UNIX) as s:  # a client that connects and leaves
+        s.connect(str(sock))
+    assert request({"verb": "status"}, service_dir)["pid"] == read_state(service_dir)["pid"]  # still serving
+    if os.getuid() != 0:
+        pytest.skip("another user's connection needs root to act as that user")
+    nobody = 65534
+    out, err = _connect_as(nobody, sock)
+    assert out.startswith("refused 13"), out + err  # the folder (0700) and the socket (0600) keep them out
+    os.chmod(service_dir, 0o755)
+    os.chmod(sock, 0o777)  # even with the file modes opened, the service checks who connects
+    out, err = _connect_as(nobody, sock)
+    assert "answers its own user" in out, out + err
+    os.chmod(service_dir, 0o700)
+    os.chmod(sock, 0o600)
+    assert request({"verb": "status"}, service_dir) is not None
+
+
+def test_a_launch_with_no_service_runs_in_its_own_process(tmp_path, service_dir):
+    env = env_of(service_dir)
+    done = subprocess.run(sweeper_cmd("launch", write_space(tmp_path, "a", 100), "--progress", "none"), cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "On the service" not in done.stdout and "Ctrl-C stops; the same command resumes." in done.stdout
+    assert not (service_dir / STATE).exists()
+    status = subprocess.run(sweeper_cmd("serve", "--status"), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 1 and "no sweep service runs" in status.stdout
+    with pytest.raises(OSError):
+        socket.socket(socket.AF_UNIX).connect(str(service_dir / SOCKET))
