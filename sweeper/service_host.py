@@ -209,12 +209,9 @@ class Service:
         with self.sweeps_lock:
             sweeps = [{"name": s.name, "sweep_dir": str(s.sweep_dir) if s.sweep_dir else None, "since": s.since,
                        "client_pid": s.client_pid} for s in self.sweeps.values()]
-        import ray
+        from sweeper.adapters.ray_warm import workers_info
 
-        try:
-            workers = ray.get([w.info.remote() for w in self.workers], timeout=10)
-        except (ray.exceptions.RayError, TimeoutError):
-            workers = []
+        workers = workers_info(self.workers)
         return {"pid": os.getpid(), "started": self.started, "code": self.code, "workers": len(self.workers),
                 "worker_info": workers, "sweeps": sweeps}
 

@@ -39,7 +39,8 @@ def test_only_the_adapters_import_ray_optuna_or_mlflow():
 
 
 def test_each_adapter_imports_its_framework():
-    expected = {"ray_tune": "ray", "ray_search": "ray", "ray_trainable": "ray", "ray_jobs": "ray", "optuna_search": "optuna",
+    expected = {"ray_tune": "ray", "ray_search": "ray", "ray_trainable": "ray", "ray_jobs": "ray", "ray_warm": "ray",
+                "optuna_search": "optuna",
                 "optuna_ledger": "optuna", "mlflow_store": "mlflow", "mlflow_tracking": "mlflow",
                 "mlflow_summary": "mlflow"}
     found = {p.stem: imported_roots(p) for p in ADAPTERS.glob("*.py") if p.stem != "__init__"}

@@ -125,6 +125,14 @@ def start_workers(n: int) -> list:
     return workers
 
 
+def workers_info(workers: list) -> list[dict]:
+    """Each worker's pid, trials trained and whether it trains now ([] if they do not answer)."""
+    try:
+        return ray.get([w.info.remote() for w in workers], timeout=10)
+    except (ray.exceptions.RayError, TimeoutError):
+        return []
+
+
 def claim(workers: list, owner: tuple[int, float]) -> Any | None:
     for worker in workers:
         try:
