@@ -7,9 +7,10 @@ service is a thin Tune trial (it keeps the trial's CPUs) that claims a free work
 train, forwarding every report to Ray Tune as the worker streams it back. The worker trains the
 same `run_trial` as a cold trial (sweeper/adapters/ray_trainable.py), in the trial's own folder.
 
-A worker stops training at its next report when the trial that claimed it asks it to (Tune
-stopped or interrupted the trial) or when that trial's process is gone (killed), so no worker
-trains for a trial Tune has given up. A GPU trial, or one that finds every worker busy, trains in
+The worker trains in step with Ray Tune, as a trial in its own process does: after each report it
+waits until the trial has handed it to Tune and Tune has asked for more. A trial Tune stops (ASHA
+at a rung, an interrupt) or whose process is gone never gets that answer, and the worker stops
+there, its folder holding nothing past the report Tune judged. A GPU trial, or one that finds every worker busy, trains in
 its own process, as without the service.
 """
 
@@ -44,6 +45,7 @@ class TrialWorker:
         self._owner: tuple[int, float] | None = None  # the trial that claimed this worker
         self._training = False
         self._stop = threading.Event()
+        self._acked = threading.Event()
         self._trained = 0
 
     def pid(self) -> int:
@@ -66,6 +68,10 @@ class TrialWorker:
     def stop(self) -> None:
         self._stop.set()
 
+    def ack(self) -> None:
+        """The trial handed the last report to Ray Tune, which asked for more: train on."""
+        self._acked.set()
+
     def train(self, config: dict, to_config: Callable[[dict[str, Any]], TrialConfig], threads: int, trials_root: str,
               owner: tuple[int, float]):
         """Train the trial (its reports streamed back), then free the worker. `owner`: the claiming
@@ -78,9 +84,15 @@ class TrialWorker:
         failure: list[BaseException] = []
 
         def report_to(metrics: dict) -> None:
+            # in step with Ray Tune, as a trial in its own process is: the next steps train only once
+            # Tune has taken this report and not stopped the trial (ASHA may stop it right here)
             if self._stop.is_set() or _gone(owner):
                 raise Stopped()
+            self._acked.clear()
             reports.put(metrics)
+            while not self._acked.wait(0.2):
+                if self._stop.is_set() or _gone(owner):
+                    raise Stopped()
 
         def work() -> None:
             try:
@@ -159,7 +171,8 @@ def make_warm_trainable(workers: list, to_config: Callable[[dict[str, Any]], Tri
         stream = worker.train.options(num_returns="streaming").remote(config, to_config, threads, trials_root, owner)
         try:
             for ref in stream:
-                tune.report(ray.get(ref))
+                tune.report(ray.get(ref))  # returns once Tune wants the next report
+                worker.ack.remote()
         finally:
             worker.stop.remote()
 
