@@ -36,10 +36,12 @@ def space_file(directory: Path, name: str, trials: int, steps: int, *, concurren
     return path
 
 
-def start_launch(path: Path, workdir: Path, root: Path = ROOT, **popen: Any) -> subprocess.Popen:
+def start_launch(path: Path, workdir: Path, root: Path = ROOT, extra_env: dict[str, str] | None = None,
+                 **popen: Any) -> subprocess.Popen:
     """`sweeper launch PATH --progress lines` in `workdir`, on the code of `root` (this checkout, or an
-    older commit's tree: bench/worktree.py), output unbuffered."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1",
+    older commit's tree: bench/worktree.py), output unbuffered; `extra_env` on top of this environment
+    (SWEEPER_SERVICE_DIR: which sweep service it may attach to)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {}),
            "PYTHONPATH": os.pathsep.join(p for p in [str(root), os.environ.get("PYTHONPATH", "")] if p)}
     return subprocess.Popen([sys.executable, "-m", "sweeper.cli", "launch", str(path), "--progress", "lines"],
                             cwd=workdir, env=env, text=True, **popen)

@@ -25,11 +25,17 @@ start time) and Ray's `time_total_s` (from the driver's first `train()` call on 
                 built, the first `eval_every` steps and an evaluation (what a plain process does from its
                 start, printed beside it, imports included)
 
+`--service` also runs the sweep attached to a resident service (`sweeper serve`, started and warmed
+before the clock starts, as a user's would be), beside the launch in its own process, both against the
+same direct time; it measures the idle service's CPU (percent of one core over 30 s) and memory, and
+ends with one line `service: sweep/direct R, first report F s, plain process first report P s`
+(targets: R <= 1.05, F <= 0.8 x P).
+
 `--baseline REV` also runs the sweep on the code of an older commit (a `git worktree` of it beside
 this checkout, bench/worktree.py), the two launches one after the other in the same run, against the
 same direct time, and prints both ratios and first-report times.
 
-    python bench/sweep_overhead.py [--trials 4] [--steps 500] [--concurrent 2] [--baseline REV]
+    python bench/sweep_overhead.py [--trials 4] [--steps 500] [--concurrent 2] [--baseline REV] [--service]
 """
 
 from __future__ import annotations
@@ -117,14 +123,15 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
-def run_sweep(path: Path, workdir: Path, root: Path = ROOT) -> tuple[float, float | None, dict[str, float], dict[str, float]]:
+def run_sweep(path: Path, workdir: Path, root: Path = ROOT,
+              extra_env: dict[str, str] | None = None) -> tuple[float, float | None, dict[str, float], dict[str, float]]:
     """(wall time, seconds from start to the first trial's first report, phase marks in seconds, the first
     reporting trial's marks (`first_trial_marks`) and `cpu`: `tree_cpu_s` of the launch at that report)."""
     import threading
 
     status = workdir / "sweeps" / "overhead" / "status.json"
     launched_epoch, start = time.time(), time.perf_counter()
-    proc = start_launch(path, workdir, root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start_launch(path, workdir, root, extra_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     marks: dict[str, float] = {}
     first_trial: dict[str, float] = {}
 
@@ -157,12 +164,59 @@ def run_sweep(path: Path, workdir: Path, root: Path = ROOT) -> tuple[float, floa
     return wall, first_report, marks, first_trial
 
 
+def start_service(directory: Path) -> int:
+    """A detached sweep service in `directory`, answering; its pid."""
+    env = {**os.environ, "SWEEPER_SERVICE_DIR": str(directory),
+           "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p)}
+    done = subprocess.run([sys.executable, "-m", "sweeper.cli", "serve", "--detach"], env=env, capture_output=True,
+                          text=True, timeout=400)
+    if done.returncode != 0:
+        raise SystemExit(f"sweeper serve --detach failed: {done.stderr[-2000:]}")
+    return int(json.loads((directory / "service.json").read_text())["pid"])
+
+
+def stop_service(directory: Path) -> None:
+    env = {**os.environ, "SWEEPER_SERVICE_DIR": str(directory), "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-m", "sweeper.cli", "serve", "--stop"], env=env, capture_output=True, timeout=300)
+
+
+def idle_use(pid: int, seconds: float = 30.0) -> tuple[float, float]:
+    """(percent of one core the process tree used over `seconds`, its resident memory in MiB)."""
+    import psutil
+
+    def tree() -> list:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+
+    def cpu() -> float:
+        total = 0.0
+        for p in tree():
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
+    before, start = cpu(), time.perf_counter()
+    time.sleep(seconds)
+    used = (cpu() - before) / (time.perf_counter() - start)
+    rss = 0.0
+    for p in tree():
+        try:
+            rss += p.memory_info().rss / 2**20
+        except psutil.Error:
+            pass
+    return 100 * used, rss
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=4)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--concurrent", type=int, default=2)
     parser.add_argument("--baseline", metavar="REV", help="also launch the sweep on this commit's code, side by side")
+    parser.add_argument("--service", action="store_true", help="also launch it attached to a running sweep service")
     args = parser.parse_args()
     TRIALS[0] = args.trials
     old_root = baseline_tree(args.baseline) if args.baseline else None
@@ -171,7 +225,17 @@ def main() -> None:
         path = overhead_space_file(tmp, args.trials, args.steps, args.concurrent)
         direct, direct_first = run_direct(path, args.trials, args.concurrent)
         (tmp / "new").mkdir()
-        sweep, first, marks, first_trial = run_sweep(path, tmp / "new")
+        no_service = {"SWEEPER_SERVICE_DIR": str(tmp / "no-service")}  # a folder where no service runs
+        sweep, first, marks, first_trial = run_sweep(path, tmp / "new", extra_env=no_service)
+        if args.service:
+            service_dir = Path(tempfile.mkdtemp(prefix="sv", dir="/tmp"))
+            try:
+                pid = start_service(service_dir)
+                idle_cpu, rss = idle_use(pid)
+                (tmp / "attached").mkdir()
+                served, served_first, _, _ = run_sweep(path, tmp / "attached", extra_env={"SWEEPER_SERVICE_DIR": str(service_dir)})
+            finally:
+                stop_service(service_dir)
         if old_root is not None:
             (tmp / "old").mkdir()
             old_sweep, old_first, _, _ = run_sweep(path, tmp / "old", old_root)
@@ -201,6 +265,13 @@ def main() -> None:
         print(f"side by side: this tree sweep/direct {sweep / direct:.3f}, first report {first or float('nan'):.1f} s; "
               f"{args.baseline} sweep/direct {old_sweep / direct:.3f}, first report {old_first or float('nan'):.1f} s; "
               f"sweep wall this tree / {args.baseline} {sweep / old_sweep:.3f}")
+    if args.service:
+        print(f"the idle service (Ray, {os.cpu_count()} warm workers): {idle_cpu:.2f}% of one core over 30 s (target <= 1%), "
+              f"{rss:.0f} MiB resident (its processes together)")
+        print(f"attached to the service: {served:.1f} s, sweep/direct {served / direct:.3f} (target <= 1.05); in its own "
+              f"process {sweep / direct:.3f}")
+        print(f"service: sweep/direct {served / direct:.3f}, first report {served_first or float('nan'):.1f} s, "
+              f"plain process first report {direct_first:.1f} s")
 
 
 if __name__ == "__main__":

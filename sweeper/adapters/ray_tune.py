@@ -212,7 +212,9 @@ def build_tuner(spec: SearchSpace, ledger: Ledger, views, trials_root: str, scra
             scheduler=scheduler,
             num_samples=-1,  # the searcher says when the sweep has all its trials
             max_concurrent_trials=budget.max_concurrent,
-            reuse_actors=spec.resources.reuse_workers,  # a finished trial's worker (torch imported) takes the next
+            # a finished trial's worker (torch imported) takes the next; on the service always: its trials are
+            # thin (the warm workers hold torch), and a new trial process would cost ~2 s of its start
+            reuse_actors=spec.resources.reuse_workers or bool(workers),
         ),
         run_config=tune.RunConfig(
             name=spec.name,
