@@ -16,7 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
-from sweeper.service_link import Messages, code_hash, connect, send, service_dir
+from sweeper.service_link import Messages, code_hash, connect, project_root, send, service_dir
 from trainables.errors import ConfigError, one_line
 
 
@@ -29,7 +29,7 @@ def attach(args: argparse.Namespace) -> int | None:
     from sweeper.commands.launch import check_launch
 
     spec, experiment_dir, sweep_dir, uri = check_launch(args)
-    request = {"verb": "launch", "code": code_hash(), "file": str(Path(args.file).resolve()),
+    request = {"verb": "launch", "code": code_hash(), "root": project_root(), "file": str(Path(args.file).resolve()),
                "storage": str(Path(experiment_dir).parent), "tracking_uri": uri, "experiment": args.experiment,
                "restart": bool(args.restart), "progress_every": float(args.progress_every)}
     for _ in range(2):  # a second time after the service restarted on this checkout's code

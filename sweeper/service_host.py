@@ -39,8 +39,8 @@ from pathlib import Path
 
 from sweeper import faults, orphans
 from sweeper.lock import open_lock_file
-from sweeper.service_link import (LOG, SOCKET, STATE, Messages, code_hash, ensure_private_dir, peer_uid, send,
-                                  service_dir)
+from sweeper.service_link import (LOG, SOCKET, STATE, Messages, code_hash, ensure_private_dir, peer_uid,
+                                  project_root, send, service_dir)
 from trainables.errors import ConfigError, brief, cut, one_line
 
 LOCK = "service.lock"
@@ -217,6 +217,10 @@ class Service:
 
     def _launch(self, conn: socket.socket, message: dict, rest) -> None:
         args = launch_args(message)
+        if message.get("root") != project_root():
+            send(conn, {"stale": f"the sweep service runs the checkout at {project_root()}, this launch is from "
+                                 f"{cut(str(message.get('root')), 120)}: it runs in its own process"})
+            return
         if message.get("code") != self.code:
             with self.sweeps_lock:
                 busy = bool(self.sweeps)

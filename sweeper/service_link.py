@@ -141,11 +141,16 @@ def peer_uid(conn: socket.socket) -> int:
     return struct.unpack("3i", creds)[1]
 
 
+def project_root() -> str:
+    """The checkout this process runs (the folder holding sweeper/ and trainables/)."""
+    return str(Path(__file__).resolve().parent.parent)
+
+
 def code_hash() -> str:
     """The project's modules as they are on disk now (every .py of sweeper/ and trainables/)."""
     digest = hashlib.sha256()
     for package in ("sweeper", "trainables"):
-        root = Path(__file__).resolve().parent.parent / package
+        root = Path(project_root()) / package
         for path in sorted(root.rglob("*.py")):
             digest.update(str(path.relative_to(root.parent)).encode() + b"\0")
             try:

@@ -225,3 +225,15 @@ def test_a_launch_with_no_service_runs_in_its_own_process(tmp_path, service_dir)
     assert status.returncode == 1 and "no sweep service runs" in status.stdout
     with pytest.raises(OSError):
         socket.socket(socket.AF_UNIX).connect(str(service_dir / SOCKET))
+
+
+def test_a_launch_from_another_checkout_runs_in_its_own_process(tmp_path, service_dir):
+    start_service(service_dir, tmp_path, env_of(service_dir))
+    other = tmp_path / "other"
+    for package in ("sweeper", "trainables", "experiments"):
+        shutil.copytree(ROOT / package, other / package, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run(sweeper_cmd("launch", write_space(tmp_path, "a", 100), "--progress", "none"), cwd=tmp_path,
+                          env=env_of(service_dir, pythonpath=other), capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"runs the checkout at {ROOT}" in done.stderr and "On the service" not in done.stdout
+    assert request({"verb": "status"}, service_dir)["sweeps"] == []  # nothing ran there
