@@ -122,9 +122,15 @@ class Service:
         self.listener = self._listen()
         self._write_state()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.ending.set())
+            signal.signal(sig, lambda *_: self._stop_everything())
         sys.stdout = _Routed(self.sinks, "out", sys.__stdout__)
         sys.stderr = _Routed(self.sinks, "err", sys.__stderr__)
+
+    def _stop_everything(self) -> None:
+        """SIGTERM or Ctrl-C: every sweep stops now, as a launch's own driver would, then the service."""
+        self.ending.set()
+        for sweep in list(self.sweeps.values()):  # no lock in a signal handler: a copy of the values
+            sweep.stop.set()
 
     # -- start-up ------------------------------------------------------------------------------
 
