@@ -7,6 +7,8 @@
 A sweep whose folder holds its study is resumed: finished trials are kept, unended ones continue
 from their own folder's checkpoint, then new ones are drawn until num_samples. Ctrl-C or SIGTERM
 stop it cleanly for a later resume; so does a SIGKILL, with at most a report's training repeated.
+With this user's resident service running (`sweeper serve`), a local launch checks its input, then
+attaches to it (sweeper/attach.py); the service runs `run_sweep` with a `SweepHost`.
 """
 
 from __future__ import annotations
