@@ -104,11 +104,16 @@ class Progress:
 
 
 def trial_speed(records: list[TrialRecord]) -> float | None:
-    """Steps per second of one trial: steps over Ray's time_total_s, summed over every trial that reported."""
+    """Steps per second of one trial, over every trial that reported: the trainer's own `steps_per_s`
+    (its last interval; a resumed trial's count of steps includes the ones trained before the resume,
+    which Ray's time_total_s, counted since this launch, does not), weighted by the trials' steps;
+    where a report has none, its steps over time_total_s."""
     steps = seconds = 0.0
     for r in records:
-        t = r.metrics.get("time_total_s")
-        if r.step > 0 and t and t > 0:
+        own, t = r.metrics.get("steps_per_s"), r.metrics.get("time_total_s")
+        if r.step > 0 and own and own > 0:
+            steps, seconds = steps + r.step, seconds + r.step / float(own)
+        elif r.step > 0 and t and t > 0:
             steps, seconds = steps + r.step, seconds + float(t)
     return steps / seconds if seconds > 0 else None
 

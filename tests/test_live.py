@@ -86,6 +86,17 @@ def test_eta_is_expected_steps_over_the_measured_speed():
     assert p.eta_s == max(2750 + 11 * e, 3500 + 10 * e) / 10.0
 
 
+def test_a_resumed_trial_s_speed_is_the_trainer_s_not_its_steps_over_ray_s_time_since_this_launch():
+    # resumed at step 4750, 12 s into this launch: Ray's time_total_s counts this launch only
+    resumed = rec(0, "running", 4750, seconds=12.0)
+    resumed.metrics["steps_per_s"] = 20.0
+    assert progress([resumed], FLAGSHIP).speed == 20.0  # not 4750 / 12 = 396
+    old = rec(1, "completed", 6000, seconds=600.0)
+    del old.metrics["steps_per_s"]  # a report without the trainer's own speed: steps over Ray's time
+    assert progress([old], FLAGSHIP).speed == 10.0
+    assert progress([resumed, old], FLAGSHIP).speed == (4750 + 6000) / (4750 / 20 + 600)
+
+
 def test_no_eta_before_the_first_report_and_none_left_at_the_end():
     p = progress([rec(1, "running", 0)], FLAGSHIP)
     assert p.speed is None and p.eta_s is None and p.left == 24 * 4500
