@@ -179,7 +179,8 @@ def _connect_as(uid: int, path: Path) -> tuple[str, str]:
             f"os.setgid({uid}); os.setuid({uid})\n"
             "s = socket.socket(socket.AF_UNIX)\n"
             f"try:\n    s.connect({str(path)!r})\nexcept OSError as e:\n    print('refused', e.errno); raise SystemExit\n"
-            "s.sendall(b'{\"verb\": \"status\"}\\n')\nprint('answer', s.makefile('rb').readline().decode())\n")
+            "try:\n    s.sendall(b'{\"verb\": \"status\"}\\n')\nexcept BrokenPipeError:\n    pass  # refused before it asked\n"
+            "print('answer', s.makefile('rb').readline().decode())\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     return done.stdout.strip(), done.stderr
 
