@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from sweeper.adapters.optuna_search import define_by_run, make_sampler
-from sweeper.space import SpaceError, grid_points, trial_config_for
+from sweeper.space import SearchSpace, SpaceError, grid_points, trial_config_for
 from sweeper.space_file import load_space
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,3 +145,23 @@ def test_the_sweep_s_searcher_walks_the_whole_grid_without_raising(tmp_path):
     study = optuna.load_study(study_name=spec.name, storage=f"sqlite:///{tmp_path / 'o.db'}")
     states = {t.state for t in study.get_trials(deepcopy=False)}
     assert states == {optuna.trial.TrialState.COMPLETE}
+
+
+def test_a_resumed_sweep_still_runs_the_baseline_points_it_had_not_started(tmp_path):
+    """Baseline points are queued in the study at the start; a sweep interrupted before it drew them
+    all must draw the rest when resumed, not count them as run (they were lost once: a resumed
+    sweep of 4 grid cells ended `finished` after the 2 it had started)."""
+    from sweeper.adapters.optuna_ledger import Ledger
+
+    spec = SearchSpace.model_validate({
+        "name": "queued", "metric": "acc_3x", "space": {"seed": {"type": "categorical", "choices": [0, 1, 2, 3]}},
+        "budget": {"num_samples": 4, "max_steps": 100, "eval_every": 50}, "scheduler": {"type": "fifo"},
+        "searcher": {"sampler": "random", "seed": 0, "baseline": [{"seed": s} for s in range(4)]}})
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    first = Ledger(url, spec, create=True)
+    started = [first.new_trial(), first.new_trial()]
+    assert [first.trials[n].params["seed"] for n in started] == [0, 1] and first.counted() == 2
+    resumed = Ledger(url, spec, create=False)  # the driver was killed with two points still queued
+    assert resumed.counted() == 2 and resumed.unfinished() == started
+    rest = [resumed.new_trial(), resumed.new_trial()]
+    assert [resumed.trials[n].params["seed"] for n in rest] == [2, 3] and resumed.counted() == 4

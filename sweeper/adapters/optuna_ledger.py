@@ -115,6 +115,8 @@ class Ledger:
         self._ids: dict[int, int] = {}  # trial number -> the storage's trial id
         self.trials: dict[int, LedgerTrial] = {}
         for t in self.study.get_trials(deepcopy=False):
+            if t.state == TrialState.WAITING:  # a baseline point still queued: drawn (and counted) when asked
+                continue
             self.trials[t.number] = LedgerTrial(t.number, dict(t.params), t.state, dict(t.intermediate_values), dict(t.user_attrs))
         self._define = DefineByRun(spec)
         self._notes_loading: threading.Thread | None = None  # see `report`
