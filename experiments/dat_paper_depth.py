@@ -25,7 +25,6 @@ with the best in-range recall on the confirmation seeds, if that recall passes t
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import math
@@ -33,6 +32,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from experiments.record import read_record, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_paper_depth_runs.json.gz"
@@ -220,10 +221,7 @@ def transformer_plan(runs: list[Run], budget: int, switch: int, notes: list, mis
 
 def load() -> dict:
     """The record: {"design": ..., "runs": [{"budget", "params", "reports"}, ...]}."""
-    if not DATA.exists():
-        return {"design": design(), "runs": []}
-    with gzip.open(DATA, "rt") as f:
-        return json.load(f)
+    return read_record(DATA, lambda: {"design": design(), "runs": []})
 
 
 def design() -> dict:
@@ -234,10 +232,7 @@ def design() -> dict:
 
 def save(data: dict) -> None:
     data["runs"].sort(key=lambda r: key(r["budget"], r["params"]))
-    tmp = DATA.with_suffix(".tmp")
-    with gzip.GzipFile(tmp, "wb", mtime=0) as f:  # mtime 0: the same runs give the same bytes
-        f.write(json.dumps(data, separators=(",", ":"), sort_keys=True).encode())
-    tmp.replace(DATA)
+    write_record(DATA, data)
 
 
 def finished_runs(sweep: Path) -> list[dict]:

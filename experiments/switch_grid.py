@@ -19,13 +19,14 @@ new checkout too: the data file is the record, the sweep folder only a cache).
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import subprocess
 import sys
 from itertools import product
 from pathlib import Path
+
+from experiments.record import read_record, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "switch_grid.json.gz"
@@ -64,10 +65,7 @@ def key(cell: dict) -> tuple:
 
 def load() -> dict:
     """The data file: {"grid": ..., "runs": [{"params": cell, "reports": [report, ...]}, ...]}."""
-    if not DATA.exists():
-        return {"grid": grid_description(), "runs": []}
-    with gzip.open(DATA, "rt") as f:
-        return json.load(f)
+    return read_record(DATA, lambda: {"grid": grid_description(), "runs": []})
 
 
 def grid_description() -> dict:
@@ -80,10 +78,7 @@ def grid_description() -> dict:
 
 def save(data: dict) -> None:
     data["runs"].sort(key=lambda r: key(r["params"]))
-    tmp = DATA.with_suffix(".tmp")
-    with gzip.GzipFile(tmp, "wb", mtime=0) as f:  # mtime 0: the same runs give the same bytes
-        f.write(json.dumps(data, separators=(",", ":"), sort_keys=True).encode())
-    tmp.replace(DATA)
+    write_record(DATA, data)
 
 
 def missing(data: dict) -> list[dict]:

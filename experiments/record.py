@@ -1,0 +1,24 @@
+"""A committed record of runs: one gzipped JSON file, written so that the same runs give the same bytes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Callable
+
+
+def read_record(path: Path, empty: Callable[[], dict]) -> dict:
+    """The record at `path`, or `empty()` where there is none yet."""
+    if not path.exists():
+        return empty()
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def write_record(path: Path, data: dict) -> None:
+    """Replace the record at `path` atomically (mtime 0 and sorted keys: the same runs, the same bytes)."""
+    tmp = path.with_suffix(".tmp")
+    with gzip.GzipFile(tmp, "wb", mtime=0) as f:
+        f.write(json.dumps(data, separators=(",", ":"), sort_keys=True).encode())
+    tmp.replace(path)
