@@ -39,7 +39,7 @@ from pathlib import Path
 
 from sweeper import faults, orphans
 from sweeper.lock import open_lock_file
-from sweeper.service_link import (LOG, SOCKET, STATE, Messages, code_hash, ensure_private_dir, peer_uid,
+from sweeper.service_link import (LOG, SOCKET, STATE, Messages, code_hash, ensure_private_dir, peer,
                                   project_root, send, service_dir)
 from trainables.errors import ConfigError, brief, cut, one_line
 
@@ -187,7 +187,7 @@ class Service:
     def _answer(self, conn: socket.socket) -> None:
         with conn:
             try:
-                if peer_uid(conn) != os.getuid():
+                if peer(conn)[1] != os.getuid():
                     send(conn, {"error": f"this sweep service answers its own user ({os.getuid()}) only"})
                     return
                 messages = iter(Messages(conn))
@@ -242,7 +242,7 @@ class Service:
             return
         from sweeper.commands.launch import SweepHost, run_sweep
 
-        sweep = Sweep(Path(args.file).name, _peer_pid(conn))
+        sweep = Sweep(Path(args.file).name, peer(conn)[0])
         host = SweepHost(stop=sweep.stop, workers=self.workers,
                          announce=lambda path: self._announce(conn, sweep, path),
                          fitted=lambda: self._tell(conn, {"fitted": True}))
@@ -319,13 +319,6 @@ def _reply_error(conn: socket.socket, text: str) -> None:
         send(conn, {"exit": 2})
     except OSError:
         pass
-
-
-def _peer_pid(conn: socket.socket) -> int:
-    import struct
-
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[0]
 
 
 def _watch_client(messages, stop: threading.Event) -> None:

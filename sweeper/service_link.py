@@ -7,7 +7,7 @@
     connect()         a connection to this user's running service, or None where none answers;
                       a socket or folder that is not this user's alone is refused, never used
     send / Messages   one JSON object per line, each at most MAX_MESSAGE bytes
-    peer_uid(conn)    the connecting process's user (SO_PEERCRED): the service answers its own only
+    peer(conn)        the connecting process's pid and user (SO_PEERCRED): the service answers its own only
     code_hash()       a hash of the project's modules (sweeper/, trainables/): the code a process runs
 
 A launch attached to the service sends {"verb": "launch", ...}; the service answers with lines
@@ -135,10 +135,11 @@ def request(message: dict, directory: Path | None = None, timeout_s: float = 10.
             return None
 
 
-def peer_uid(conn: socket.socket) -> int:
-    """The user id of the process at the other end of a Unix socket (Linux SO_PEERCRED)."""
+def peer(conn: socket.socket) -> tuple[int, int]:
+    """(pid, user id) of the process at the other end of a Unix socket (Linux SO_PEERCRED)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+    pid, uid, _ = struct.unpack("3i", creds)
+    return pid, uid
 
 
 def project_root() -> str:
