@@ -33,7 +33,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments.record import read_record, write_record
+from experiments.record import finished_trials, read_record, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_paper_depth_runs.json.gz"
@@ -237,22 +237,8 @@ def save(data: dict) -> None:
 
 def finished_runs(sweep: Path) -> list[dict]:
     """Each run of a sweep folder that trained its every step: its budget, cell and reports."""
-    import yaml
-
-    from trainables.run_dir import RunDir
-
     out = []
-    for trial in sorted((sweep / "trials").glob("t*")):
-        run = RunDir(trial)
-        reports, checkpoint = run.reports(), run.checkpoint()
-        if not reports or checkpoint is None:
-            continue
-        try:
-            config = yaml.safe_load((checkpoint / "config.yaml").read_text())
-        except (OSError, yaml.YAMLError):
-            continue
-        if reports[-1].get("step") != config["steps"]:
-            continue
+    for config, reports in finished_trials(sweep):
         params = {"dat.mode": config["dat"]["mode"], "dat.switch_step": config["dat"]["switch_step"],
                   "curriculum.state_only_steps": config["curriculum"]["state_only_steps"], "seed": config["seed"]}
         if config["model"]["mixer"] == "none":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 
 def read_record(path: Path, empty: Callable[[], dict]) -> dict:
@@ -22,3 +22,22 @@ def write_record(path: Path, data: dict) -> None:
     with gzip.GzipFile(tmp, "wb", mtime=0) as f:
         f.write(json.dumps(data, separators=(",", ":"), sort_keys=True).encode())
     tmp.replace(path)
+
+
+def finished_trials(sweep: Path) -> Iterator[tuple[dict, list[dict]]]:
+    """(config, reports) of each trial in a sweep folder that trained its every configured step."""
+    import yaml
+
+    from trainables.run_dir import RunDir
+
+    for trial in sorted((sweep / "trials").glob("t*")):
+        run = RunDir(trial)
+        reports, checkpoint = run.reports(), run.checkpoint()
+        if not reports or checkpoint is None:
+            continue
+        try:
+            config = yaml.safe_load((checkpoint / "config.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(config, dict) and reports[-1].get("step") == config.get("steps"):
+            yield config, reports

@@ -26,7 +26,7 @@ import sys
 from itertools import product
 from pathlib import Path
 
-from experiments.record import read_record, write_record
+from experiments.record import finished_trials, read_record, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "switch_grid.json.gz"
@@ -109,31 +109,15 @@ def space_for(todo: list[dict], concurrent: int) -> tuple[str, dict]:
 
 def finished_runs(sweep: Path) -> list[dict]:
     """Each run of the sweep folder that trained every step: its cell and every report."""
-    from trainables.run_dir import RunDir
-
     out = []
-    for trial in sorted((sweep / "trials").glob("t*")):
-        run = RunDir(trial)
-        reports, checkpoint = run.reports(), run.checkpoint()
-        if not reports or reports[-1].get("step") != MAX_STEPS or checkpoint is None:
-            continue
-        config = _read_config(checkpoint / "config.yaml")
-        if config is None:
+    for config, reports in finished_trials(sweep):
+        if config["steps"] != MAX_STEPS:
             continue
         cell = {"dat.switch_step": config["dat"]["switch_step"],
                 "curriculum.state_only_steps": config["curriculum"]["state_only_steps"],
                 "optim.lr": config["optim"]["lr"], "seed": config["seed"]}
         out.append({"params": cell, "reports": reports})
     return out
-
-
-def _read_config(path: Path) -> dict | None:
-    import yaml
-
-    try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return None
 
 
 def export(sweep_dirs: list[Path] | None = None) -> int:
