@@ -155,7 +155,12 @@ def write_report(data: dict) -> str:
     """Replace the section between the markers of othello.md (appended once if it has none)."""
     body, path = report(data), RESULTS
     text = path.read_text()
-    if BEGIN in text and END in text:
+    begins, ends = text.count(BEGIN), text.count(END)
+    if (begins, ends) not in ((0, 0), (1, 1)) or (begins and text.index(END) < text.index(BEGIN)):
+        print(f"othello_played: {path}: its played-targets section is damaged (each marker once, begin before end); "
+              "nothing written", file=sys.stderr)
+        raise SystemExit(2)
+    if begins:
         head, rest = text.split(BEGIN, 1)
         text = head + BEGIN + "\n\n" + body + "\n\n" + END + rest.split(END, 1)[1]
     else:

@@ -75,3 +75,13 @@ def test_the_registered_wording_follows_the_intervals(where, gain3, gain1, expec
         fake_run(where, f"t{2 * i + 1:04d}", seed, 0.999, 0.90 + gain1[i], 0.60 + gain3[i])
     op.export()
     assert expected in op.report(op.load())
+
+
+@pytest.mark.parametrize("damage", [op.BEGIN + "\nno end\n", op.END + "\n" + op.BEGIN + "\n", 2 * (op.BEGIN + op.END)])
+def test_a_damaged_section_is_one_line_and_the_page_is_left_as_it_was(where, damage, capsys):
+    page = "# Othello\n" + damage
+    op.RESULTS.write_text(page)
+    with pytest.raises(SystemExit) as e:
+        op.write_report(op.load())
+    assert e.value.code == 2 and "damaged" in capsys.readouterr().err
+    assert op.RESULTS.read_text() == page
