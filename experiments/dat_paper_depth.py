@@ -12,6 +12,7 @@ trained again (in a new checkout too).
     python -m experiments.dat_paper_depth run       # explore, apply the rules, confirm (resumable)
     python -m experiments.dat_paper_depth export    # copy finished runs into the record
     python -m experiments.dat_paper_depth report    # rebuild the results section and pictures
+    python -m experiments.dat_paper_depth preset    # the recommended DAT arm as a preset, once decided
 
 The plan, in order (`plan`): for each budget of BUDGETS until one passes, (1) joint training and
 the attention-off hybrid on the exploration seeds; (2) the switch rule on the attention-off runs,
@@ -322,6 +323,41 @@ def run() -> int:
     return 0
 
 
+PRESET = ROOT / "trainables" / "presets" / "hybrid_dat_paper.yaml"
+
+
+def preset_text(arm: str, budget: int, switch: int, why: str) -> str:
+    """The recommended DAT arm's confirmed configuration as a preset: FIXED's model and hold, the
+    arm's schedule at the kept budget and switch, the trainer's defaults for everything else."""
+    from trainables.config import set_dotted, trial_config_from_dict
+    import yaml
+
+    data = {"task": {"name": "modsum_recall"}, "model": dict(FIXED["model"]), "dat": dict(FIXED["dat"])}
+    for dotted, value in cell(arm, 0, budget, switch).items():
+        set_dotted(data, dotted, value)
+    data["steps"] = budget
+    trial_config_from_dict(data, source=PRESET.name)  # the trainer accepts it, or this raises
+    header = (f"# The recommended DAT arm at the paper's depth (4 blocks): {arm}, chosen by the rule\n"
+              f"# pre-registered in docs/results/dat_paper_depth.md: {why}.\n"
+              f"# Written by `python -m experiments.dat_paper_depth preset` from the stored runs.\n")
+    return header + yaml.safe_dump(data, sort_keys=False)
+
+
+def write_preset() -> int:
+    """Write the recommended arm's preset once every confirmation seed is paired; else one line, 2."""
+    from experiments.dat_paper_depth_report import confirmation, recommended_arm
+
+    data = load()
+    p = plan(data)
+    arm, why = recommended_arm(confirmation(runs_of(data), p.budget))
+    if arm is None:
+        print(f"dat_paper_depth: preset: the recommended arm is not decided yet: {why}", file=sys.stderr)
+        return 2
+    PRESET.write_text(preset_text(arm, p.budget, p.switch, why))
+    print(f"dat_paper_depth: wrote {PRESET} ({arm}, {p.budget} steps, switch {p.switch})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.dat_paper_depth", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -329,7 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("export", help="copy finished runs of sweeps/dat_depth_* into the record")
     sub.add_parser("status", help="where the plan stands")
     sub.add_parser("report", help="rebuild the results section and pictures from the record")
+    sub.add_parser("preset", help="write the recommended DAT arm as trainables/presets/hybrid_dat_paper.yaml")
     args = parser.parse_args(argv)
+    if args.verb == "preset":
+        return write_preset()
     if args.verb == "run":
         return run()
     if args.verb == "export":

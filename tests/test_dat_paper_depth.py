@@ -182,3 +182,52 @@ def test_the_report_rebuilds_its_section_and_one_picture_per_metric(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(f"page_{s}.png" for s in rep.PICTURES)
     again = rep.report(data, dpd.plan(data), page)  # a second report replaces the section, never appends
     assert page.read_text().count(dpd.BEGIN) == 1 and again.split("\n", 3)[3] == section.split("\n", 3)[3]
+
+
+def test_a_run_s_wall_time_sums_its_intervals_over_their_measured_rates():
+    reports = [{**final(), "step": 250, "steps_per_s": 25.0}, {**final(), "step": 750, "steps_per_s": 50.0}]
+    run = dpd.runs_of({"runs": [record(B1, "joint", 5101, 0, reports)]})[0]
+    assert rep.training_seconds(run) == pytest.approx(250 / 25 + 500 / 50)
+    unmeasured = dpd.runs_of({"runs": [record(B1, "joint", 5101, 0, [{**final(), "step": 250}])]})[0]
+    assert rep.training_seconds(unmeasured) is None
+
+
+def confirmed_with_gain(cur_gain: float) -> dict:
+    """Exploration at the first budget, then every arm on every confirmation seed, DAT + curriculum
+    `cur_gain` ahead of plain DAT on ood_acc_3x (with a seed-to-seed wobble)."""
+    runs = explored(B1, {0: 1500, 1: 1500})
+    for i, s in enumerate(dpd.SEEDS):
+        wobble = 0.01 * (i % 3 - 1)
+        runs += [record(B1, "joint", s, 1500, ood3=0.6), record(B1, "DAT", s, 1500, ood3=0.8),
+                 record(B1, "DAT + curriculum", s, 1500, ood3=0.8 + cur_gain + wobble)]
+    return {"design": dpd.design(), "runs": runs}
+
+
+@pytest.mark.parametrize(("cur_gain", "arm", "state_only"), [(0.05, "DAT + curriculum", 1500), (0.0, "DAT", 0)])
+def test_the_preset_carries_the_arm_the_rule_recommends(tmp_path, monkeypatch, cur_gain, arm, state_only):
+    from experiments.record import write_record
+    from trainables.config import load_trial_config
+
+    monkeypatch.setattr(dpd, "DATA", tmp_path / "runs.json.gz")
+    monkeypatch.setattr(dpd, "PRESET", tmp_path / "hybrid_dat_paper.yaml")
+    write_record(dpd.DATA, confirmed_with_gain(cur_gain))
+    assert dpd.main(["preset"]) == 0
+    text = dpd.PRESET.read_text()
+    assert f"paper's depth (4 blocks): {arm}," in text
+    config = load_trial_config(dpd.PRESET)
+    assert (config.model.n_layers, config.steps, config.dat.mode, config.dat.switch_step) == (4, B1, "fixed", 1500)
+    assert config.curriculum.state_only_steps == state_only and config.model.mixer == "lstm"
+
+
+def test_no_preset_before_every_seed_is_paired(tmp_path, monkeypatch, capsys):
+    from experiments.record import write_record
+
+    monkeypatch.setattr(dpd, "DATA", tmp_path / "runs.json.gz")
+    monkeypatch.setattr(dpd, "PRESET", tmp_path / "hybrid_dat_paper.yaml")
+    data = confirmed_with_gain(0.05)
+    data["runs"] = [r for r in data["runs"] if r["params"]["seed"] != dpd.SEEDS[-1]]
+    write_record(dpd.DATA, data)
+    assert dpd.main(["preset"]) == 2
+    assert not dpd.PRESET.exists()
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "14 of 15 paired seeds" in err
