@@ -231,3 +231,18 @@ def test_no_preset_before_every_seed_is_paired(tmp_path, monkeypatch, capsys):
     assert not dpd.PRESET.exists()
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "14 of 15 paired seeds" in err
+
+
+def test_the_premise_table_reads_each_run_s_last_evaluation_before_the_switch():
+    def reports(pre_ood: float, final_ood: float) -> list[dict]:
+        return [{**final(), "step": 1250, "ood_state_acc_3x": 0.0},
+                {**final(), "step": 1250 + 250, "ood_state_acc_3x": pre_ood, "eval_sequences": 64},
+                {**final(ood3=final_ood), "step": B1}]
+    runs = [record(B1, "DAT", s, 1750, reports(pre, out)) for s, pre, out in
+            ((5101, 0.5, 0.7), (5102, 0.9, 0.9), (5103, 1.0, 0.8))]
+    conf = rep.confirmation(dpd.runs_of({"runs": runs}), B1)
+    section = "\n".join(rep.premise_section(conf, 1750))
+    assert "step 1500, 64 sequences per length" in section
+    assert "| DAT | 5101 | 1.000 | 0.500 | 0.700 | 0.700 |" in section
+    assert "across its 3 runs" in section and "r = +0.76" in section
+    assert rep.premise_section(conf, 250) == []  # no evaluation before the switch: nothing to show
