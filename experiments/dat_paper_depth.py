@@ -282,13 +282,15 @@ def space_for(p: Plan, cells: list[dict]) -> tuple[str, dict]:
     """A sweep that trains exactly `cells` (its baseline points) to the end, named by them."""
     digest = hashlib.sha256(json.dumps([key(p.budget, c) for c in cells]).encode()).hexdigest()[:8]
     name = f"dat_depth_{digest}"
+    searched = [a for a in (*AXES, *MODEL_AXES) if a in cells[0]]
+    fixed = {section: {k: v for k, v in values.items() if f"{section}.{k}" not in searched} if isinstance(values, dict)
+             else values for section, values in FIXED.items()}  # a key is either fixed or searched
     space = {
         "name": name,
         "description": f"DAT at the paper's depth, {p.phase} (experiments/dat_paper_depth.py)",
         "metric": "ood_acc_3x", "mode": "max",
-        "fixed": FIXED,
-        "space": {a: {"type": "categorical", "choices": sorted({c[a] for c in cells}, key=str)}
-                  for a in (*AXES, *MODEL_AXES) if a in cells[0]},
+        "fixed": fixed,
+        "space": {a: {"type": "categorical", "choices": sorted({c[a] for c in cells}, key=str)} for a in searched},
         "budget": {"num_samples": len(cells), "max_concurrent": CONCURRENT, "max_steps": p.budget, "eval_every": EVAL_EVERY},
         "scheduler": {"type": "fifo"},
         "searcher": {"sampler": "random", "seed": 0, "baseline": cells},

@@ -246,3 +246,23 @@ def test_the_premise_table_reads_each_run_s_last_evaluation_before_the_switch():
     assert "| DAT | 5101 | 1.000 | 0.500 | 0.700 | 0.700 |" in section
     assert "across its 3 runs" in section and "r = +0.76" in section
     assert rep.premise_section(conf, 250) == []  # no evaluation before the switch: nothing to show
+
+
+def test_every_phase_s_sweep_file_passes_the_sweeper_s_own_validation(tmp_path):
+    import yaml
+
+    from sweeper.space_file import load_space
+
+    recalls = [0.5, 0.6, 0.7, 0.97, 0.4, 0.3, 0.96, 0.2]
+    tried = [transformer_record(c, 0, r) for c, r in zip(dpd.TRANSFORMER_CANDIDATES, recalls)]
+    records = [[], explored(B1, {0: 1500, 1: 1500})[:4], explored(B1, {0: 1500, 1: 1500}), confirmed(), confirmed() + tried]
+    phases = []
+    for runs in records:
+        p = dpd.plan({"runs": runs})
+        name, space = dpd.space_for(p, dpd.chunk(p))
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(space, sort_keys=False))
+        spec = load_space(path, n_samples=20)  # raises SpaceError on a file `sweeper launch` would refuse
+        assert spec.budget.num_samples == len(dpd.chunk(p))
+        phases.append(p.phase)
+    assert phases[-2:] == ["transformer-select", "transformer-confirm"] and "confirm" in phases
