@@ -317,7 +317,7 @@ def run() -> int:
         rc = subprocess.call([str(Path(sys.executable).with_name("sweeper")), "launch", str(path), "--storage",
                               str(SWEEPS), "--progress", "lines", "--progress-every", "600"], cwd=ROOT)
         added = export()
-        print(f"dat_paper_depth: {added} runs added to {DATA.relative_to(ROOT)}", flush=True)
+        print(f"dat_paper_depth: {added} runs added to {DATA}", flush=True)
         if rc != 0 or not added:
             print(f"dat_paper_depth: sweep {name} ended with {rc}; stopping (run again to resume)", flush=True)
             return rc or 1
@@ -339,8 +339,8 @@ def preset_text(arm: str, budget: int, switch: int, why: str) -> str:
         set_dotted(data, dotted, value)
     data["steps"] = budget
     trial_config_from_dict(data, source=PRESET.name)  # the trainer accepts it, or this raises
-    header = (f"# The recommended DAT arm at the paper's depth (4 blocks): {arm}, chosen by the rule\n"
-              f"# pre-registered in docs/results/dat_paper_depth.md: {why}.\n"
+    header = (f"# The recommended DAT arm at the paper's depth ({data['model']['n_layers']} blocks): {arm}, chosen by\n"
+              f"# the rule pre-registered in docs/results/dat_paper_depth.md:\n# {why}.\n"
               f"# Written by `python -m experiments.dat_paper_depth preset` from the stored runs.\n")
     return header + yaml.safe_dump(data, sort_keys=False)
 

@@ -213,7 +213,7 @@ def test_the_preset_carries_the_arm_the_rule_recommends(tmp_path, monkeypatch, c
     write_record(dpd.DATA, confirmed_with_gain(cur_gain))
     assert dpd.main(["preset"]) == 0
     text = dpd.PRESET.read_text()
-    assert f"paper's depth (4 blocks): {arm}," in text
+    assert f"paper's depth (4 blocks): {arm}, chosen by" in text
     config = load_trial_config(dpd.PRESET)
     assert (config.model.n_layers, config.steps, config.dat.mode, config.dat.switch_step) == (4, B1, "fixed", 1500)
     assert config.curriculum.state_only_steps == state_only and config.model.mixer == "lstm"
