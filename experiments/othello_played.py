@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from experiments.pages import DamagedSection, replace_section
 from experiments.record import finished_trials, read_record, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,17 +155,11 @@ def report(data: dict) -> str:
 def write_report(data: dict) -> str:
     """Replace the section between the markers of othello.md (appended once if it has none)."""
     body, path = report(data), RESULTS
-    text = path.read_text()
-    begins, ends = text.count(BEGIN), text.count(END)
-    if (begins, ends) not in ((0, 0), (1, 1)) or (begins and text.index(END) < text.index(BEGIN)):
-        print(f"othello_played: {path}: its played-targets section is damaged (each marker once, begin before end); "
-              "nothing written", file=sys.stderr)
-        raise SystemExit(2)
-    if begins:
-        head, rest = text.split(BEGIN, 1)
-        text = head + BEGIN + "\n\n" + body + "\n\n" + END + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + BEGIN + "\n\n" + body + "\n\n" + END + "\n"
+    try:
+        text = replace_section(path.read_text(), BEGIN, END, BEGIN + "\n\n" + body + "\n\n" + END)
+    except DamagedSection as err:
+        print(f"othello_played: {path}: its played-targets section is damaged ({err}); nothing written", file=sys.stderr)
+        raise SystemExit(2) from None
     path.write_text(text)
     return body
 
