@@ -378,8 +378,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.verb == "report":
         from experiments.dat_paper_depth_report import report
+        from experiments.pages import DamagedSection
 
-        print(report(load(), plan(load())))
+        try:
+            print(report(load(), plan(load()), RESULTS))
+        except DamagedSection as err:
+            print(f"dat_paper_depth: {RESULTS}: its results section is damaged ({err}); nothing written", file=sys.stderr)
+            return 2
         return 0
     p = plan(load())
     print(f"dat_paper_depth: {len(load()['runs'])} runs recorded; phase {p.phase}, budget {p.budget}, "

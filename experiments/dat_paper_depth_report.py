@@ -16,6 +16,7 @@ from statistics import mean, stdev
 from experiments.dat_paper_depth import (ARMS, BEGIN, END, EVAL_SEED, EXPLORE_SEEDS, MULTIPLIERS, OFF, RESULTS, ROOT,
                                          SEEDS, TRANSFORMER, Plan, Run, candidate_of, converged_at, in_range_misses,
                                          runs_of)
+from experiments.pages import replace_section
 from trainables.metrics import CURVE
 
 MAX_LEN = 25
@@ -344,6 +345,9 @@ def baselines() -> dict[str, dict[str, float]]:
 
 
 def report(data: dict, plan: Plan, out: Path = RESULTS) -> str:
+    """Rewrite `out`'s results section and its pictures; DamagedSection (nothing written) if its
+    markers are damaged."""
+    replace_section(out.read_text(), BEGIN, END, "")
     runs = runs_of(data)
     base = baselines()
     conf = confirmation(runs, plan.budget)
@@ -364,11 +368,6 @@ def report(data: dict, plan: Plan, out: Path = RESULTS) -> str:
         lines += ["No confirmation run has finished yet.", ""]
     lines.append(END)
     section = "\n".join(lines)
-    text = out.read_text()
-    if BEGIN in text:
-        text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    out.write_text(text)
+    out.write_text(replace_section(out.read_text(), BEGIN, END, section))
     return section
 

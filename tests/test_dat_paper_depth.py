@@ -266,3 +266,15 @@ def test_every_phase_s_sweep_file_passes_the_sweeper_s_own_validation(tmp_path):
         assert spec.budget.num_samples == len(dpd.chunk(p))
         phases.append(p.phase)
     assert phases[-2:] == ["transformer-select", "transformer-confirm"] and "confirm" in phases
+
+
+@pytest.mark.parametrize("damage", [dpd.BEGIN + "\nno end\n", dpd.END + "\n" + dpd.BEGIN + "\n", 2 * (dpd.BEGIN + dpd.END)])
+def test_a_damaged_results_section_is_one_line_and_the_page_is_left_as_it_was(tmp_path, monkeypatch, damage, capsys):
+    monkeypatch.setattr(dpd, "RESULTS", tmp_path / "page.md")
+    monkeypatch.setattr(dpd, "DATA", tmp_path / "runs.json.gz")
+    page = "# title\n" + damage
+    dpd.RESULTS.write_text(page)
+    assert dpd.main(["report"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "damaged" in err
+    assert dpd.RESULTS.read_text() == page and not list(tmp_path.glob("*.png"))
