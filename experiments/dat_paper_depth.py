@@ -299,6 +299,24 @@ def space_for(p: Plan, cells: list[dict]) -> tuple[str, dict]:
     return name, space
 
 
+def unfinished_sweep(p: Plan, folder: Path) -> Path | None:
+    """A sweep file in `folder` written for this budget that still holds a cell the plan misses: a
+    chunk interrupted after some of its runs were recorded, to resume rather than start anew (its
+    finished trials are kept, its interrupted ones go on from their checkpoints)."""
+    import yaml
+
+    todo = {key(p.budget, c) for c in p.todo}
+    for path in sorted(folder.glob("dat_depth_*.yaml")):
+        try:
+            space = yaml.safe_load(path.read_text())
+            cells = space["searcher"]["baseline"] if space["budget"]["max_steps"] == p.budget else []
+            if any(key(p.budget, c) in todo for c in cells):
+                return path
+        except (OSError, yaml.YAMLError, KeyError, TypeError):
+            continue  # not one of this experiment's sweep files
+    return None
+
+
 def run() -> int:
     """Train what the plan asks, one sweep at a time, exporting after each, until done."""
     import yaml
@@ -307,11 +325,13 @@ def run() -> int:
     while (p := plan(load())).phase != "done":
         for note in p.notes:
             print(f"dat_paper_depth: {note}", flush=True)
-        cells = chunk(p)
-        name, space = space_for(p, cells)
-        path = SWEEPS / f"{name}.yaml"
         SWEEPS.mkdir(exist_ok=True)
-        if not path.exists():  # an existing one is a sweep to resume, as it was written
+        if (path := unfinished_sweep(p, SWEEPS)) is not None:
+            name, cells = path.stem, yaml.safe_load(path.read_text())["searcher"]["baseline"]
+        else:
+            cells = chunk(p)
+            name, space = space_for(p, cells)
+            path = SWEEPS / f"{name}.yaml"
             path.write_text(yaml.safe_dump(space, sort_keys=False))
         print(f"dat_paper_depth: {p.phase}, budget {p.budget}: {len(cells)} runs, sweep {name}", flush=True)
         rc = subprocess.call([str(Path(sys.executable).with_name("sweeper")), "launch", str(path), "--storage",

@@ -95,6 +95,25 @@ def test_every_arm_in_range_keeps_the_budget_and_confirms_on_fresh_seeds_in_chun
     assert space["scheduler"] == {"type": "fifo"} and name == dpd.space_for(p, list(first))[0]
 
 
+def test_a_chunk_interrupted_after_some_runs_were_recorded_is_resumed_not_started_anew(tmp_path):
+    import yaml
+
+    explored_runs = explored(B1, {0: 1500, 1: 2000})
+    p = dpd.plan({"runs": explored_runs})
+    first = dpd.chunk(p)
+    name, space = dpd.space_for(p, first)
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(space, sort_keys=False))
+    (tmp_path / "dat_depth_damaged.yaml").write_text("name: [unclosed")
+    assert dpd.unfinished_sweep(p, tmp_path) == tmp_path / f"{name}.yaml"
+    two_recorded = [record(B1, dpd.arm_of(c, B1), c["seed"], 2000) for c in first[:2]]
+    p = dpd.plan({"runs": explored_runs + two_recorded})
+    assert dpd.space_for(p, dpd.chunk(p))[0] != name  # the missing cells alone would name a new sweep
+    assert dpd.unfinished_sweep(p, tmp_path) == tmp_path / f"{name}.yaml"
+    chunk_done = [record(B1, dpd.arm_of(c, B1), c["seed"], 2000) for c in first]
+    p = dpd.plan({"runs": explored_runs + chunk_done})
+    assert dpd.unfinished_sweep(p, tmp_path) is None
+
+
 def test_an_arm_out_of_range_on_one_exploration_seed_moves_to_the_next_budget():
     runs = explored(B1, {0: 1500, 1: 1500}, failing={("DAT", 1)})
     p = dpd.plan({"runs": runs})
