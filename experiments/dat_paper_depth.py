@@ -238,15 +238,18 @@ def save(data: dict) -> None:
 
 def finished_runs(sweep: Path) -> list[dict]:
     """Each run of a sweep folder that trained its every step: its budget, cell and reports."""
-    out = []
-    for config, reports in finished_trials(sweep):
-        params = {"dat.mode": config["dat"]["mode"], "dat.switch_step": config["dat"]["switch_step"],
-                  "curriculum.state_only_steps": config["curriculum"]["state_only_steps"], "seed": config["seed"]}
-        if config["model"]["mixer"] == "none":
-            params.update({"model.mixer": "none", "model.n_layers": config["model"]["n_layers"],
-                           "model.positional": config["model"]["positional"], "optim.lr": config["optim"]["lr"]})
-        out.append({"budget": config["steps"], "params": params, "reports": reports})
-    return out
+    return [{"budget": config["steps"], "params": params_of(config), "reports": reports}
+            for config, reports in finished_trials(sweep)]
+
+
+def params_of(config: dict) -> dict:
+    """A trial config's cell: the values of AXES (and MODEL_AXES for a pure Transformer)."""
+    params = {"dat.mode": config["dat"]["mode"], "dat.switch_step": config["dat"]["switch_step"],
+              "curriculum.state_only_steps": config["curriculum"]["state_only_steps"], "seed": config["seed"]}
+    if config["model"]["mixer"] == "none":
+        params.update({"model.mixer": "none", "model.n_layers": config["model"]["n_layers"],
+                       "model.positional": config["model"]["positional"], "optim.lr": config["optim"]["lr"]})
+    return params
 
 
 def export() -> int:
@@ -345,6 +348,74 @@ def run() -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- elsewhere (experiments/device_runs.py)
+
+
+def trial_config(p: Plan, c: dict, device: str = "cpu") -> dict:
+    """The trial config a sweep of this plan trains `c` with, on `device`."""
+    from sweeper.space import SearchSpace, trial_config_for
+
+    spec = SearchSpace.model_validate(space_for(p, [c])[1])
+    return {**trial_config_for(spec, c).model_dump(mode="json"), "device": device}
+
+
+def write_configs(folder: Path, seeds: list[int], device: str) -> int:
+    """The trial configs of the cells the plan misses for `seeds`, one file each, named
+    s{seed}_{n}.yaml (one group per seed for experiments/device_runs.py); the number written."""
+    import yaml
+
+    p = plan(load())
+    cells = [c for c in p.todo if c["seed"] in seeds]
+    folder.mkdir(parents=True, exist_ok=True)
+    for n, c in enumerate(cells):
+        (folder / f"s{c['seed']}_{n}.yaml").write_text(yaml.safe_dump(trial_config(p, c, device), sort_keys=False))
+    return len(cells)
+
+
+def import_pack(path: Path) -> tuple[int, list[str]]:
+    """Add the finished runs of a pack from experiments/device_runs.py to the record: each one whose
+    config is exactly what the plan trains for a cell it misses (the device aside). Returns the number
+    added and a line for each run left out."""
+    import tarfile
+
+    import yaml
+
+    from experiments.device_runs import MACHINE
+
+    data, skipped, added = load(), [], 0
+    p = plan(data)
+    todo = {key(p.budget, c): c for c in p.todo}
+    with tarfile.open(path, "r:gz") as tar:
+        files = {m.name: m for m in tar.getmembers() if m.isfile()}
+
+        def read(name: str) -> bytes:
+            return tar.extractfile(files[name]).read()
+
+        where = json.loads(read(MACHINE))
+        trained_on = f"{where['accelerator']}, torch {where['torch']}"
+        for run in sorted({n.split("/")[0] for n in files if "/" in n}):
+            try:
+                config = yaml.safe_load(read(f"{run}/config.yaml"))
+                reports = [json.loads(line) for line in read(f"{run}/metrics.jsonl").splitlines()]
+            except KeyError:
+                skipped.append(f"{run}: no config.yaml or metrics.jsonl")
+                continue
+            k = key(config["steps"], params_of(config))
+            if not reports or reports[-1].get("step") != config["steps"]:
+                skipped.append(f"{run}: unfinished ({reports[-1]['step'] if reports else 0} of {config['steps']} steps)")
+            elif k not in todo:
+                skipped.append(f"{run}: not a cell the plan misses")
+            elif config != trial_config(p, todo[k], config["device"]):
+                skipped.append(f"{run}: its config differs from the plan's for this cell")
+            else:
+                data["runs"].append({"budget": config["steps"], "params": todo.pop(k), "reports": reports,
+                                     "trained_on": trained_on})
+                added += 1
+    if added:
+        save(data)
+    return added, skipped
+
+
 PRESET = ROOT / "trainables" / "presets" / "hybrid_dat_paper.yaml"
 
 
@@ -388,7 +459,22 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="where the plan stands")
     sub.add_parser("report", help="rebuild the results section and pictures from the record")
     sub.add_parser("preset", help="write the recommended DAT arm as trainables/presets/hybrid_dat_paper.yaml")
+    c = sub.add_parser("configs", help="write the trial configs of the missing cells of some seeds, to train elsewhere")
+    c.add_argument("folder", type=Path)
+    c.add_argument("--seeds", type=int, nargs="+", required=True)
+    c.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    i = sub.add_parser("import", help="add the finished runs of a pack from experiments/device_runs.py to the record")
+    i.add_argument("pack", type=Path)
     args = parser.parse_args(argv)
+    if args.verb == "configs":
+        print(f"dat_paper_depth: {write_configs(args.folder, args.seeds, args.device)} trial configs in {args.folder}")
+        return 0
+    if args.verb == "import":
+        added, skipped = import_pack(args.pack)
+        for line in skipped:
+            print(f"dat_paper_depth: left out {line}")
+        print(f"dat_paper_depth: {added} runs added from {args.pack}")
+        return 0
     if args.verb == "preset":
         return write_preset()
     if args.verb == "run":
