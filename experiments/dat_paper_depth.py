@@ -112,6 +112,7 @@ class Run:
     budget: int
     params: dict
     reports: list  # every report, in step order; the last is the final evaluation (full sets)
+    trained_on: str = "CPU"  # where it trained: the sweep service here, or a pack's machine (import_pack)
 
     @property
     def final(self) -> dict:
@@ -119,8 +120,8 @@ class Run:
 
 
 def runs_of(data: dict) -> list[Run]:
-    return [Run(arm_of(r["params"], r["budget"]), r["params"]["seed"], r["budget"], r["params"], r["reports"])
-            for r in data["runs"]]
+    return [Run(arm_of(r["params"], r["budget"]), r["params"]["seed"], r["budget"], r["params"], r["reports"],
+                r.get("trained_on", "CPU")) for r in data["runs"]]
 
 
 # --------------------------------------------------------------------------- the rules
@@ -382,7 +383,7 @@ def import_pack(path: Path) -> tuple[int, list[str]]:
 
     from experiments.device_runs import MACHINE
 
-    data, skipped, added = load(), [], 0
+    data, skipped, added, finished = load(), [], 0, {}
     p = plan(data)
     todo = {key(p.budget, c): c for c in p.todo}
     with tarfile.open(path, "r:gz") as tar:
@@ -408,12 +409,27 @@ def import_pack(path: Path) -> tuple[int, list[str]]:
             elif config != trial_config(p, todo[k], config["device"]):
                 skipped.append(f"{run}: its config differs from the plan's for this cell")
             else:
-                data["runs"].append({"budget": config["steps"], "params": todo.pop(k), "reports": reports,
-                                     "trained_on": trained_on})
-                added += 1
+                finished[k] = reports
+    recorded_seeds = {r["params"]["seed"] for r in data["runs"] if key(r["budget"], r["params"]) in phase_keys(p)}
+    for seed in sorted({todo[k]["seed"] for k in finished}):
+        wanted = [k for k, c in todo.items() if c["seed"] == seed]
+        if seed in recorded_seeds or any(k not in finished for k in wanted):
+            skipped.append(f"seed {seed}: the pack does not finish every arm of it that is to train, and a seed's "
+                           "arms train on one machine")
+            continue
+        for k in wanted:
+            data["runs"].append({"budget": p.budget, "params": todo[k], "reports": finished[k], "trained_on": trained_on})
+            added += 1
     if added:
         save(data)
     return added, skipped
+
+
+def phase_keys(p: Plan) -> set[tuple]:
+    """The keys of every cell of the plan's phase: for a confirmation, every arm of every seed."""
+    if p.phase == "confirm":
+        return {key(p.budget, cell(arm, s, p.budget, p.switch)) for s in SEEDS for arm in ARMS}
+    return {key(p.budget, c) for c in p.todo}
 
 
 PRESET = ROOT / "trainables" / "presets" / "hybrid_dat_paper.yaml"

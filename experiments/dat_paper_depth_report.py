@@ -145,15 +145,21 @@ def arm_passes(rs: list[Run]) -> bool:
 def per_seed_section(conf: dict[str, dict[int, Run]]) -> list[str]:
     cols = ["acc_1x", "recall_acc_1x", *(f"ood_acc_{k}x" for k in MULTIPLIERS[1:]), "ood_state_acc_3x", "ood_recall_acc_3x",
             "last_acc_3x", "seq_acc_1x", "seq_acc_3x", "cliff"]
-    lines = ["### Every confirmation run", "", "| arm | seed | " + " | ".join(f"`{c}`" for c in cols) + " | wall (s) |",
-             "|---|---|" + "---|" * (len(cols) + 1)]
+    lines = ["### Every confirmation run", "", "| arm | seed | " + " | ".join(f"`{c}`" for c in cols)
+             + " | wall (s) | trained on |", "|---|---|" + "---|" * (len(cols) + 2)]
     for arm, by_seed in conf.items():
         for seed, r in sorted(by_seed.items()):
             wall = training_seconds(r)
             wall_cell = f"{wall:.0f}" if wall is not None else "-"
-            lines.append(f"| {arm} | {seed} | " + " | ".join(f"{metric(r, c):.3f}" for c in cols) + f" | {wall_cell} |")
+            lines.append(f"| {arm} | {seed} | " + " | ".join(f"{metric(r, c):.3f}" for c in cols)
+                         + f" | {wall_cell} | {r.trained_on} |")
     return lines + ["", "wall (s): the run's training time, evaluations included, summed over its report intervals "
-                        "(steps in the interval / `steps_per_s`); time spent paused between sessions is not in it.", ""]
+                        "(steps in the interval / `steps_per_s`); time spent paused between sessions is not in it. "
+                        "trained on: CPU is the sweep service on this project's 2-core machine (torch 2.13.0, one "
+                        "thread and two runs at a time); other rows trained on a lent GPU machine through "
+                        "`python -m experiments.device_runs` (its accelerator and torch named), the same trial "
+                        "config but for `device`. A seed's three arms always train on one machine, so each paired gap "
+                        "compares runs of one machine.", ""]
 
 
 def training_seconds(r: Run) -> float | None:

@@ -8,7 +8,14 @@ the arms of a seed finish together or not at all). Against a deadline: once the 
 reported for a while, if the slowest one would not finish in time, the last group is stopped,
 which frees the accelerator for the others; again after each check until the rest fit.
 
-    python -m experiments.device_runs train CONFIGS RUNS --deadline 480 --pack OUT/runs.tar.gz
+    python -m experiments.device_runs train CONFIGS RUNS --deadline 480 --groups 2 --pack OUT/runs.tar.gz
+
+How many to start: the runs share the accelerator by time slices and each is bound by its own
+kernel launches, so more runs at once train more steps in all but each one slower. Measured on an
+NVIDIA H200 with 16 cores (the 4-block LSTM hybrid of experiments/dat_paper_depth.py, batch 64):
+15 runs at once, 25-33 steps/s each (about 450 together); 9 at once, 42-50; 3 at once, 58-67
+(about 200 together). Against a deadline start only the groups that can finish by it
+(`--groups`); the stopping rule saves what it can when too many were started.
 
 The pack holds each run's config.yaml, metrics.jsonl and result.json (no checkpoints) and
 machine.json (accelerator, torch); an experiment imports the finished runs from it.
@@ -36,7 +43,7 @@ class Run:
     out: Path
     steps: int
     process: subprocess.Popen | None = None
-    stopped: bool = False  # stopped by the deadline rule
+    stopped_at: float | None = None  # seconds from the start, when the deadline rule stopped it
 
     @property
     def group(self) -> str:
@@ -62,12 +69,15 @@ def machine() -> dict:
             "cuda": torch.version.cuda if cuda else None}
 
 
-def train(configs: Path, runs_dir: Path, deadline_s: float, check_every: float = 30.0, warmup_s: float = 90.0,
-          margin_s: float = 30.0) -> list[Run]:
-    """Start every config at once; stop the last group while the slowest run would miss the deadline."""
+def train(configs: Path, runs_dir: Path, deadline_s: float, groups: int | None = None, check_every: float = 30.0,
+          warmup_s: float = 90.0, margin_s: float = 30.0) -> list[Run]:
+    """Start the configs of the first `groups` groups (all by default) at once; stop the last group
+    while the slowest run would miss the deadline, and every run at the deadline."""
     import yaml
 
     runs = [Run(c, runs_dir / c.stem, int(yaml.safe_load(c.read_text())["steps"])) for c in sorted(configs.glob("*.yaml"))]
+    kept = sorted({r.group for r in runs})[:groups]
+    runs = [r for r in runs if r.group in kept]
     runs_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     for r in runs:
@@ -91,13 +101,15 @@ def train(configs: Path, runs_dir: Path, deadline_s: float, check_every: float =
               + f" | slowest needs {need:.0f} s, {left:.0f} s left", flush=True)
         if left <= 0:
             for r in live:
-                stop(r)
+                stop(r, now - start)
             break
-        if now - start >= warmup_s and now - last_cut >= 2 * check_every and need > left - margin_s and len(groups) > 1:
+        measured = all(rates[r.config.stem] > 0 for r in live)  # every run has reported within the check
+        if (measured and now - start >= warmup_s and now - last_cut >= 2 * check_every and need > left - margin_s
+                and len(groups) > 1):
             print(f"  stopping group {groups[-1]}: the slowest run would miss the deadline", flush=True)
             for r in live:
                 if r.group == groups[-1]:
-                    stop(r)
+                    stop(r, now - start)
             last_cut = now
     for r in runs:
         if r.process is not None:
@@ -105,8 +117,8 @@ def train(configs: Path, runs_dir: Path, deadline_s: float, check_every: float =
     return runs
 
 
-def stop(run: Run) -> None:
-    run.stopped = True
+def stop(run: Run, at: float) -> None:
+    run.stopped_at = at
     run.process.terminate()
     try:
         run.process.wait(timeout=20)
@@ -137,7 +149,7 @@ def summary(runs: list[Run]) -> str:
             last = json.loads((r.out / "metrics.jsonl").read_bytes().splitlines()[-1])
         except (OSError, ValueError, IndexError):
             last = {}
-        ended = "stopped (deadline)" if r.stopped else f"exit {r.process.returncode}"
+        ended = f"stopped at {r.stopped_at:.0f} s (deadline)" if r.stopped_at is not None else f"exit {r.process.returncode}"
         lines.append(f"{r.config.stem:24} {r.step():>6}/{r.steps:<6} {last.get('steps_per_s', 0):8.1f}  {ended}")
     return "\n".join(lines)
 
@@ -149,10 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("configs", type=Path)
     t.add_argument("runs", type=Path, help="where the run folders go")
     t.add_argument("--deadline", type=float, required=True, help="seconds from the start")
+    t.add_argument("--groups", type=int, default=None, help="start only the first N groups (default: all)")
     t.add_argument("--pack", type=Path, required=True, help="tar.gz of the runs' reports")
     args = parser.parse_args(argv)
     print(json.dumps(machine()), flush=True)
-    runs = train(args.configs, args.runs, args.deadline)
+    runs = train(args.configs, args.runs, args.deadline, args.groups)
     pack(runs, args.pack)
     print(summary(runs), flush=True)
     return 0

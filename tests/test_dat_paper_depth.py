@@ -297,3 +297,49 @@ def test_a_damaged_results_section_is_one_line_and_the_page_is_left_as_it_was(tm
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "damaged" in err
     assert dpd.RESULTS.read_text() == page and not list(tmp_path.glob("*.png"))
+
+
+def pack_of(tmp_path, runs: dict[str, tuple[dict, int]]):
+    """A pack as experiments/device_runs.py writes it: {name: (trial config, last step)}."""
+    import io
+    import json
+    import tarfile
+
+    import yaml
+
+    path = tmp_path / "runs.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        files = {"machine.json": json.dumps({"accelerator": "NVIDIA H200", "torch": "2.11.0+cu130"}).encode()}
+        for name, (config, last) in runs.items():
+            files[f"{name}/config.yaml"] = yaml.safe_dump(config).encode()
+            files[f"{name}/metrics.jsonl"] = b"".join(
+                json.dumps({**final(), "step": s}).encode() + b"\n" for s in range(250, last + 1, 250))
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_a_pack_from_elsewhere_adds_only_whole_seeds_trained_with_the_plan_s_exact_config(tmp_path, monkeypatch):
+    monkeypatch.setattr(dpd, "DATA", tmp_path / "record.json.gz")
+    dpd.save({"design": dpd.design(), "runs": explored(B1, {0: 1500, 1: 2000})})
+    p = dpd.plan(dpd.load())
+    s1, s2, s3 = dpd.SEEDS[-3:]
+    cells = {s: [c for c in p.todo if c["seed"] == s] for s in (s1, s2, s3)}
+    runs = {f"s{s1}_{i}": (dpd.trial_config(p, c, "cuda"), B1) for i, c in enumerate(cells[s1])}
+    runs |= {f"s{s2}_{i}": (dpd.trial_config(p, c, "cuda"), B1 if i else B1 // 2) for i, c in enumerate(cells[s2])}
+    tampered = dpd.trial_config(p, cells[s3][0], "cuda")
+    tampered["optim"]["lr"] = 0.01
+    planted = {**dpd.trial_config(p, cells[s3][1], "cuda"), "seed": 99}
+    runs |= {"tampered": (tampered, B1), "planted": (planted, B1)}
+    added, skipped = dpd.import_pack(pack_of(tmp_path, runs))
+    assert added == 3
+    recorded = [r for r in dpd.runs_of(dpd.load()) if r.seed in (s1, s2, s3)]
+    assert {(r.seed, r.arm, r.trained_on) for r in recorded} == {(s1, a, "NVIDIA H200, torch 2.11.0+cu130") for a in dpd.ARMS}
+    assert any(line.startswith(f"s{s2}_0: unfinished") for line in skipped)
+    assert any(line.startswith(f"seed {s2}:") for line in skipped)
+    assert any(line.startswith("tampered: its config differs") for line in skipped)
+    assert any(line.startswith("planted: not a cell the plan misses") for line in skipped)
+    again, skipped = dpd.import_pack(pack_of(tmp_path, runs))
+    assert again == 0 and f"s{s1}_0: not a cell the plan misses" in skipped
