@@ -373,43 +373,64 @@ def write_configs(folder: Path, seeds: list[int], device: str) -> int:
     return len(cells)
 
 
+class PackError(Exception):
+    """A pack that cannot be read as one from experiments/device_runs.py (one line)."""
+
+
+MAX_PACK_FILE = 64 * 2**20  # a member read from a pack: config, reports, machine.json
+
+
 def import_pack(path: Path) -> tuple[int, list[str]]:
     """Add the finished runs of a pack from experiments/device_runs.py to the record: each one whose
-    config is exactly what the plan trains for a cell it misses (the device aside). Returns the number
-    added and a line for each run left out."""
+    config is exactly what the plan trains for a cell it misses (the device aside), a seed only when
+    every cell of it to train is there. Returns the number added and a line for each run left out;
+    PackError when the pack itself is unreadable."""
     import tarfile
+    import zlib
 
     import yaml
 
     from experiments.device_runs import MACHINE
+    from sweeper.commands.trial import parse_reports
+    from trainables.config import ConfigError, trial_config_from_dict
 
     data, skipped, added, finished = load(), [], 0, {}
     p = plan(data)
     todo = {key(p.budget, c): c for c in p.todo}
-    with tarfile.open(path, "r:gz") as tar:
-        files = {m.name: m for m in tar.getmembers() if m.isfile()}
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            files = {m.name: m for m in tar.getmembers() if m.isfile() and m.size <= MAX_PACK_FILE}
 
-        def read(name: str) -> bytes:
-            return tar.extractfile(files[name]).read()
+            def read(name: str) -> bytes:
+                return tar.extractfile(files[name]).read()
 
-        where = json.loads(read(MACHINE))
-        trained_on = f"{where['accelerator']}, torch {where['torch']}"
-        for run in sorted({n.split("/")[0] for n in files if "/" in n}):
             try:
-                config = yaml.safe_load(read(f"{run}/config.yaml"))
-                reports = [json.loads(line) for line in read(f"{run}/metrics.jsonl").splitlines()]
-            except KeyError:
-                skipped.append(f"{run}: no config.yaml or metrics.jsonl")
-                continue
-            k = key(config["steps"], params_of(config))
-            if not reports or reports[-1].get("step") != config["steps"]:
-                skipped.append(f"{run}: unfinished ({reports[-1]['step'] if reports else 0} of {config['steps']} steps)")
-            elif k not in todo:
-                skipped.append(f"{run}: not a cell the plan misses")
-            elif config != trial_config(p, todo[k], config["device"]):
-                skipped.append(f"{run}: its config differs from the plan's for this cell")
-            else:
-                finished[k] = reports
+                where = json.loads(read(MACHINE))
+                trained_on = f"{where['accelerator']}, torch {where['torch']}"
+            except (KeyError, TypeError, ValueError):
+                raise PackError(f"{MACHINE}: missing, or not a JSON object with accelerator and torch") from None
+            for run in sorted({n.split("/")[0] for n in files if "/" in n}):
+                try:
+                    config = yaml.safe_load(read(f"{run}/config.yaml"))
+                    valid = trial_config_from_dict(config, f"{run}/config.yaml").model_dump(mode="json")
+                    reports = [r.metrics for r in parse_reports(read(f"{run}/metrics.jsonl"), f"{run}/metrics.jsonl")[0]]
+                except KeyError:
+                    skipped.append(f"{run}: no config.yaml or metrics.jsonl")
+                    continue
+                except (yaml.YAMLError, ConfigError) as err:
+                    skipped.append(f"{run}: {str(err).splitlines()[0][:200]}")
+                    continue
+                k = key(valid["steps"], params_of(valid))
+                if not reports or reports[-1]["step"] != valid["steps"]:
+                    skipped.append(f"{run}: unfinished ({reports[-1]['step'] if reports else 0} of {valid['steps']} steps)")
+                elif k not in todo:
+                    skipped.append(f"{run}: not a cell the plan misses")
+                elif config != trial_config(p, todo[k], valid["device"]):
+                    skipped.append(f"{run}: its config differs from the plan's for this cell")
+                else:
+                    finished[k] = reports
+    except (OSError, EOFError, tarfile.TarError, zlib.error) as err:
+        raise PackError(f"not a readable tar.gz ({type(err).__name__})") from None
     recorded_seeds = {r["params"]["seed"] for r in data["runs"] if key(r["budget"], r["params"]) in phase_keys(p)}
     for seed in sorted({todo[k]["seed"] for k in finished}):
         wanted = [k for k, c in todo.items() if c["seed"] == seed]
@@ -483,10 +504,17 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("pack", type=Path)
     args = parser.parse_args(argv)
     if args.verb == "configs":
+        if args.folder.exists() and any(args.folder.iterdir()):
+            print(f"dat_paper_depth: {args.folder}: not empty; its configs would all train there", file=sys.stderr)
+            return 2
         print(f"dat_paper_depth: {write_configs(args.folder, args.seeds, args.device)} trial configs in {args.folder}")
         return 0
     if args.verb == "import":
-        added, skipped = import_pack(args.pack)
+        try:
+            added, skipped = import_pack(args.pack)
+        except PackError as err:
+            print(f"dat_paper_depth: {args.pack}: {err}; nothing added", file=sys.stderr)
+            return 2
         for line in skipped:
             print(f"dat_paper_depth: left out {line}")
         print(f"dat_paper_depth: {added} runs added from {args.pack}")

@@ -299,8 +299,8 @@ def test_a_damaged_results_section_is_one_line_and_the_page_is_left_as_it_was(tm
     assert dpd.RESULTS.read_text() == page and not list(tmp_path.glob("*.png"))
 
 
-def pack_of(tmp_path, runs: dict[str, tuple[dict, int]]):
-    """A pack as experiments/device_runs.py writes it: {name: (trial config, last step)}."""
+def pack_of(tmp_path, runs: dict[str, tuple[dict, int]], extra: dict[str, bytes] | None = None):
+    """A pack as experiments/device_runs.py writes it: {name: (trial config, last step)}, and `extra` files."""
     import io
     import json
     import tarfile
@@ -314,6 +314,7 @@ def pack_of(tmp_path, runs: dict[str, tuple[dict, int]]):
             files[f"{name}/config.yaml"] = yaml.safe_dump(config).encode()
             files[f"{name}/metrics.jsonl"] = b"".join(
                 json.dumps({**final(), "step": s}).encode() + b"\n" for s in range(250, last + 1, 250))
+        files.update(extra or {})
         for name, data in files.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
@@ -343,3 +344,32 @@ def test_a_pack_from_elsewhere_adds_only_whole_seeds_trained_with_the_plan_s_exa
     assert any(line.startswith("planted: not a cell the plan misses") for line in skipped)
     again, skipped = dpd.import_pack(pack_of(tmp_path, runs))
     assert again == 0 and f"s{s1}_0: not a cell the plan misses" in skipped
+
+
+def test_a_damaged_pack_is_one_line_and_exit_2_or_a_line_per_damaged_run(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    monkeypatch.setattr(dpd, "DATA", tmp_path / "record.json.gz")
+    dpd.save({"design": dpd.design(), "runs": explored(B1, {0: 1500, 1: 2000})})
+    before = dpd.DATA.read_bytes()
+    (tmp_path / "junk.tar.gz").write_bytes(b"not a tar")
+    assert dpd.main(["import", str(tmp_path / "junk.tar.gz")]) == 2
+    assert "not a readable tar.gz" in capsys.readouterr().err
+    p = dpd.plan(dpd.load())
+    good = dpd.trial_config(p, p.todo[0], "cuda")
+    pack = pack_of(tmp_path, {}, {"machine.json": b"[1, 2]"})
+    assert dpd.main(["import", str(pack)]) == 2
+    assert "machine.json" in capsys.readouterr().err
+    pack = pack_of(tmp_path, {"ok": (good, B1)}, {
+        "listed/config.yaml": b"- a list", "listed/metrics.jsonl": b"",
+        "badline/config.yaml": yaml.safe_dump(good).encode(),
+        "badline/metrics.jsonl": b'{"step": 250, "acc_1x": "high"}\n'})
+    added, skipped = dpd.import_pack(pack)
+    assert added == 0  # "ok" alone is not every arm of its seed
+    assert any(line.startswith("listed: ") for line in skipped)
+    assert any(line.startswith("badline: ") and "acc_1x" in line for line in skipped)
+    assert dpd.DATA.read_bytes() == before
+    (tmp_path / "cfgs").mkdir()
+    (tmp_path / "cfgs" / "old.yaml").write_text("steps: 1")
+    assert dpd.main(["configs", str(tmp_path / "cfgs"), "--seeds", str(p.todo[0]["seed"])]) == 2
+    assert "not empty" in capsys.readouterr().err
