@@ -3,21 +3,30 @@
 For a lent accelerator box that has torch but not Ray, Optuna or MLflow: each config is one
 `python -m sweeper trial` (the trainer alone, pydantic and PyYAML its only other needs), all
 started at once. Configs are grouped by the part of their file name before the first `_` (an
-experiment names them `s5115_joint.yaml`, `s5115_dat.yaml`, ...: one group per seed, so that
-the arms of a seed finish together or not at all). Against a deadline: once the runs have
-reported for a while, if the slowest one would not finish in time, the last group is stopped,
-which frees the accelerator for the others; again after each check until the rest fit.
+experiment names them `s5115_0.yaml`, `s5115_1.yaml`, ...: one group per seed).
+
+Two ways to meet a deadline (the machine's time is short):
+
+- finish (the default): once the runs have reported for a while, if the slowest one would not
+  finish in time, the last group is stopped, which frees the accelerator for the others; again
+  after each check until the rest fit. What is stopped is lost.
+- `--checkpoints`: every run trains until the deadline and is paused there; the pack carries the
+  unfinished runs' newest checkpoints (ckpt-N.tar beside it, each under 15 MiB), and `--restore`
+  with that folder on the next call resumes them where they paused (the same accelerator and
+  torch, else refused), bit for bit as if never stopped.
 
     python -m experiments.device_runs train CONFIGS RUNS --deadline 480 --groups 2 --pack OUT/runs.tar.gz
+    python -m experiments.device_runs train CONFIGS RUNS --deadline 540 --checkpoints --pack OUT/runs.tar.gz \
+        [--restore PACKS]
 
 How many to start: the runs share the accelerator by time slices and each is bound by its own
 kernel launches, so more runs at once train more steps in all but each one slower. Measured on an
 NVIDIA H200 with 16 cores (the 4-block LSTM hybrid of experiments/dat_paper_depth.py, batch 64):
 15 runs at once, 25-33 steps/s each (about 450 together); 9 at once, 42-50; 3 at once, 58-67
-(about 200 together). Against a deadline start only the groups that can finish by it
-(`--groups`); the stopping rule saves what it can when too many were started.
+(about 200 together). To finish runs within one call, start only the groups that can
+(`--groups`); to train the most steps, start them all with `--checkpoints`.
 
-The pack holds each run's config.yaml, metrics.jsonl and result.json (no checkpoints) and
+The pack (runs.tar.gz) holds each run's config.yaml, metrics.jsonl, result.json and log, and
 machine.json (accelerator, torch); an experiment imports the finished runs from it.
 """
 
@@ -26,6 +35,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -35,6 +45,12 @@ from pathlib import Path
 
 MACHINE = "machine.json"
 KEPT = ("config.yaml", "metrics.jsonl", "result.json")
+CHECKPOINT_TAR_BYTES = 15 * 2**20  # each ckpt-N.tar: a file that comes back from the machine is at most 16 MiB
+CHECKPOINT_BYTES = 52 * 2**20  # all of them: what comes back, and what travels there again, is at most 64 MiB
+
+
+class DeviceRunsError(Exception):
+    """A mistake in the call or its inputs: one line."""
 
 
 @dataclass
@@ -43,7 +59,7 @@ class Run:
     out: Path
     steps: int
     process: subprocess.Popen | None = None
-    stopped_at: float | None = None  # seconds from the start, when the deadline rule stopped it
+    stopped_at: float | None = None  # seconds from the start, when the deadline stopped it
 
     @property
     def group(self) -> str:
@@ -60,6 +76,9 @@ class Run:
     def live(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def finished(self) -> bool:
+        return self.step() >= self.steps
+
 
 def machine() -> dict:
     import torch
@@ -69,22 +88,55 @@ def machine() -> dict:
             "cuda": torch.version.cuda if cuda else None}
 
 
-def train(configs: Path, runs_dir: Path, deadline_s: float, groups: int | None = None, check_every: float = 30.0,
-          warmup_s: float = 90.0, margin_s: float = 30.0) -> list[Run]:
-    """Start the configs of the first `groups` groups (all by default) at once; stop the last group
-    while the slowest run would miss the deadline, and every run at the deadline."""
+def restore(packs: Path, runs_dir: Path) -> int:
+    """Unpack a previous call's pack and checkpoints into `runs_dir`; the number of runs restored.
+    Refused (DeviceRunsError) on another accelerator or torch: a resumed run must train on one."""
+    main = packs / "runs.tar.gz"
+    try:
+        with tarfile.open(main, "r:gz") as tar:
+            was = json.loads(tar.extractfile(MACHINE).read())
+            now = machine()
+            if (was.get("accelerator"), was.get("torch")) != (now["accelerator"], now["torch"]):
+                raise DeviceRunsError(f"--restore {packs}: trained on {was.get('accelerator')} with torch "
+                                      f"{was.get('torch')}, this is {now['accelerator']} with torch {now['torch']}")
+            runs = [m for m in tar.getmembers() if m.isfile() and m.name.count("/") == 1
+                    and m.name.split("/")[1] in ("config.yaml", "metrics.jsonl")]
+            tar.extractall(runs_dir, members=runs, filter="data")
+        for ckpt in sorted(packs.glob("ckpt-*.tar")):
+            with tarfile.open(ckpt, "r:") as tar:
+                tar.extractall(runs_dir, filter="data")
+    except (OSError, KeyError, ValueError, tarfile.TarError) as err:
+        raise DeviceRunsError(f"--restore {packs}: not a pack of this tool ({type(err).__name__}: {err})") from None
+    return len({m.name.split("/")[0] for m in runs})
+
+
+def train(configs: Path, runs_dir: Path, deadline_s: float, groups: int | None = None, finish: bool = True,
+          check_every: float = 30.0, warmup_s: float = 90.0, margin_s: float = 30.0) -> list[Run]:
+    """Start the configs of the first `groups` groups (all by default) at once, resuming a run whose
+    folder holds a checkpoint; with `finish`, stop the last group while the slowest run would miss
+    the deadline; stop every run at the deadline."""
     import yaml
 
-    runs = [Run(c, runs_dir / c.stem, int(yaml.safe_load(c.read_text())["steps"])) for c in sorted(configs.glob("*.yaml"))]
+    runs = []
+    for c in sorted(configs.glob("*.yaml")):
+        try:
+            runs.append(Run(c, runs_dir / c.stem, int(yaml.safe_load(c.read_text())["steps"])))
+        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as err:
+            raise DeviceRunsError(f"{c}: not a trial config with steps ({type(err).__name__})") from None
+    if not runs:
+        raise DeviceRunsError(f"{configs}: no trial configs (*.yaml) there")
     kept = sorted({r.group for r in runs})[:groups]
     runs = [r for r in runs if r.group in kept]
     runs_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     for r in runs:
-        log = open(runs_dir / f"{r.config.stem}.log", "wb")
-        r.process = subprocess.Popen([sys.executable, "-m", "sweeper", "trial", str(r.config), "--out", str(r.out),
-                                      "--threads", "1"], stdout=log, stderr=subprocess.STDOUT)
-    before = {r.config.stem: 0 for r in runs}
+        if r.finished():
+            continue
+        resume = ["--resume"] if os.path.isdir(r.out / "checkpoint") else []
+        with open(runs_dir / f"{r.config.stem}.log", "ab") as log:
+            r.process = subprocess.Popen([sys.executable, "-m", "sweeper", "trial", str(r.config), "--out", str(r.out),
+                                          "--threads", "1", *resume], stdout=log, stderr=subprocess.STDOUT)
+    before = {r.config.stem: r.step() for r in runs}
     last_check, last_cut = start, start
     while any(r.live() for r in runs):
         time.sleep(check_every)
@@ -104,8 +156,8 @@ def train(configs: Path, runs_dir: Path, deadline_s: float, groups: int | None =
                 stop(r, now - start)
             break
         measured = all(rates[r.config.stem] > 0 for r in live)  # every run has reported within the check
-        if (measured and now - start >= warmup_s and now - last_cut >= 2 * check_every and need > left - margin_s
-                and len(groups) > 1):
+        if (finish and measured and now - start >= warmup_s and now - last_cut >= 2 * check_every
+                and need > left - margin_s and len(groups) > 1):
             print(f"  stopping group {groups[-1]}: the slowest run would miss the deadline", flush=True)
             for r in live:
                 if r.group == groups[-1]:
@@ -126,20 +178,47 @@ def stop(run: Run, at: float) -> None:
         run.process.kill()
 
 
-def pack(runs: list[Run], path: Path) -> None:
-    """The runs' kept files and machine.json, in one tar.gz."""
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def pack(runs: list[Run], path: Path, checkpoints: bool = False) -> list[str]:
+    """The runs' kept files and machine.json in one tar.gz at `path`; with `checkpoints`, each
+    unfinished run's newest checkpoint too, in ckpt-N.tar files beside it (whole runs, in order,
+    while they fit CHECKPOINT_BYTES). Returns a line for each unfinished run left without one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(path, "w:gz") as tar:
-        data = json.dumps(machine(), indent=1).encode()
-        info = tarfile.TarInfo(MACHINE)
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
+        _add_bytes(tar, MACHINE, json.dumps(machine(), indent=1).encode())
         for r in runs:
             for name in KEPT:
                 if (r.out / name).is_file():
                     tar.add(r.out / name, arcname=f"{r.config.stem}/{name}")
             if (log := r.out.parent / f"{r.config.stem}.log").is_file():
                 tar.add(log, arcname=f"{r.config.stem}/log.txt")
+    if not checkpoints:
+        return []
+    left_out, total, parts = [], 0, []  # parts: one list of (run, checkpoint folder, bytes) per ckpt-N.tar
+    for r in runs:
+        link = r.out / "checkpoint"
+        if r.finished() or not link.is_dir():
+            continue
+        folder = link.resolve()
+        size = sum(f.stat().st_size for f in folder.iterdir())
+        if total + size > CHECKPOINT_BYTES:
+            left_out.append(f"{r.config.stem}: its checkpoint does not fit the {CHECKPOINT_BYTES >> 20} MiB that comes back")
+            continue
+        total += size
+        if not parts or sum(s for _, _, s in parts[-1]) + size > CHECKPOINT_TAR_BYTES:
+            parts.append([])
+        parts[-1].append((r, folder, size))
+    for n, part in enumerate(parts):
+        with tarfile.open(path.parent / f"ckpt-{n}.tar", "w") as tar:
+            for r, folder, _ in part:
+                tar.add(folder, arcname=f"{r.config.stem}/{folder.name}")
+                tar.add(r.out / "checkpoint", arcname=f"{r.config.stem}/checkpoint")  # the link itself
+    return left_out
 
 
 def summary(runs: list[Run]) -> str:
@@ -149,7 +228,8 @@ def summary(runs: list[Run]) -> str:
             last = json.loads((r.out / "metrics.jsonl").read_bytes().splitlines()[-1])
         except (OSError, ValueError, IndexError):
             last = {}
-        ended = f"stopped at {r.stopped_at:.0f} s (deadline)" if r.stopped_at is not None else f"exit {r.process.returncode}"
+        ended = (f"stopped at {r.stopped_at:.0f} s (deadline)" if r.stopped_at is not None
+                 else "finished before" if r.process is None else f"exit {r.process.returncode}")
         lines.append(f"{r.config.stem:24} {r.step():>6}/{r.steps:<6} {last.get('steps_per_s', 0):8.1f}  {ended}")
     return "\n".join(lines)
 
@@ -163,10 +243,20 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--deadline", type=float, required=True, help="seconds from the start")
     t.add_argument("--groups", type=int, default=None, help="start only the first N groups (default: all)")
     t.add_argument("--pack", type=Path, required=True, help="tar.gz of the runs' reports")
+    t.add_argument("--checkpoints", action="store_true",
+                   help="pause every run at the deadline and pack the unfinished runs' checkpoints beside the pack")
+    t.add_argument("--restore", type=Path, help="a folder holding a previous call's pack and checkpoints, to resume")
     args = parser.parse_args(argv)
     print(json.dumps(machine()), flush=True)
-    runs = train(args.configs, args.runs, args.deadline, args.groups)
-    pack(runs, args.pack)
+    try:
+        if args.restore is not None:
+            print(f"restored {restore(args.restore, args.runs)} runs from {args.restore}", flush=True)
+        runs = train(args.configs, args.runs, args.deadline, args.groups, finish=not args.checkpoints)
+    except DeviceRunsError as err:
+        print(f"device_runs: {err}", file=sys.stderr)
+        return 2
+    for line in pack(runs, args.pack, args.checkpoints):
+        print(f"left without a checkpoint: {line}", flush=True)
     print(summary(runs), flush=True)
     return 0
 

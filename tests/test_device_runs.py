@@ -1,11 +1,14 @@
 """experiments/device_runs.py with real `python -m sweeper trial` processes on tiny configs: the
-pack it brings back, and the deadline rule stopping the last group first."""
+pack it brings back, the deadline rule stopping the last group first, and a paused run carried
+back with its checkpoint and resumed to the same reports."""
 
 from __future__ import annotations
 
 import json
+import time
 import tarfile
 
+import pytest
 import yaml
 
 from experiments import device_runs
@@ -46,3 +49,59 @@ def test_the_deadline_stops_the_last_group_first_then_everything(tmp_path):
     assert runs["b_0"].stopped_at == runs["b_1"].stopped_at < runs["a_0"].stopped_at
     assert runs["a_0"].stopped_at >= 8
     assert "stopped at" in device_runs.summary(list(runs.values()))
+
+
+def test_a_paused_run_comes_back_with_its_checkpoint_and_resumes_to_the_same_result(tmp_path):
+    import subprocess
+    import sys
+
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    tiny(configs, "a_0", 1500)
+    reference = device_runs.train(configs, tmp_path / "reference", deadline_s=600, check_every=0.5)[0]
+    assert reference.finished()
+
+    runs_dir = tmp_path / "runs"
+    out = runs_dir / "a_0"
+    process = subprocess.Popen([sys.executable, "-m", "sweeper", "trial", str(configs / "a_0.yaml"), "--out", str(out),
+                                "--threads", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    paused = device_runs.Run(configs / "a_0.yaml", out, 1500, process)
+    while paused.step() < 30 and process.poll() is None:  # paused once it has a checkpoint past its first report
+        time.sleep(0.05)
+    device_runs.stop(paused, 0.0)
+    assert 30 <= paused.step() < 1500
+    packs = tmp_path / "packs"
+    assert device_runs.pack([paused], packs / "runs.tar.gz", checkpoints=True) == []
+    assert (packs / "ckpt-0.tar").is_file()
+
+    again = tmp_path / "again"
+    assert device_runs.restore(packs, again) == 1
+    resumed = device_runs.train(configs, again, deadline_s=600, check_every=0.5)[0]
+    assert resumed.finished() and resumed.process.returncode == 0
+    final = [json.loads(line) for line in (again / "a_0" / "metrics.jsonl").read_text().splitlines()]
+    expected = [json.loads(line) for line in (reference.out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in final] == [r["step"] for r in expected]
+    timing = {"steps_per_s"}
+    assert [{k: v for k, v in r.items() if k not in timing} for r in final] == \
+           [{k: v for k, v in r.items() if k not in timing} for r in expected]
+
+
+def test_a_restore_on_another_accelerator_is_refused(tmp_path):
+    packs = tmp_path / "packs"
+    packs.mkdir()
+    with tarfile.open(packs / "runs.tar.gz", "w:gz") as tar:
+        device_runs._add_bytes(tar, device_runs.MACHINE, json.dumps({"accelerator": "NVIDIA H200", "torch": "2.11.0"}).encode())
+    with pytest.raises(device_runs.DeviceRunsError, match="trained on NVIDIA H200"):
+        device_runs.restore(packs, tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_folder_without_configs_or_with_a_broken_one_is_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    args = ["train", str(tmp_path / "empty"), str(tmp_path / "runs"), "--deadline", "60", "--pack", str(tmp_path / "p.tar.gz")]
+    assert device_runs.main(args) == 2
+    assert "no trial configs" in capsys.readouterr().err
+    (tmp_path / "empty" / "a_0.yaml").write_text("steps: [")
+    assert device_runs.main(args) == 2
+    assert "a_0.yaml: not a trial config" in capsys.readouterr().err
+    assert not (tmp_path / "p.tar.gz").exists()
