@@ -89,25 +89,37 @@ def machine() -> dict:
 
 
 def restore(packs: Path, runs_dir: Path) -> int:
-    """Unpack a previous call's pack and checkpoints into `runs_dir`; the number of runs restored.
-    Refused (DeviceRunsError) on another accelerator or torch: a resumed run must train on one."""
-    main = packs / "runs.tar.gz"
+    """Unpack a previous call's pack into `runs_dir`: each run that finished or whose checkpoint came
+    back (the others start afresh); the number restored. Refused (DeviceRunsError) on another
+    accelerator or torch: a resumed run must train on one."""
+    import yaml
+
     try:
-        with tarfile.open(main, "r:gz") as tar:
+        with tarfile.open(packs / "runs.tar.gz", "r:gz") as tar:
             was = json.loads(tar.extractfile(MACHINE).read())
             now = machine()
             if (was.get("accelerator"), was.get("torch")) != (now["accelerator"], now["torch"]):
                 raise DeviceRunsError(f"--restore {packs}: trained on {was.get('accelerator')} with torch "
                                       f"{was.get('torch')}, this is {now['accelerator']} with torch {now['torch']}")
-            runs = [m for m in tar.getmembers() if m.isfile() and m.name.count("/") == 1
-                    and m.name.split("/")[1] in ("config.yaml", "metrics.jsonl")]
-            tar.extractall(runs_dir, members=runs, filter="data")
-        for ckpt in sorted(packs.glob("ckpt-*.tar")):
-            with tarfile.open(ckpt, "r:") as tar:
-                tar.extractall(runs_dir, filter="data")
-    except (OSError, KeyError, ValueError, tarfile.TarError) as err:
+            paused = set()
+            for name in was.get("checkpoints", []):  # this pack's own, not a stale one beside it
+                with tarfile.open(packs / Path(name).name, "r:") as ckpt:
+                    paused |= {m.name.split("/")[0] for m in ckpt.getmembers()}
+                    ckpt.extractall(runs_dir, filter="data")
+            kept = []
+            names = set(tar.getnames())
+            for run in {n.split("/")[0] for n in names if n.count("/") == 1}:
+                if f"{run}/config.yaml" not in names or f"{run}/metrics.jsonl" not in names:
+                    continue  # it never started (its log says why)
+                config = yaml.safe_load(tar.extractfile(f"{run}/config.yaml").read())
+                lines = tar.extractfile(f"{run}/metrics.jsonl").read().splitlines()
+                if run in paused or (lines and json.loads(lines[-1]).get("step") == config.get("steps")):
+                    kept.append(run)
+                    tar.extractall(runs_dir, members=[tar.getmember(f"{run}/{f}") for f in ("config.yaml", "metrics.jsonl")],
+                                   filter="data")
+    except (OSError, KeyError, ValueError, AttributeError, yaml.YAMLError, tarfile.TarError) as err:
         raise DeviceRunsError(f"--restore {packs}: not a pack of this tool ({type(err).__name__}: {err})") from None
-    return len({m.name.split("/")[0] for m in runs})
+    return len(kept)
 
 
 def train(configs: Path, runs_dir: Path, deadline_s: float, groups: int | None = None, finish: bool = True,
@@ -139,7 +151,7 @@ def train(configs: Path, runs_dir: Path, deadline_s: float, groups: int | None =
     before = {r.config.stem: r.step() for r in runs}
     last_check, last_cut = start, start
     while any(r.live() for r in runs):
-        time.sleep(check_every)
+        time.sleep(max(0.0, min(check_every, deadline_s - (time.monotonic() - start))))
         now = time.monotonic()
         left = deadline_s - (now - start)
         live = [r for r in runs if r.live()]
@@ -187,20 +199,11 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 def pack(runs: list[Run], path: Path, checkpoints: bool = False) -> list[str]:
     """The runs' kept files and machine.json in one tar.gz at `path`; with `checkpoints`, each
     unfinished run's newest checkpoint too, in ckpt-N.tar files beside it (whole runs, in order,
-    while they fit CHECKPOINT_BYTES). Returns a line for each unfinished run left without one."""
+    while they fit CHECKPOINT_BYTES), named in machine.json. Returns a line for each unfinished
+    run left without one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w:gz") as tar:
-        _add_bytes(tar, MACHINE, json.dumps(machine(), indent=1).encode())
-        for r in runs:
-            for name in KEPT:
-                if (r.out / name).is_file():
-                    tar.add(r.out / name, arcname=f"{r.config.stem}/{name}")
-            if (log := r.out.parent / f"{r.config.stem}.log").is_file():
-                tar.add(log, arcname=f"{r.config.stem}/log.txt")
-    if not checkpoints:
-        return []
-    left_out, total, parts = [], 0, []  # parts: one list of (run, checkpoint folder, bytes) per ckpt-N.tar
-    for r in runs:
+    left_out, total, part_bytes, parts = [], 0, 0, []  # parts: one list of (run, checkpoint folder) per ckpt-N.tar
+    for r in runs if checkpoints else []:
         link = r.out / "checkpoint"
         if r.finished() or not link.is_dir():
             continue
@@ -210,14 +213,25 @@ def pack(runs: list[Run], path: Path, checkpoints: bool = False) -> list[str]:
             left_out.append(f"{r.config.stem}: its checkpoint does not fit the {CHECKPOINT_BYTES >> 20} MiB that comes back")
             continue
         total += size
-        if not parts or sum(s for _, _, s in parts[-1]) + size > CHECKPOINT_TAR_BYTES:
+        if not parts or part_bytes + size > CHECKPOINT_TAR_BYTES:
             parts.append([])
-        parts[-1].append((r, folder, size))
-    for n, part in enumerate(parts):
-        with tarfile.open(path.parent / f"ckpt-{n}.tar", "w") as tar:
-            for r, folder, _ in part:
+            part_bytes = 0
+        parts[-1].append((r, folder))
+        part_bytes += size
+    names = [f"ckpt-{n}.tar" for n in range(len(parts))]
+    for name, part in zip(names, parts):
+        with tarfile.open(path.parent / name, "w") as tar:
+            for r, folder in part:
                 tar.add(folder, arcname=f"{r.config.stem}/{folder.name}")
                 tar.add(r.out / "checkpoint", arcname=f"{r.config.stem}/checkpoint")  # the link itself
+    with tarfile.open(path, "w:gz") as tar:
+        _add_bytes(tar, MACHINE, json.dumps({**machine(), "checkpoints": names}, indent=1).encode())
+        for r in runs:
+            for name in KEPT:
+                if (r.out / name).is_file():
+                    tar.add(r.out / name, arcname=f"{r.config.stem}/{name}")
+            if (log := r.out.parent / f"{r.config.stem}.log").is_file():
+                tar.add(log, arcname=f"{r.config.stem}/log.txt")
     return left_out
 
 

@@ -73,6 +73,7 @@ def test_a_paused_run_comes_back_with_its_checkpoint_and_resumes_to_the_same_res
     packs = tmp_path / "packs"
     assert device_runs.pack([paused], packs / "runs.tar.gz", checkpoints=True) == []
     assert (packs / "ckpt-0.tar").is_file()
+    (packs / "ckpt-1.tar").write_bytes(b"a stale file of an earlier call")  # not this pack's: never read
 
     again = tmp_path / "again"
     assert device_runs.restore(packs, again) == 1
