@@ -13,6 +13,8 @@ trained again (in a new checkout too).
     python -m experiments.dat_paper_depth export    # copy finished runs into the record
     python -m experiments.dat_paper_depth report    # rebuild the results section and pictures
     python -m experiments.dat_paper_depth preset    # the recommended DAT arm as a preset, once decided
+    python -m experiments.dat_paper_depth configs DIR --seeds S ...   # missing cells as trial configs, for
+    python -m experiments.dat_paper_depth import PACK                 # experiments/device_runs.py elsewhere
 
 The plan, in order (`plan`): for each budget of BUDGETS until one passes, (1) joint training and
 the attention-off hybrid on the exploration seeds; (2) the switch rule on the attention-off runs,
@@ -34,7 +36,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments.record import finished_trials, read_record, write_record
+from experiments.record import finished_trials, read_record, record_lock, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_paper_depth_runs.json.gz"
@@ -255,6 +257,11 @@ def params_of(config: dict) -> dict:
 
 def export() -> int:
     """Copy every finished run of sweeps/dat_depth_* into the record; the number added."""
+    with record_lock(DATA):
+        return _export()
+
+
+def _export() -> int:
     data = load()
     have = {key(r["budget"], r["params"]) for r in data["runs"]}
     added = 0
@@ -385,6 +392,11 @@ def import_pack(path: Path) -> tuple[int, list[str]]:
     config is exactly what the plan trains for a cell it misses (the device aside), a seed only when
     every cell of it to train is there. Returns the number added and a line for each run left out;
     PackError when the pack itself is unreadable."""
+    with record_lock(DATA):
+        return _import_pack(path)
+
+
+def _import_pack(path: Path) -> tuple[int, list[str]]:
     import tarfile
     import zlib
 

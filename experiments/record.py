@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gzip
 import json
 from pathlib import Path
@@ -14,6 +16,18 @@ def read_record(path: Path, empty: Callable[[], dict]) -> dict:
         return empty()
     with gzip.open(path, "rt") as f:
         return json.load(f)
+
+
+@contextlib.contextmanager
+def record_lock(path: Path) -> Iterator[None]:
+    """Hold the record's lock (a file beside it) for one read-change-write, so that two writers
+    (a running experiment's export, an import by hand) do not drop each other's runs."""
+    with open(path.with_name(path.name + ".lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def write_record(path: Path, data: dict) -> None:
