@@ -119,9 +119,14 @@ def _check_range(low: float, high: float, log: bool) -> None:
         raise ValueError(f"`log` needs `low > 0`, got low={low}")
 
 
+MAX_GRID_POINTS = 10**15  # values a stepped range may hold: Optuna works the grid out in 28-digit decimals
+
+
 def _check_step(low: float, high: float, step: float) -> None:
     if step > high - low:  # the range would collapse to its low end
         raise ValueError(f"`step <= high - low` must hold (else only `low` can be drawn), got step={step} for [{low}, {high}]")
+    if (high - low) / step > MAX_GRID_POINTS:
+        raise ValueError(f"`(high - low) / step <= 1e15` must hold (a finer step is no step), got step={step} for [{low}, {high}]")
 
 
 class Budget(_Frozen):

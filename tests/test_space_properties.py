@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from sweeper import cli
@@ -176,6 +176,8 @@ def test_mutated_shipped_spaces_load_or_give_one_line(tmp_path, doc):
 
 @SETTINGS
 @given(doc=random_documents())
+@example(doc={"name": "p", "space": {"dat.switch_step": {"type": "float", "low": -1.0, "high": 0.0, "step": 3.1e-142}},
+              "fixed": {"model": {"d_model": 16, "n_heads": 2, "n_layers": 1}, "eval": {"n_sequences": 8}}})
 def test_random_documents_load_or_give_one_line(tmp_path, doc):
     _check(_write(tmp_path, doc))
 
