@@ -28,6 +28,7 @@ from trainables.errors import brief
 from trainables.metrics import direction
 
 MAX_INT = 10**15  # ends of an int range; beyond any sensible setting, within a float's exact range
+MAX_GRID_POINTS = 10**15  # values a stepped float range may hold: Optuna works its grid out in 28-digit decimals
 # A sweep's name becomes a folder, a lock file beside it, an MLflow experiment and run name, a Ray job id and a
 # quoted value in MLflow's search filters: letters, digits, `_`, `-`, `.`, not first a dot or dash, and short
 NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
@@ -87,6 +88,9 @@ class FloatParam(_Frozen):
             raise ValueError("`log` and `step` cannot be used together")
         if self.step is not None:
             _check_step(self.low, self.high, self.step)
+            if (self.high - self.low) / self.step > MAX_GRID_POINTS:
+                raise ValueError(f"`(high - low) / step <= 1e15` must hold (a finer step is no step), "
+                                 f"got step={self.step} for [{self.low}, {self.high}]")
         return self
 
 
@@ -119,14 +123,11 @@ def _check_range(low: float, high: float, log: bool) -> None:
         raise ValueError(f"`log` needs `low > 0`, got low={low}")
 
 
-MAX_GRID_POINTS = 10**15  # values a stepped range may hold: Optuna works the grid out in 28-digit decimals
 
 
 def _check_step(low: float, high: float, step: float) -> None:
     if step > high - low:  # the range would collapse to its low end
         raise ValueError(f"`step <= high - low` must hold (else only `low` can be drawn), got step={step} for [{low}, {high}]")
-    if (high - low) / step > MAX_GRID_POINTS:
-        raise ValueError(f"`(high - low) / step <= 1e15` must hold (a finer step is no step), got step={step} for [{low}, {high}]")
 
 
 class Budget(_Frozen):
