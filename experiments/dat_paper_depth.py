@@ -21,8 +21,9 @@ the attention-off hybrid on the exploration seeds; (2) the switch rule on the at
 then plain DAT and DAT + curriculum at that switch on the same seeds; (3) the budget rule: every
 arm passes the in-range check on every exploration seed, else the next budget (the last budget is
 kept whatever it gives). Then (4) the three arms on the confirmation seeds, two seeds per sweep;
-(5) the pure Transformer's candidates on exploration seed 0 at the kept budget, and (6) the one
-with the best in-range recall on the confirmation seeds, if that recall passes the check.
+(5) the addendum's joint + curriculum on the confirmation seeds, six per sweep; (6) the pure
+Transformer's candidates on exploration seed 0 at the kept budget, and (7) the one with the best
+in-range recall on the confirmation seeds, if that recall passes the check.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ BUDGETS = (12_000, 24_000)  # training steps, tried in this order
 EVAL_EVERY, CURVE_WINDOW, MULTIPLIERS = 250, 5, (1, 2, 3, 4)
 IN_RANGE = (("acc_1x", 0.95), ("recall_acc_1x", 0.95))  # the in-range check, at the final step
 CONVERGED_WITHIN = 0.01  # the switch rule: state_acc_1x stays within this of its best from then on
-SEEDS_PER_SWEEP = 2  # confirmation chunks: the three arms of two seeds per sweep
+RUNS_PER_SWEEP = 6  # confirmation chunks: the three arms of two seeds, or one arm of six seeds
 CONCURRENT = 2  # runs at once, one torch thread each
 
 FIXED = {
@@ -67,6 +68,7 @@ AXES = ("dat.mode", "dat.switch_step", "curriculum.state_only_steps", "seed")
 MODEL_AXES = ("model.mixer", "model.n_layers", "model.positional", "optim.lr")
 ARMS = ("joint", "DAT", "DAT + curriculum")  # the confirmation's arms
 OFF = "attention off"  # exploration only: the hybrid with attention held off for the whole run
+JOINT_CURRICULUM = "joint + curriculum"  # the addendum's control: the curriculum without the delay
 TRANSFORMER = "pure Transformer"
 # the pure Transformer's candidates: (n_layers, positional, lr), tried on exploration seed 0
 TRANSFORMER_CANDIDATES = tuple((n, pos, lr) for n in (2, 4) for pos in ("rope", "none") for lr in (1e-3, 3e-3))
@@ -77,7 +79,7 @@ TRANSFORMER_CANDIDATES = tuple((n, pos, lr) for n in (2, 4) for pos in ("rope", 
 
 def cell(arm: str, seed: int, budget: int, switch: int) -> dict:
     """The sampled parameters of one run of `arm` (joint's switch step is unused: the budget)."""
-    mode, sw, state_only = {"joint": ("none", budget, 0), OFF: ("fixed", budget, 0),
+    mode, sw, state_only = {"joint": ("none", budget, 0), OFF: ("fixed", budget, 0), JOINT_CURRICULUM: ("none", budget, switch),
                             "DAT": ("fixed", switch, 0), "DAT + curriculum": ("fixed", switch, switch)}[arm]
     return {"dat.mode": mode, "dat.switch_step": sw, "curriculum.state_only_steps": state_only, "seed": seed}
 
@@ -96,7 +98,7 @@ def arm_of(params: dict, budget: int) -> str:
     if params.get("model.mixer") == "none":
         return TRANSFORMER
     if params["dat.mode"] == "none":
-        return "joint"
+        return JOINT_CURRICULUM if params["curriculum.state_only_steps"] else "joint"
     if params["dat.switch_step"] >= budget:
         return OFF
     return "DAT + curriculum" if params["curriculum.state_only_steps"] else "DAT"
@@ -199,6 +201,8 @@ def plan(data: dict) -> Plan:
         confirm = [cell(arm, s, budget, switch) for s in SEEDS for arm in ARMS]
         if todo := missing(budget, confirm):
             return Plan("confirm", budget, switch, todo, notes)
+        if todo := missing(budget, [cell(JOINT_CURRICULUM, s, budget, switch) for s in SEEDS]):
+            return Plan("joint-curriculum", budget, switch, todo, notes)  # the addendum, before the Transformer
         return transformer_plan(runs, budget, switch, notes, missing)
     raise AssertionError("unreachable: the last budget always returns")
 
@@ -281,12 +285,14 @@ def _export() -> int:
 
 
 def chunk(p: Plan) -> list[dict]:
-    """The next sweep's cells: a whole exploration phase, or the confirmation cells of the next
-    SEEDS_PER_SWEEP seeds that still miss a run."""
-    if not p.phase.endswith("confirm"):
+    """The next sweep's cells: a whole exploration phase, or, on the confirmation seeds, the cells
+    of the next seeds that still miss a run, as many seeds as RUNS_PER_SWEEP runs hold."""
+    if p.phase.startswith("explore") or p.phase == "transformer-select":
         return p.todo
-    seeds = sorted({c["seed"] for c in p.todo})[:SEEDS_PER_SWEEP]
-    return [c for c in p.todo if c["seed"] in seeds]
+    seeds = sorted({c["seed"] for c in p.todo})
+    per_seed = max(sum(c["seed"] == s for c in p.todo) for s in seeds)
+    take = seeds[:max(1, RUNS_PER_SWEEP // per_seed)]
+    return [c for c in p.todo if c["seed"] in take]
 
 
 def space_for(p: Plan, cells: list[dict]) -> tuple[str, dict]:
@@ -462,6 +468,8 @@ def phase_keys(p: Plan) -> set[tuple]:
     """The keys of every cell of the plan's phase: for a confirmation, every arm of every seed."""
     if p.phase == "confirm":
         return {key(p.budget, cell(arm, s, p.budget, p.switch)) for s in SEEDS for arm in ARMS}
+    if p.phase == "joint-curriculum":
+        return {key(p.budget, cell(JOINT_CURRICULUM, s, p.budget, p.switch)) for s in SEEDS}
     return {key(p.budget, c) for c in p.todo}
 
 

@@ -13,14 +13,15 @@ import subprocess
 from pathlib import Path
 from statistics import mean, stdev
 
-from experiments.dat_paper_depth import (ARMS, BEGIN, END, EVAL_SEED, EXPLORE_SEEDS, MULTIPLIERS, OFF, RESULTS, ROOT,
+from experiments.dat_paper_depth import (ARMS, BEGIN, END, EVAL_SEED, EXPLORE_SEEDS, JOINT_CURRICULUM, MULTIPLIERS, OFF, RESULTS, ROOT,
                                          SEEDS, TRANSFORMER, Plan, Run, candidate_of, converged_at, in_range_misses,
                                          runs_of)
 from experiments.pages import replace_section
 from trainables.metrics import CURVE
 
 MAX_LEN = 25
-PAIRS = (("DAT", "joint"), ("DAT + curriculum", "joint"), ("DAT + curriculum", "DAT"))
+PAIRS = (("DAT", "joint"), ("DAT + curriculum", "joint"), ("DAT + curriculum", "DAT"),
+         ("DAT + curriculum", JOINT_CURRICULUM), (JOINT_CURRICULUM, "joint"))  # the last two: the addendum's
 PAIRED_METRICS = ("ood_acc_3x", "last_acc_3x", "seq_acc_3x")
 PICTURES = {  # file suffix -> (title, metric family per length, or the position curve)
     "curve": "accuracy against the position in the sequence (100-step set)",
@@ -65,12 +66,13 @@ def metric(run: Run, name: str) -> float:
 
 
 def confirmation(runs: list[Run], budget: int) -> dict[str, dict[int, Run]]:
-    out: dict[str, dict[int, Run]] = {arm: {} for arm in (*ARMS, TRANSFORMER)}
+    out: dict[str, dict[int, Run]] = {arm: {} for arm in (*ARMS, JOINT_CURRICULUM, TRANSFORMER)}
     for r in runs:
         if r.budget == budget and r.seed in SEEDS and r.arm in out:
             out[r.arm][r.seed] = r
-    if not out[TRANSFORMER]:
-        del out[TRANSFORMER]  # shown only once its confirmation has a run
+    for later in (JOINT_CURRICULUM, TRANSFORMER):
+        if not out[later]:
+            del out[later]  # shown only once it has a run on the confirmation seeds
     return out
 
 
@@ -174,7 +176,8 @@ def training_seconds(r: Run) -> float | None:
 
 
 def gaps(conf: dict[str, dict[int, Run]], a: str, b: str, name: str) -> dict[int, float]:
-    return {s: metric(conf[a][s], name) - metric(conf[b][s], name) for s in sorted(conf[a].keys() & conf[b].keys())}
+    xs, ys = conf.get(a, {}), conf.get(b, {})
+    return {s: metric(xs[s], name) - metric(ys[s], name) for s in sorted(xs.keys() & ys.keys())}
 
 
 def wording(a: str, b: str, m: float, lo: float, hi: float) -> str:

@@ -128,14 +128,31 @@ def test_the_last_budget_is_kept_whatever_it_gives():
     assert "reported as undertrained" in p.notes[-1]
 
 
-def confirmed() -> list[dict]:
+def confirmed(joint_curriculum: bool = True) -> list[dict]:
     runs = explored(B1, {0: 1500, 1: 1500})
-    return runs + [record(B1, arm, s, 1500) for s in dpd.SEEDS for arm in dpd.ARMS]
+    arms = (*dpd.ARMS, dpd.JOINT_CURRICULUM) if joint_curriculum else dpd.ARMS
+    return runs + [record(B1, arm, s, 1500) for s in dpd.SEEDS for arm in arms]
 
 
 def transformer_record(candidate: tuple, seed: int, recall: float) -> dict:
     return {"budget": B1, "params": dpd.transformer_cell(candidate, seed, B1),
             "reports": [{**final(recall1=recall), "step": B1}]}
+
+
+def test_after_the_three_arms_joint_with_the_curriculum_trains_on_the_confirmation_seeds_in_chunks_of_six():
+    p = dpd.plan({"runs": confirmed(joint_curriculum=False)})
+    assert p.phase == "joint-curriculum" and [c["seed"] for c in p.todo] == list(dpd.SEEDS)
+    assert {(c["dat.mode"], c["dat.switch_step"], c["curriculum.state_only_steps"]) for c in p.todo} == {("none", B1, 1500)}
+    assert {dpd.arm_of(c, B1) for c in p.todo} == {dpd.JOINT_CURRICULUM}
+    first = dpd.chunk(p)
+    assert [c["seed"] for c in first] == list(dpd.SEEDS[:6])
+    name, space = dpd.space_for(p, first)
+    assert space["searcher"]["baseline"] == first
+    done = dpd.runs_of({"runs": confirmed()})
+    conf = rep.confirmation(done, B1)
+    assert set(conf) == {*dpd.ARMS, dpd.JOINT_CURRICULUM}
+    assert rep.gaps(conf, "DAT + curriculum", dpd.JOINT_CURRICULUM, "ood_acc_3x") == {s: 0.0 for s in dpd.SEEDS}
+    assert dpd.JOINT_CURRICULUM not in rep.confirmation(dpd.runs_of({"runs": confirmed(joint_curriculum=False)}), B1)
 
 
 def test_after_the_hybrids_the_pure_transformer_candidates_train_on_exploration_seed_0():
@@ -153,7 +170,7 @@ def test_the_best_recall_candidate_is_confirmed_only_if_it_learns_recall_in_rang
     p = dpd.plan({"runs": confirmed() + tried})
     assert p.phase == "transformer-confirm" and {c["seed"] for c in p.todo} == set(dpd.SEEDS)
     assert {dpd.candidate_of(c) for c in p.todo} == {dpd.TRANSFORMER_CANDIDATES[3]}
-    assert len(dpd.chunk(p)) == 2
+    assert [c["seed"] for c in dpd.chunk(p)] == list(dpd.SEEDS[:6])  # one run a seed: six seeds a sweep
     low = [transformer_record(c, 0, r - 0.3) for c, r in zip(dpd.TRANSFORMER_CANDIDATES, recalls)]
     p = dpd.plan({"runs": confirmed() + low})
     assert p.phase == "done" and "no candidate learns recall in range" in p.notes[-1]
@@ -274,7 +291,8 @@ def test_every_phase_s_sweep_file_passes_the_sweeper_s_own_validation(tmp_path):
 
     recalls = [0.5, 0.6, 0.7, 0.97, 0.4, 0.3, 0.96, 0.2]
     tried = [transformer_record(c, 0, r) for c, r in zip(dpd.TRANSFORMER_CANDIDATES, recalls)]
-    records = [[], explored(B1, {0: 1500, 1: 1500})[:4], explored(B1, {0: 1500, 1: 1500}), confirmed(), confirmed() + tried]
+    records = [[], explored(B1, {0: 1500, 1: 1500})[:4], explored(B1, {0: 1500, 1: 1500}), confirmed(joint_curriculum=False),
+               confirmed(), confirmed() + tried]
     phases = []
     for runs in records:
         p = dpd.plan({"runs": runs})
@@ -284,7 +302,7 @@ def test_every_phase_s_sweep_file_passes_the_sweeper_s_own_validation(tmp_path):
         spec = load_space(path, n_samples=20)  # raises SpaceError on a file `sweeper launch` would refuse
         assert spec.budget.num_samples == len(dpd.chunk(p))
         phases.append(p.phase)
-    assert phases[-2:] == ["transformer-select", "transformer-confirm"] and "confirm" in phases
+    assert phases[-3:] == ["joint-curriculum", "transformer-select", "transformer-confirm"] and "confirm" in phases
 
 
 @pytest.mark.parametrize("damage", [dpd.BEGIN + "\nno end\n", dpd.END + "\n" + dpd.BEGIN + "\n", 2 * (dpd.BEGIN + dpd.END)])

@@ -31,7 +31,8 @@ def test_every_phase_trains_through_the_sweeper_and_the_record_rebuilds_the_page
     arms = sorted(dpd.arm_of(r["params"], r["budget"]) for r in data["runs"])
     # explore: joint and attention off, then DAT and DAT + curriculum, on both seeds; confirm: the
     # three arms on the one seed; the two Transformer candidates, then the chosen one confirmed
-    assert arms == sorted(["joint", dpd.OFF, "DAT", "DAT + curriculum"] * 2 + list(dpd.ARMS) + [dpd.TRANSFORMER] * 3)
+    assert arms == sorted(["joint", dpd.OFF, "DAT", "DAT + curriculum"] * 2 + list(dpd.ARMS) + [dpd.JOINT_CURRICULUM]
+                          + [dpd.TRANSFORMER] * 3)
     assert all(r["reports"][-1]["step"] == 40 for r in data["runs"])
     assert dpd.plan(data).phase == "done"
     assert dpd.run() == 0 and len(dpd.load()["runs"]) == len(data["runs"])  # nothing trains twice
@@ -40,6 +41,7 @@ def test_every_phase_trains_through_the_sweeper_and_the_record_rebuilds_the_page
     page.write_text("# title\n\n## Results\n")
     section = rep.report(data, dpd.plan(data), page)
     assert "| joint | 1 | pass" in section and "### The pure Transformer's candidates" in section
+    assert "| joint + curriculum | 1 | pass" in section and "| DAT + curriculum - joint + curriculum | `ood_acc_3x` | 1 |" in section
     assert dpd.main(["preset"]) == 0
     preset = load_trial_config(dpd.PRESET)
     assert preset.steps == 40 and preset.model.n_layers == 1 and preset.dat.mode == "fixed"
