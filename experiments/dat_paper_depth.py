@@ -373,13 +373,35 @@ def trial_config(p: Plan, c: dict, device: str = "cpu") -> dict:
     return {**trial_config_for(spec, c).model_dump(mode="json"), "device": device}
 
 
-def write_configs(folder: Path, seeds: list[int], device: str) -> int:
-    """The trial configs of the cells the plan misses for `seeds`, one file each, named
-    s{seed}_{n}.yaml (one group per seed for experiments/device_runs.py); the number written."""
+def phase_cells(p: Plan) -> dict[str, list[dict]]:
+    """Every cell of each phase that is already determined: the plan's own (its missing cells), and
+    once the budget and switch are kept, the confirmation, the addendum and the Transformer's
+    candidates whole (they depend on no result still to come)."""
+    out = {p.phase: p.todo} if p.todo else {}
+    if p.phase.startswith("explore") or p.phase == "done":
+        return out
+    out["confirm"] = [cell(arm, s, p.budget, p.switch) for s in SEEDS for arm in ARMS]
+    out["joint-curriculum"] = [cell(JOINT_CURRICULUM, s, p.budget, p.switch) for s in SEEDS]
+    out["transformer-select"] = [transformer_cell(c, EXPLORE_SEEDS[0], p.budget) for c in TRANSFORMER_CANDIDATES]
+    return out
+
+
+def open_cells(data: dict) -> dict[tuple, tuple[str, dict]]:
+    """The cells of determined phases that the record misses: {key: (phase, cell)}."""
+    p = plan(data)
+    have = {key(r["budget"], r["params"]) for r in data["runs"]}
+    return {key(p.budget, c): (phase, c) for phase, cells in phase_cells(p).items() for c in cells
+            if key(p.budget, c) not in have}
+
+
+def write_configs(folder: Path, seeds: list[int], device: str, phase: str | None = None) -> int:
+    """The trial configs of the missing cells of `seeds` in `phase` (default: the plan's), one file
+    each, named s{seed}_{n}.yaml (one group per seed for experiments/device_runs.py); the number."""
     import yaml
 
-    p = plan(load())
-    cells = [c for c in p.todo if c["seed"] in seeds]
+    data = load()
+    p = plan(data)
+    cells = [c for ph, c in open_cells(data).values() if ph == (phase or p.phase) and c["seed"] in seeds]
     folder.mkdir(parents=True, exist_ok=True)
     for n, c in enumerate(cells):
         (folder / f"s{c['seed']}_{n}.yaml").write_text(yaml.safe_dump(trial_config(p, c, device), sort_keys=False))
@@ -414,7 +436,7 @@ def _import_pack(path: Path) -> tuple[int, list[str]]:
 
     data, skipped, added, finished = load(), [], 0, {}
     p = plan(data)
-    todo = {key(p.budget, c): c for c in p.todo}
+    todo = {k: c for k, (_, c) in open_cells(data).items()}
     try:
         with tarfile.open(path, "r:gz") as tar:
             files = {m.name: m for m in tar.getmembers() if m.isfile() and m.size <= MAX_PACK_FILE}
@@ -449,28 +471,22 @@ def _import_pack(path: Path) -> tuple[int, list[str]]:
                     finished[k] = reports
     except (OSError, EOFError, tarfile.TarError, zlib.error) as err:
         raise PackError(f"not a readable tar.gz ({type(err).__name__})") from None
-    recorded_seeds = {r["params"]["seed"] for r in data["runs"] if key(r["budget"], r["params"]) in phase_keys(p)}
-    for seed in sorted({todo[k]["seed"] for k in finished}):
-        wanted = [k for k, c in todo.items() if c["seed"] == seed]
-        if seed in recorded_seeds or any(k not in finished for k in wanted):
-            skipped.append(f"seed {seed}: the pack does not finish every arm of it that is to train, and a seed's "
-                           "arms train on one machine")
+    have = {key(r["budget"], r["params"]) for r in data["runs"]}
+    groups = {(phase, c["seed"]): [key(p.budget, x) for x in cells if x["seed"] == c["seed"]]
+              for phase, cells in phase_cells(p).items() for c in cells}
+    for (phase, seed), group in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1])):
+        if not any(k in finished for k in group):
             continue
-        for k in wanted:
+        if any(k in have for k in group) or any(k not in finished for k in group):
+            skipped.append(f"seed {seed} ({phase}): the pack does not hold every run of it, finished, and a seed's "
+                           "runs of a phase train on one machine")
+            continue
+        for k in group:
             data["runs"].append({"budget": p.budget, "params": todo[k], "reports": finished[k], "trained_on": trained_on})
             added += 1
     if added:
         save(data)
     return added, skipped
-
-
-def phase_keys(p: Plan) -> set[tuple]:
-    """The keys of every cell of the plan's phase: for a confirmation, every arm of every seed."""
-    if p.phase == "confirm":
-        return {key(p.budget, cell(arm, s, p.budget, p.switch)) for s in SEEDS for arm in ARMS}
-    if p.phase == "joint-curriculum":
-        return {key(p.budget, cell(JOINT_CURRICULUM, s, p.budget, p.switch)) for s in SEEDS}
-    return {key(p.budget, c) for c in p.todo}
 
 
 PRESET = ROOT / "trainables" / "presets" / "hybrid_dat_paper.yaml"
@@ -520,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("folder", type=Path)
     c.add_argument("--seeds", type=int, nargs="+", required=True)
     c.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    c.add_argument("--phase", choices=("confirm", "joint-curriculum", "transformer-select", "transformer-confirm"),
+                   help="a phase already determined (default: the plan's current one)")
     i = sub.add_parser("import", help="add the finished runs of a pack from experiments/device_runs.py to the record")
     i.add_argument("pack", type=Path)
     args = parser.parse_args(argv)
@@ -527,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.folder.exists() and any(args.folder.iterdir()):
             print(f"dat_paper_depth: {args.folder}: not empty; its configs would all train there", file=sys.stderr)
             return 2
-        print(f"dat_paper_depth: {write_configs(args.folder, args.seeds, args.device)} trial configs in {args.folder}")
+        print(f"dat_paper_depth: {write_configs(args.folder, args.seeds, args.device, args.phase)} trial configs in {args.folder}")
         return 0
     if args.verb == "import":
         try:

@@ -357,7 +357,7 @@ def test_a_pack_from_elsewhere_adds_only_whole_seeds_trained_with_the_plan_s_exa
     recorded = [r for r in dpd.runs_of(dpd.load()) if r.seed in (s1, s2, s3)]
     assert {(r.seed, r.arm, r.trained_on) for r in recorded} == {(s1, a, "NVIDIA H200, torch 2.11.0+cu130") for a in dpd.ARMS}
     assert any(line.startswith(f"s{s2}_0: unfinished") for line in skipped)
-    assert any(line.startswith(f"seed {s2}:") for line in skipped)
+    assert any(line.startswith(f"seed {s2} (confirm):") for line in skipped)
     assert any(line.startswith("tampered: its config differs") for line in skipped)
     assert any(line.startswith("planted: not a cell the plan misses") for line in skipped)
     again, skipped = dpd.import_pack(pack_of(tmp_path, runs))
@@ -391,3 +391,23 @@ def test_a_damaged_pack_is_one_line_and_exit_2_or_a_line_per_damaged_run(tmp_pat
     (tmp_path / "cfgs" / "old.yaml").write_text("steps: 1")
     assert dpd.main(["configs", str(tmp_path / "cfgs"), "--seeds", str(p.todo[0]["seed"])]) == 2
     assert "not empty" in capsys.readouterr().err
+
+
+def test_a_later_phase_already_determined_can_train_elsewhere_while_the_confirmation_runs(tmp_path, monkeypatch):
+    import yaml
+
+    monkeypatch.setattr(dpd, "DATA", tmp_path / "record.json.gz")
+    dpd.save({"design": dpd.design(), "runs": explored(B1, {0: 1500, 1: 2000})})
+    assert dpd.plan(dpd.load()).phase == "confirm"
+    assert dpd.write_configs(tmp_path / "cfg", [0], "cuda", "transformer-select") == len(dpd.TRANSFORMER_CANDIDATES)
+    configs = {f.stem: yaml.safe_load(f.read_text()) for f in sorted((tmp_path / "cfg").glob("*.yaml"))}
+    assert {name.split("_")[0] for name in configs} == {"s0"}
+    assert {c["model"]["mixer"] for c in configs.values()} == {"none"} and {c["steps"] for c in configs.values()} == {B1}
+    some = dict(list(configs.items())[:-1])
+    added, skipped = dpd.import_pack(pack_of(tmp_path, {n: (c, B1) for n, c in some.items()}))
+    assert added == 0 and any(line.startswith("seed 0 (transformer-select):") for line in skipped)
+    added, skipped = dpd.import_pack(pack_of(tmp_path, {n: (c, B1) for n, c in configs.items()}))
+    assert added == len(dpd.TRANSFORMER_CANDIDATES) and not skipped
+    p = dpd.plan(dpd.load())
+    assert p.phase == "confirm" and "transformer-select" not in {ph for ph, _ in dpd.open_cells(dpd.load()).values()}
+    assert dpd.write_configs(tmp_path / "cfg2", [dpd.SEEDS[0]], "cuda", "joint-curriculum") == 1

@@ -37,6 +37,13 @@ def test_every_phase_trains_through_the_sweeper_and_the_record_rebuilds_the_page
     assert dpd.plan(data).phase == "done"
     assert dpd.run() == 0 and len(dpd.load()["runs"]) == len(data["runs"])  # nothing trains twice
 
+    import yaml  # the configs `configs` writes for elsewhere are the ones the sweeps trained, device aside
+
+    trained = [yaml.safe_load(f.read_text()) for f in sorted((tmp_path / "sweeps").glob("*/trials/*/checkpoint/config.yaml"))]
+    assert len(trained) == len(data["runs"])
+    for config in trained:
+        assert dpd.trial_config(dpd.plan(data), dpd.params_of(config), "cpu") == config
+
     page = tmp_path / "page.md"
     page.write_text("# title\n\n## Results\n")
     section = rep.report(data, dpd.plan(data), page)
