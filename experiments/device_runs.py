@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.device_runs", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", required=True)
     t = sub.add_parser("train", help="train every config of a folder at once, against a deadline")
-    t.add_argument("configs", type=Path)
+    t.add_argument("configs", type=Path, help="a folder of trial configs (*.yaml), grouped by the name before its first _")
     t.add_argument("runs", type=Path, help="where the run folders go")
     t.add_argument("--deadline", type=float, required=True, help="seconds from the start")
     t.add_argument("--groups", type=int, default=None, help="start only the first N groups (default: all)")
