@@ -160,8 +160,22 @@ def per_seed_section(conf: dict[str, dict[int, Run]]) -> list[str]:
                         "trained on: CPU is the sweep service on this project's 2-core machine (torch 2.13.0, one "
                         "thread and two runs at a time); other rows trained on a lent GPU machine through "
                         "`python -m experiments.device_runs` (its accelerator and torch named), the same trial "
-                        "config but for `device`. A seed's three arms always train on one machine, so each paired gap "
-                        "compares runs of one machine.", ""]
+                        "config but for `device`; a seed's runs of one phase always train on one machine. "
+                        + mixed_machines(conf), ""]
+
+
+def mixed_machines(conf: dict[str, dict[int, Run]]) -> str:
+    """Which seeds' paired runs trained on more than one machine (a nuisance, not a bias, as long
+    as no arm trains mostly on one machine), as a sentence."""
+    where: dict[int, dict[str, str]] = {}
+    for arm, by_seed in conf.items():
+        for seed, r in by_seed.items():
+            where.setdefault(seed, {})[arm] = r.trained_on
+    mixed = {s: arms for s, arms in sorted(where.items()) if len(set(arms.values())) > 1}
+    if not mixed:
+        return "Every seed's runs trained on one machine, so each paired gap compares runs of one machine."
+    return "Seeds whose runs trained on more than one machine: " + "; ".join(
+        f"{s} (" + ", ".join(f"{arm} on {m}" for arm, m in arms.items()) + ")" for s, arms in mixed.items()) + "."
 
 
 def training_seconds(r: Run) -> float | None:

@@ -411,3 +411,14 @@ def test_a_later_phase_already_determined_can_train_elsewhere_while_the_confirma
     p = dpd.plan(dpd.load())
     assert p.phase == "confirm" and "transformer-select" not in {ph for ph, _ in dpd.open_cells(dpd.load()).values()}
     assert dpd.write_configs(tmp_path / "cfg2", [dpd.SEEDS[0]], "cuda", "joint-curriculum") == 1
+
+
+def test_the_report_names_the_seeds_whose_runs_trained_on_more_than_one_machine():
+    runs = dpd.runs_of({"runs": confirmed(joint_curriculum=False)})
+    conf = rep.confirmation(runs, B1)
+    assert rep.mixed_machines(conf).startswith("Every seed's runs trained on one machine")
+    moved = [dpd.Run(r.arm, r.seed, r.budget, r.params, r.reports, "NVIDIA H200, torch 2.11.0+cu130")
+             if r.seed == dpd.SEEDS[0] and r.arm == "DAT" else r for r in runs]
+    line = rep.mixed_machines(rep.confirmation(moved, B1))
+    assert f"{dpd.SEEDS[0]} (" in line and "DAT on NVIDIA H200" in line and "joint on CPU" in line
+    assert str(dpd.SEEDS[1]) + " (" not in line
