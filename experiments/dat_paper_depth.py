@@ -198,18 +198,25 @@ def plan(data: dict) -> Plan:
         notes.append(f"budget {budget}: " + ("every arm passes the in-range check on every exploration seed" if not failing
                      else "the last budget; the in-range check still fails (" + "; ".join(
                          f"{a} seed {s}: {', '.join(m)}" for a, s, m in failing) + "): such arms are reported as undertrained"))
-        confirm = [cell(arm, s, budget, switch) for s in SEEDS for arm in ARMS]
-        if todo := missing(budget, confirm):
+        later = kept_budget_cells(budget, switch)
+        if todo := missing(budget, later["confirm"]):
             return Plan("confirm", budget, switch, todo, notes)
-        if todo := missing(budget, [cell(JOINT_CURRICULUM, s, budget, switch) for s in SEEDS]):
+        if todo := missing(budget, later["joint-curriculum"]):
             return Plan("joint-curriculum", budget, switch, todo, notes)  # the addendum, before the Transformer
         return transformer_plan(runs, budget, switch, notes, missing)
     raise AssertionError("unreachable: the last budget always returns")
 
 
+def kept_budget_cells(budget: int, switch: int) -> dict[str, list[dict]]:
+    """Every cell of the phases that the kept budget and switch determine, in the plan's order."""
+    return {"confirm": [cell(arm, s, budget, switch) for s in SEEDS for arm in ARMS],
+            "joint-curriculum": [cell(JOINT_CURRICULUM, s, budget, switch) for s in SEEDS],
+            "transformer-select": [transformer_cell(c, EXPLORE_SEEDS[0], budget) for c in TRANSFORMER_CANDIDATES]}
+
+
 def transformer_plan(runs: list[Run], budget: int, switch: int, notes: list, missing) -> Plan:
     """After the hybrids: the pure Transformer's selection, then its confirmation if one passes."""
-    select = [transformer_cell(c, EXPLORE_SEEDS[0], budget) for c in TRANSFORMER_CANDIDATES]
+    select = kept_budget_cells(budget, switch)["transformer-select"]
     if todo := missing(budget, select):
         return Plan("transformer-select", budget, switch, todo, notes)
     tried = [r for r in runs if r.budget == budget and r.arm == TRANSFORMER and r.seed == EXPLORE_SEEDS[0]]
@@ -380,10 +387,7 @@ def phase_cells(p: Plan) -> dict[str, list[dict]]:
     out = {p.phase: p.todo} if p.todo else {}
     if p.phase.startswith("explore") or p.phase == "done":
         return out
-    out["confirm"] = [cell(arm, s, p.budget, p.switch) for s in SEEDS for arm in ARMS]
-    out["joint-curriculum"] = [cell(JOINT_CURRICULUM, s, p.budget, p.switch) for s in SEEDS]
-    out["transformer-select"] = [transformer_cell(c, EXPLORE_SEEDS[0], p.budget) for c in TRANSFORMER_CANDIDATES]
-    return out
+    return {**out, **kept_budget_cells(p.budget, p.switch)}
 
 
 def open_cells(data: dict) -> dict[tuple, tuple[str, dict]]:
