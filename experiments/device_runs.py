@@ -43,6 +43,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainables.run_dir import RunDir
+
 MACHINE = "machine.json"
 KEPT = ("config.yaml", "metrics.jsonl", "result.json")
 CHECKPOINT_TAR_BYTES = 15 * 2**20  # each ckpt-N.tar: a file that comes back from the machine is at most 16 MiB
@@ -65,13 +67,13 @@ class Run:
     def group(self) -> str:
         return self.config.stem.split("_")[0]
 
+    def last_report(self) -> dict:
+        """The newest whole report ({} before the first)."""
+        return RunDir(self.out).last_report() or {}
+
     def step(self) -> int:
         """The step of the newest report (0 before the first)."""
-        try:
-            lines = (self.out / "metrics.jsonl").read_bytes().splitlines()
-            return int(json.loads(lines[-1])["step"]) if lines else 0
-        except (OSError, ValueError, KeyError, IndexError):
-            return 0
+        return int(self.last_report().get("step", 0))
 
     def live(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -238,10 +240,7 @@ def pack(runs: list[Run], path: Path, checkpoints: bool = False) -> list[str]:
 def summary(runs: list[Run]) -> str:
     lines = [f"{'run':24} {'steps':>13} {'steps/s':>8}  ended"]
     for r in runs:
-        try:
-            last = json.loads((r.out / "metrics.jsonl").read_bytes().splitlines()[-1])
-        except (OSError, ValueError, IndexError):
-            last = {}
+        last = r.last_report()
         ended = (f"stopped at {r.stopped_at:.0f} s (deadline)" if r.stopped_at is not None
                  else "finished before" if r.process is None else f"exit {r.process.returncode}")
         lines.append(f"{r.config.stem:24} {r.step():>6}/{r.steps:<6} {last.get('steps_per_s', 0):8.1f}  {ended}")
