@@ -272,19 +272,19 @@ def at_switch(run: Run, switch: int) -> dict | None:
 
 def premise_section(conf: dict[str, dict[int, Run]], switch: int) -> list[str]:
     """Descriptive: the recurrent path's state tracking when attention came on, beside the outcome."""
-    rows, pairs = [], []
+    rows, pairs, pres = [], [], []
     for arm in ARMS:
         for seed, r in sorted(conf[arm].items()):
             pre = at_switch(r, switch)
             if pre is None:
                 continue
+            pres.append(pre)
             rows.append(f"| {arm} | {seed} | {pre['state_acc_1x']:.3f} | {pre['ood_state_acc_3x']:.3f} | "
                         f"{r.final['ood_state_acc_3x']:.3f} | {r.final['ood_acc_3x']:.3f} |")
             if arm == "DAT":
                 pairs.append((pre["ood_state_acc_3x"], r.final["ood_acc_3x"]))
     if not rows:
         return []
-    pres = [pre for by in conf.values() for r in by.values() if (pre := at_switch(r, switch))]
     steps = "/".join(str(x) for x in sorted({pre["step"] for pre in pres}))
     sizes = "/".join(str(x) for x in sorted({int(pre.get("eval_sequences", 0)) for pre in pres}))
     lines = ["### Descriptive, not pre-registered: the recurrent path when attention came on", "",
