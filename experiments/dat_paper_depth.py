@@ -362,7 +362,8 @@ def run() -> int:
                               str(SWEEPS), "--progress", "lines", "--progress-every", "600"], cwd=ROOT)
         added = export()
         print(f"dat_paper_depth: {added} runs added to {DATA}", flush=True)
-        if rc != 0 or not added:
+        have = {key(r["budget"], r["params"]) for r in load()["runs"]}
+        if rc != 0 or not {key(p.budget, c) for c in cells} <= have:  # recorded here or by an import meanwhile
             print(f"dat_paper_depth: sweep {name} ended with {rc}; stopping (run again to resume)", flush=True)
             return rc or 1
     print("dat_paper_depth: " + "; ".join(plan(load()).notes) + "; every run is recorded", flush=True)
@@ -398,18 +399,24 @@ def open_cells(data: dict) -> dict[tuple, tuple[str, dict]]:
             if key(p.budget, c) not in have}
 
 
-def write_configs(folder: Path, seeds: list[int], device: str, phase: str | None = None) -> int:
+def write_configs(folder: Path, seeds: list[int], device: str, phase: str | None = None) -> tuple[int, list[int]]:
     """The trial configs of the missing cells of `seeds` in `phase` (default: the plan's), one file
-    each, named s{seed}_{n}.yaml (one group per seed for experiments/device_runs.py); the number."""
+    each, named s{seed}_{phase}-{n}.yaml (one group per seed for experiments/device_runs.py); the
+    number, and the seeds among them that a local sweep is training too (they would train twice)."""
     import yaml
 
     data = load()
     p = plan(data)
-    cells = [c for ph, c in open_cells(data).values() if ph == (phase or p.phase) and c["seed"] in seeds]
+    phase = phase or p.phase
+    cells = [c for ph, c in open_cells(data).values() if ph == phase and c["seed"] in seeds]
+    if not cells:
+        return 0, []
     folder.mkdir(parents=True, exist_ok=True)
     for n, c in enumerate(cells):
-        (folder / f"s{c['seed']}_{n}.yaml").write_text(yaml.safe_dump(trial_config(p, c, device), sort_keys=False))
-    return len(cells)
+        (folder / f"s{c['seed']}_{phase}-{n}.yaml").write_text(yaml.safe_dump(trial_config(p, c, device), sort_keys=False))
+    local = unfinished_sweep(p, SWEEPS) if SWEEPS.is_dir() else None
+    busy = {key(p.budget, c) for c in yaml.safe_load(local.read_text())["searcher"]["baseline"]} if local else set()
+    return len(cells), sorted({c["seed"] for c in cells if key(p.budget, c) in busy})
 
 
 class PackError(Exception):
@@ -546,10 +553,18 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("pack", type=Path)
     args = parser.parse_args(argv)
     if args.verb == "configs":
-        if args.folder.exists() and any(args.folder.iterdir()):
-            print(f"dat_paper_depth: {args.folder}: not empty; its configs would all train there", file=sys.stderr)
+        if args.folder.exists() and (not args.folder.is_dir() or any(args.folder.iterdir())):
+            print(f"dat_paper_depth: {args.folder}: not an empty folder; its configs would all train there", file=sys.stderr)
             return 2
-        print(f"dat_paper_depth: {write_configs(args.folder, args.seeds, args.device, args.phase)} trial configs in {args.folder}")
+        written, busy = write_configs(args.folder, args.seeds, args.device, args.phase)
+        if not written:
+            print(f"dat_paper_depth: configs: no open cell of seeds {' '.join(map(str, args.seeds))} in phase "
+                  f"{args.phase or plan(load()).phase} (recorded already, or the phase is not determined yet)", file=sys.stderr)
+            return 2
+        if busy:
+            print(f"dat_paper_depth: note: seeds {' '.join(map(str, busy))} are in the local sweep too; "
+                  "pause it there, or they train twice")
+        print(f"dat_paper_depth: {written} trial configs in {args.folder}")
         return 0
     if args.verb == "import":
         try:

@@ -3,7 +3,7 @@
 For a lent accelerator box that has torch but not Ray, Optuna or MLflow: each config is one
 `python -m sweeper trial` (the trainer alone, pydantic and PyYAML its only other needs), all
 started at once. Configs are grouped by the part of their file name before the first `_` (an
-experiment names them `s5115_0.yaml`, `s5115_1.yaml`, ...: one group per seed).
+experiment names them `s5115_confirm-0.yaml`, `s5115_confirm-1.yaml`, ...: one group per seed).
 
 Two ways to meet a deadline (the machine's time is short):
 
@@ -36,10 +36,12 @@ import argparse
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,12 +92,15 @@ def machine() -> dict:
             "cuda": torch.version.cuda if cuda else None}
 
 
-def restore(packs: Path, runs_dir: Path) -> int:
+def restore(packs: Path, runs_dir: Path) -> tuple[list[str], list[str]]:
     """Unpack a previous call's pack into `runs_dir`: each run that finished or whose checkpoint came
-    back (the others start afresh); the number restored. Refused (DeviceRunsError) on another
-    accelerator or torch: a resumed run must train on one."""
+    back (the others start afresh). Returns the runs restored and a line for each run or checkpoint
+    file that could not be (those runs start afresh too). Refused (DeviceRunsError) when the pack
+    itself cannot be read, or was trained on another accelerator or torch: a resumed run must train
+    on one."""
     import yaml
 
+    notes = []
     try:
         with tarfile.open(packs / "runs.tar.gz", "r:gz") as tar:
             was = json.loads(tar.extractfile(MACHINE).read())
@@ -103,25 +108,70 @@ def restore(packs: Path, runs_dir: Path) -> int:
             if (was.get("accelerator"), was.get("torch")) != (now["accelerator"], now["torch"]):
                 raise DeviceRunsError(f"--restore {packs}: trained on {was.get('accelerator')} with torch "
                                       f"{was.get('torch')}, this is {now['accelerator']} with torch {now['torch']}")
+            checkpoints = was.get("checkpoints", [])
+            if not isinstance(checkpoints, list) or not all(isinstance(n, str) for n in checkpoints):
+                raise ValueError("machine.json: checkpoints is not a list of file names")
+            runs_dir.mkdir(parents=True, exist_ok=True)
             paused = set()
-            for name in was.get("checkpoints", []):  # this pack's own, not a stale one beside it
-                with tarfile.open(packs / Path(name).name, "r:") as ckpt:
-                    paused |= {m.name.split("/")[0] for m in ckpt.getmembers()}
-                    ckpt.extractall(runs_dir, filter="data")
+            for name in checkpoints:  # this pack's own, not a stale one beside it
+                paused |= unpack_checkpoints(packs / Path(name).name, runs_dir, notes)
             kept = []
             names = set(tar.getnames())
-            for run in {n.split("/")[0] for n in names if n.count("/") == 1}:
+            for run in sorted({n.split("/")[0] for n in names if n.count("/") == 1}):
                 if f"{run}/config.yaml" not in names or f"{run}/metrics.jsonl" not in names:
                     continue  # it never started (its log says why)
-                config = yaml.safe_load(tar.extractfile(f"{run}/config.yaml").read())
-                lines = tar.extractfile(f"{run}/metrics.jsonl").read().splitlines()
-                if run in paused or (lines and json.loads(lines[-1]).get("step") == config.get("steps")):
+                try:
+                    config = yaml.safe_load(tar.extractfile(f"{run}/config.yaml").read())
+                    last = last_whole_report(tar.extractfile(f"{run}/metrics.jsonl").read())
+                    finished = last.get("step") == config.get("steps")
+                except (OSError, EOFError, zlib.error, tarfile.TarError, yaml.YAMLError, AttributeError) as err:
+                    notes.append(f"{run}: unreadable in the pack ({type(err).__name__}); it starts afresh")
+                    shutil.rmtree(runs_dir / run, ignore_errors=True)
+                    continue
+                if run in paused or finished:
                     kept.append(run)
                     tar.extractall(runs_dir, members=[tar.getmember(f"{run}/{f}") for f in ("config.yaml", "metrics.jsonl")],
                                    filter="data")
-    except (OSError, KeyError, ValueError, AttributeError, yaml.YAMLError, tarfile.TarError) as err:
-        raise DeviceRunsError(f"--restore {packs}: not a pack of this tool ({type(err).__name__}: {err})") from None
-    return len(kept)
+    except (OSError, EOFError, zlib.error, KeyError, ValueError, TypeError, AttributeError, yaml.YAMLError,
+            tarfile.TarError) as err:
+        first_line = str(err).splitlines()[0] if str(err) else ""
+        raise DeviceRunsError(f"--restore {packs}: not a pack of this tool ({type(err).__name__}: {first_line})") from None
+    return kept, notes
+
+
+def unpack_checkpoints(path: Path, runs_dir: Path, notes: list[str]) -> set[str]:
+    """The runs of one ckpt-N.tar, unpacked whole into `runs_dir` (or, if the file is missing or
+    damaged, none: a line in `notes`, and its runs start afresh)."""
+    staging = runs_dir / f".unpacking-{path.name}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        with tarfile.open(path, "r:") as ckpt:
+            ckpt.extractall(staging, filter="data")
+    except (OSError, EOFError, tarfile.TarError) as err:
+        notes.append(f"{path.name}: unreadable ({type(err).__name__}); its runs start afresh")
+        shutil.rmtree(staging, ignore_errors=True)
+        return set()
+    runs = set()
+    for run in sorted(staging.iterdir() if staging.is_dir() else []):
+        if (runs_dir / run.name).exists():
+            notes.append(f"{path.name}: {run.name} is already in {runs_dir}; its checkpoint is left out")
+            continue
+        os.replace(run, runs_dir / run.name)
+        runs.add(run.name)
+    shutil.rmtree(staging, ignore_errors=True)
+    return runs
+
+
+def last_whole_report(jsonl: bytes) -> dict:
+    """The newest report of a metrics.jsonl that parses ({} if none does: a line cut by a kill is skipped)."""
+    for line in reversed(jsonl.splitlines()):
+        try:
+            report = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(report, dict):
+            return report
+    return {}
 
 
 def train(configs: Path, runs_dir: Path, deadline_s: float, groups: int | None = None, finish: bool = True,
@@ -141,6 +191,8 @@ def train(configs: Path, runs_dir: Path, deadline_s: float, groups: int | None =
         raise DeviceRunsError(f"{configs}: no trial configs (*.yaml) there")
     kept = sorted({r.group for r in runs})[:groups]
     runs = [r for r in runs if r.group in kept]
+    for r in runs:
+        check_same_config(r)
     runs_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     for r in runs:
@@ -166,16 +218,13 @@ def train(configs: Path, runs_dir: Path, deadline_s: float, groups: int | None =
               + " ".join(f"{r.config.stem}:{steps[r.config.stem]}@{rates[r.config.stem]:.0f}/s" for r in live)
               + f" | slowest needs {need:.0f} s, {left:.0f} s left", flush=True)
         if left <= 0:
-            for r in live:
-                stop(r, now - start)
+            stop(live, now - start)
             break
         measured = all(rates[r.config.stem] > 0 for r in live)  # every run has reported within the check
         if (finish and measured and now - start >= warmup_s and now - last_cut >= 2 * check_every
                 and need > left - margin_s and len(groups) > 1):
             print(f"  stopping group {groups[-1]}: the slowest run would miss the deadline", flush=True)
-            for r in live:
-                if r.group == groups[-1]:
-                    stop(r, now - start)
+            stop([r for r in live if r.group == groups[-1]], now - start)
             last_cut = now
     for r in runs:
         if r.process is not None:
@@ -183,13 +232,34 @@ def train(configs: Path, runs_dir: Path, deadline_s: float, groups: int | None =
     return runs
 
 
-def stop(run: Run, at: float) -> None:
-    run.stopped_at = at
-    run.process.terminate()
+def check_same_config(run: Run) -> None:
+    """A run folder that already holds a config must hold this one: else it is another run's (an
+    earlier call's config of the same file name), and resuming or skipping it would be wrong."""
+    from trainables.config import ConfigError, load_trial_config
+
+    if not (run.out / "config.yaml").is_file():
+        return
     try:
-        run.process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        run.process.kill()
+        same = load_trial_config(run.out / "config.yaml") == load_trial_config(run.config)
+    except ConfigError:
+        same = False
+    if not same:
+        raise DeviceRunsError(f"{run.config}: {run.out} holds a run of another config; give this call its own "
+                              "runs folder, or the configs its runs were made from")
+
+
+def stop(runs: list[Run], at: float, grace_s: float = 20.0) -> None:
+    """Ask every run to pause (each checkpoints as it stops), then wait; kill one still running after `grace_s`."""
+    for run in runs:
+        run.stopped_at = at
+        run.process.terminate()
+    until = time.monotonic() + grace_s
+    for run in runs:
+        try:
+            run.process.wait(timeout=max(0.0, until - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            run.process.kill()
+            run.process.wait()
 
 
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -211,6 +281,10 @@ def pack(runs: list[Run], path: Path, checkpoints: bool = False) -> list[str]:
             continue
         folder = link.resolve()
         size = sum(f.stat().st_size for f in folder.iterdir())
+        if size > CHECKPOINT_TAR_BYTES:
+            left_out.append(f"{r.config.stem}: its checkpoint is larger than the {CHECKPOINT_TAR_BYTES >> 20} MiB a file "
+                            "may be to come back")
+            continue
         if total + size > CHECKPOINT_BYTES:
             left_out.append(f"{r.config.stem}: its checkpoint does not fit the {CHECKPOINT_BYTES >> 20} MiB that comes back")
             continue
@@ -226,7 +300,8 @@ def pack(runs: list[Run], path: Path, checkpoints: bool = False) -> list[str]:
             for r, folder in part:
                 tar.add(folder, arcname=f"{r.config.stem}/{folder.name}")
                 tar.add(r.out / "checkpoint", arcname=f"{r.config.stem}/checkpoint")  # the link itself
-    with tarfile.open(path, "w:gz") as tar:
+    partial = path.with_name(path.name + ".partial")  # a call killed while packing leaves no cut pack
+    with tarfile.open(partial, "w:gz") as tar:
         _add_bytes(tar, MACHINE, json.dumps({**machine(), "checkpoints": names}, indent=1).encode())
         for r in runs:
             for name in KEPT:
@@ -234,6 +309,7 @@ def pack(runs: list[Run], path: Path, checkpoints: bool = False) -> list[str]:
                     tar.add(r.out / name, arcname=f"{r.config.stem}/{name}")
             if (log := r.out.parent / f"{r.config.stem}.log").is_file():
                 tar.add(log, arcname=f"{r.config.stem}/log.txt")
+    os.replace(partial, path)
     return left_out
 
 
@@ -260,14 +336,26 @@ def main(argv: list[str] | None = None) -> int:
                    help="pause every run at the deadline and pack the unfinished runs' checkpoints beside the pack")
     t.add_argument("--restore", type=Path, help="a folder holding a previous call's pack and checkpoints, to resume")
     args = parser.parse_args(argv)
+    if args.groups is not None and args.groups < 1:
+        print(f"device_runs: --groups: at least 1, not {args.groups}", file=sys.stderr)
+        return 2
+    if args.pack.is_dir() or (args.pack.parent.exists() and not args.pack.parent.is_dir()):
+        print(f"device_runs: --pack {args.pack}: not a file name a pack can be written to", file=sys.stderr)
+        return 2
     print(json.dumps(machine()), flush=True)
     try:
         if args.restore is not None:
-            print(f"restored {restore(args.restore, args.runs)} runs from {args.restore}", flush=True)
+            restored, notes = restore(args.restore, args.runs)
+            for line in notes:
+                print(f"not restored: {line}", flush=True)
+            print(f"restored {len(restored)} runs from {args.restore}", flush=True)
         runs = train(args.configs, args.runs, args.deadline, args.groups, finish=not args.checkpoints)
     except DeviceRunsError as err:
         print(f"device_runs: {err}", file=sys.stderr)
         return 2
+    if args.restore is not None and (orphans := sorted(set(restored) - {r.config.stem for r in runs})):
+        print(f"restored but not in this call (no config, or a group left out), so neither trained nor packed: "
+              f"{', '.join(orphans)}", flush=True)
     for line in pack(runs, args.pack, args.checkpoints):
         print(f"left without a checkpoint: {line}", flush=True)
     print(summary(runs), flush=True)

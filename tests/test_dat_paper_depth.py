@@ -390,16 +390,21 @@ def test_a_damaged_pack_is_one_line_and_exit_2_or_a_line_per_damaged_run(tmp_pat
     (tmp_path / "cfgs").mkdir()
     (tmp_path / "cfgs" / "old.yaml").write_text("steps: 1")
     assert dpd.main(["configs", str(tmp_path / "cfgs"), "--seeds", str(p.todo[0]["seed"])]) == 2
-    assert "not empty" in capsys.readouterr().err
+    assert "not an empty folder" in capsys.readouterr().err
+    assert dpd.main(["configs", str(tmp_path / "cfgs" / "old.yaml"), "--seeds", str(p.todo[0]["seed"])]) == 2
+    assert "not an empty folder" in capsys.readouterr().err
+    assert dpd.main(["configs", str(tmp_path / "none"), "--seeds", "999"]) == 2  # no open cell of that seed
+    assert "no open cell of seeds 999" in capsys.readouterr().err and not (tmp_path / "none").exists()
 
 
 def test_a_later_phase_already_determined_can_train_elsewhere_while_the_confirmation_runs(tmp_path, monkeypatch):
     import yaml
 
     monkeypatch.setattr(dpd, "DATA", tmp_path / "record.json.gz")
+    monkeypatch.setattr(dpd, "SWEEPS", tmp_path / "sweeps")
     dpd.save({"design": dpd.design(), "runs": explored(B1, {0: 1500, 1: 2000})})
     assert dpd.plan(dpd.load()).phase == "confirm"
-    assert dpd.write_configs(tmp_path / "cfg", [0], "cuda", "transformer-select") == len(dpd.TRANSFORMER_CANDIDATES)
+    assert dpd.write_configs(tmp_path / "cfg", [0], "cuda", "transformer-select") == (len(dpd.TRANSFORMER_CANDIDATES), [])
     configs = {f.stem: yaml.safe_load(f.read_text()) for f in sorted((tmp_path / "cfg").glob("*.yaml"))}
     assert {name.split("_")[0] for name in configs} == {"s0"}
     assert {c["model"]["mixer"] for c in configs.values()} == {"none"} and {c["steps"] for c in configs.values()} == {B1}
@@ -410,7 +415,16 @@ def test_a_later_phase_already_determined_can_train_elsewhere_while_the_confirma
     assert added == len(dpd.TRANSFORMER_CANDIDATES) and not skipped
     p = dpd.plan(dpd.load())
     assert p.phase == "confirm" and "transformer-select" not in {ph for ph, _ in dpd.open_cells(dpd.load()).values()}
-    assert dpd.write_configs(tmp_path / "cfg2", [dpd.SEEDS[0]], "cuda", "joint-curriculum") == 1
+    assert dpd.write_configs(tmp_path / "cfg2", [dpd.SEEDS[0]], "cuda", "joint-curriculum") == (1, [])
+    # a confirmation seed the local sweep is training too is named: it would train twice
+    local = dpd.chunk(p)
+    name, space = dpd.space_for(p, local)
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / f"{name}.yaml").write_text(yaml.safe_dump(space, sort_keys=False))
+    seed = local[0]["seed"]
+    written, busy = dpd.write_configs(tmp_path / "cfg3", [seed], "cuda")
+    assert written == sum(c["seed"] == seed for c in p.todo) and busy == [seed]
+    assert {f.stem.split("_")[0] for f in (tmp_path / "cfg3").glob("*.yaml")} == {f"s{seed}"}
 
 
 def test_the_report_names_the_seeds_whose_runs_trained_on_more_than_one_machine():

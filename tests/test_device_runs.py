@@ -69,7 +69,7 @@ def test_a_paused_run_comes_back_with_its_checkpoint_and_resumes_to_the_same_res
     paused = device_runs.Run(configs / "a_0.yaml", out, 1500, process)
     while paused.step() < 30 and process.poll() is None:  # paused once it has a checkpoint past its first report
         time.sleep(0.05)
-    device_runs.stop(paused, 0.0)
+    device_runs.stop([paused], 0.0)
     assert 30 <= paused.step() < 1500
     packs = tmp_path / "packs"
     assert device_runs.pack([paused], packs / "runs.tar.gz", checkpoints=True) == []
@@ -77,7 +77,7 @@ def test_a_paused_run_comes_back_with_its_checkpoint_and_resumes_to_the_same_res
     (packs / "ckpt-1.tar").write_bytes(b"a stale file of an earlier call")  # not this pack's: never read
 
     again = tmp_path / "again"
-    assert device_runs.restore(packs, again) == 1
+    assert device_runs.restore(packs, again) == (["a_0"], [])
     resumed = device_runs.train(configs, again, deadline_s=600, check_every=0.5)[0]
     assert resumed.finished() and resumed.process.returncode == 0
     final = [json.loads(line) for line in (again / "a_0" / "metrics.jsonl").read_text().splitlines()]
@@ -88,13 +88,82 @@ def test_a_paused_run_comes_back_with_its_checkpoint_and_resumes_to_the_same_res
            [{k: v for k, v in r.items() if k not in timing} for r in expected]
 
 
-def test_a_restore_on_another_accelerator_is_refused(tmp_path):
-    packs = tmp_path / "packs"
-    packs.mkdir()
+def write_pack(packs, machine: dict, runs: dict[str, tuple[int, list[int]]], checkpoints: dict[str, list[str]]) -> None:
+    """A pack as `pack` writes it: runs {name: (steps, the steps it reported)}; checkpoints
+    {ckpt file: the runs whose checkpoint folder it holds}."""
+    packs.mkdir(exist_ok=True)
+    for name, members in checkpoints.items():
+        with tarfile.open(packs / name, "w") as tar:
+            for run in members:
+                device_runs._add_bytes(tar, f"{run}/checkpoint-000001/model.pt", b"weights")
     with tarfile.open(packs / "runs.tar.gz", "w:gz") as tar:
-        device_runs._add_bytes(tar, device_runs.MACHINE, json.dumps({"accelerator": "NVIDIA H200", "torch": "2.11.0"}).encode())
+        device_runs._add_bytes(tar, device_runs.MACHINE, json.dumps({**machine, "checkpoints": list(checkpoints)}).encode())
+        for run, (steps, reported) in runs.items():
+            device_runs._add_bytes(tar, f"{run}/config.yaml", yaml.safe_dump({"steps": steps}).encode())
+            device_runs._add_bytes(tar, f"{run}/metrics.jsonl", "".join(json.dumps({"step": s}) + "\n" for s in reported).encode())
+
+
+def test_a_restore_on_another_accelerator_is_refused_before_anything_is_unpacked(tmp_path):
+    packs = tmp_path / "packs"
+    write_pack(packs, {"accelerator": "NVIDIA H200", "torch": "2.11.0"}, {"a_0": (100, [10, 20]), "b_0": (20, [10, 20])},
+               {"ckpt-0.tar": ["a_0"]})
     with pytest.raises(device_runs.DeviceRunsError, match="trained on NVIDIA H200"):
         device_runs.restore(packs, tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_missing_checkpoint_file_or_a_cut_report_line_costs_only_those_runs(tmp_path):
+    packs = tmp_path / "packs"
+    runs = {"a_0": (100, [10, 20]), "b_0": (20, [10, 20]), "c_0": (100, [10]), "d_0": (30, [10, 30])}
+    write_pack(packs, device_runs.machine(), runs, {"ckpt-0.tar": ["a_0"], "ckpt-1.tar": ["c_0"]})
+    (packs / "ckpt-1.tar").unlink()  # a file that did not come back
+    restored, notes = device_runs.restore(packs, tmp_path / "runs")
+    assert restored == ["a_0", "b_0", "d_0"]  # paused with its checkpoint; finished; finished
+    assert notes == ["ckpt-1.tar: unreadable (FileNotFoundError); its runs start afresh"]
+    assert (tmp_path / "runs" / "a_0" / "checkpoint-000001" / "model.pt").is_file()
+    assert not (tmp_path / "runs" / "c_0").exists()
+    assert not any(p.name.startswith(".unpacking") for p in (tmp_path / "runs").iterdir())
+
+
+def test_a_cut_pack_is_one_line_and_exit_2(tmp_path, capsys):
+    packs = tmp_path / "packs"
+    write_pack(packs, device_runs.machine(), {"b_0": (20, [10, 20])}, {})
+    data = (packs / "runs.tar.gz").read_bytes()
+    (packs / "runs.tar.gz").write_bytes(data[: len(data) // 2])
+    (tmp_path / "configs").mkdir()
+    tiny(tmp_path / "configs", "b_0", 20)
+    args = ["train", str(tmp_path / "configs"), str(tmp_path / "runs"), "--deadline", "60", "--pack",
+            str(tmp_path / "out" / "p.tar.gz"), "--restore", str(packs)]
+    assert device_runs.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"device_runs: --restore {packs}: not a pack of this tool") and err.count("\n") == 1
+    assert not (tmp_path / "out" / "p.tar.gz").exists()
+
+
+def test_a_run_folder_of_another_config_is_refused_not_resumed_or_skipped(tmp_path, capsys):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    tiny(configs, "a_0", 20)
+    runs = device_runs.train(configs, tmp_path / "runs", deadline_s=600, check_every=0.5)
+    assert runs[0].finished()
+    tiny(configs, "a_0", 40)  # a later call's config of the same name
+    args = ["train", str(configs), str(tmp_path / "runs"), "--deadline", "60", "--pack", str(tmp_path / "p.tar.gz")]
+    assert device_runs.main(args) == 2
+    assert "a_0.yaml: " in capsys.readouterr().err
+    assert not (tmp_path / "p.tar.gz").exists()
+    tiny(configs, "a_0", 20)  # the config it was made from: finished before, packed again
+    assert device_runs.main(args) == 0
+    assert "finished before" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", [["--groups", "0"], ["--pack", "{tmp}"]])
+def test_a_bad_groups_or_pack_is_refused_before_training(tmp_path, capsys, bad):
+    (tmp_path / "configs").mkdir()
+    tiny(tmp_path / "configs", "a_0", 20)
+    args = ["train", str(tmp_path / "configs"), str(tmp_path / "runs"), "--deadline", "60", "--pack",
+            str(tmp_path / "p.tar.gz"), *[b.format(tmp=tmp_path) for b in bad]]
+    assert device_runs.main(args) == 2
+    assert capsys.readouterr().err.count("\n") == 1
     assert not (tmp_path / "runs").exists()
 
 
