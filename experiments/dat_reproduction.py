@@ -372,7 +372,7 @@ FRONT_ARMS = ("joint", "DAT", "DAT + curriculum", "pure LSTM", "pure Transformer
 
 
 def front_plot(runs: list[Run], base: dict, path: Path, max_len: int = 25) -> None:
-    """The README's picture: the main group's accuracy against evaluation length, over all targets and
+    """A one-figure summary: the main group's accuracy against evaluation length, over all targets and
     beyond the training range only; each point the mean over seeds, its bar the seeds' min to max."""
     import matplotlib
 

@@ -81,7 +81,7 @@ def test_report_rewrites_only_the_results_section(tmp_path, monkeypatch):
 
 
 def test_the_front_plot_draws_the_arms_that_have_runs(tmp_path, monkeypatch):
-    """The README's picture: one curve per main-group arm with finished runs, none for an arm without."""
+    """The one-figure summary: one curve per main-group arm with finished runs, none for an arm without."""
     pytest.importorskip("matplotlib")
     ks = rep.MULTIPLIERS
     full = {f"{p}acc_{k}x": 0.5 for p in ("", "ood_") for k in ks}
