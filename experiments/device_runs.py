@@ -45,7 +45,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainables.run_dir import RunDir
+from trainables.run_dir import RunDir, parse_reports
 
 MACHINE = "machine.json"
 KEPT = ("config.yaml", "metrics.jsonl", "result.json")
@@ -122,8 +122,8 @@ def restore(packs: Path, runs_dir: Path) -> tuple[list[str], list[str]]:
                     continue  # it never started (its log says why)
                 try:
                     config = yaml.safe_load(tar.extractfile(f"{run}/config.yaml").read())
-                    last = last_whole_report(tar.extractfile(f"{run}/metrics.jsonl").read())
-                    finished = last.get("step") == config.get("steps")
+                    reports = parse_reports(tar.extractfile(f"{run}/metrics.jsonl").read())
+                    finished = bool(reports) and reports[-1]["step"] == config.get("steps")
                 except (OSError, EOFError, zlib.error, tarfile.TarError, yaml.YAMLError, AttributeError) as err:
                     notes.append(f"{run}: unreadable in the pack ({type(err).__name__}); it starts afresh")
                     shutil.rmtree(runs_dir / run, ignore_errors=True)
@@ -160,18 +160,6 @@ def unpack_checkpoints(path: Path, runs_dir: Path, notes: list[str]) -> set[str]
         runs.add(run.name)
     shutil.rmtree(staging, ignore_errors=True)
     return runs
-
-
-def last_whole_report(jsonl: bytes) -> dict:
-    """The newest report of a metrics.jsonl that parses ({} if none does: a line cut by a kill is skipped)."""
-    for line in reversed(jsonl.splitlines()):
-        try:
-            report = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(report, dict):
-            return report
-    return {}
 
 
 def train(configs: Path, runs_dir: Path, deadline_s: float, groups: int | None = None, finish: bool = True,

@@ -36,17 +36,7 @@ class RunDir:
         if not path.is_file():
             return []
         with open(path, "rb") as f:
-            data = f.read(MAX_REPORTS_BYTES)
-        out = []
-        for line in data.decode("utf-8", errors="replace").splitlines():
-            try:
-                report = json.loads(line)
-            except ValueError:
-                continue
-            step = report.get("step") if isinstance(report, dict) else None
-            if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step) and step >= 0:
-                out.append(report)
-        return out
+            return parse_reports(f.read(MAX_REPORTS_BYTES))
 
     def last_report(self) -> dict | None:
         reports = self.reports()
@@ -91,3 +81,17 @@ class RunDir:
         for old in self.path.glob(f"{CHECKPOINT}-*"):
             if old != target:
                 shutil.rmtree(old, ignore_errors=True)
+
+
+def parse_reports(data: bytes) -> list[dict]:
+    """The reports in the bytes of a metrics.jsonl (a line cut by a kill, or not a report, is skipped)."""
+    out = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            report = json.loads(line)
+        except ValueError:
+            continue
+        step = report.get("step") if isinstance(report, dict) else None
+        if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step) and step >= 0:
+            out.append(report)
+    return out
