@@ -274,7 +274,7 @@ def export() -> int:
 
 def _export() -> int:
     data = load()
-    have = {key(r["budget"], r["params"]) for r in data["runs"]}
+    have = recorded(data)
     added = 0
     for sweep in sorted(p for p in SWEEPS.glob("dat_depth_*") if p.is_dir()):
         for run in finished_runs(sweep):
@@ -323,6 +323,18 @@ def space_for(p: Plan, cells: list[dict]) -> tuple[str, dict]:
     return name, space
 
 
+def recorded(data: dict) -> set[tuple]:
+    """The keys of the runs the record holds."""
+    return {key(r["budget"], r["params"]) for r in data["runs"]}
+
+
+def sweep_cells(path: Path) -> list[dict]:
+    """The cells a sweep file of this experiment trains (its searcher's baseline points)."""
+    import yaml
+
+    return yaml.safe_load(path.read_text())["searcher"]["baseline"]
+
+
 def unfinished_sweep(p: Plan, folder: Path) -> Path | None:
     """A sweep file in `folder` written for this budget that still holds a cell the plan misses: a
     chunk interrupted after some of its runs were recorded, to resume rather than start anew (its
@@ -351,7 +363,7 @@ def run() -> int:
             print(f"dat_paper_depth: {note}", flush=True)
         SWEEPS.mkdir(exist_ok=True)
         if (path := unfinished_sweep(p, SWEEPS)) is not None:
-            name, cells = path.stem, yaml.safe_load(path.read_text())["searcher"]["baseline"]
+            name, cells = path.stem, sweep_cells(path)
         else:
             cells = chunk(p)
             name, space = space_for(p, cells)
@@ -362,7 +374,7 @@ def run() -> int:
                               str(SWEEPS), "--progress", "lines", "--progress-every", "600"], cwd=ROOT)
         added = export()
         print(f"dat_paper_depth: {added} runs added to {DATA}", flush=True)
-        have = {key(r["budget"], r["params"]) for r in load()["runs"]}
+        have = recorded(load())
         if rc != 0 or not {key(p.budget, c) for c in cells} <= have:  # recorded here or by an import meanwhile
             print(f"dat_paper_depth: sweep {name} ended with {rc}; stopping (run again to resume)", flush=True)
             return rc or 1
@@ -394,7 +406,7 @@ def phase_cells(p: Plan) -> dict[str, list[dict]]:
 def open_cells(data: dict) -> dict[tuple, tuple[str, dict]]:
     """The cells of determined phases that the record misses: {key: (phase, cell)}."""
     p = plan(data)
-    have = {key(r["budget"], r["params"]) for r in data["runs"]}
+    have = recorded(data)
     return {key(p.budget, c): (phase, c) for phase, cells in phase_cells(p).items() for c in cells
             if key(p.budget, c) not in have}
 
@@ -415,7 +427,7 @@ def write_configs(folder: Path, seeds: list[int], device: str, phase: str | None
     for n, c in enumerate(cells):
         (folder / f"s{c['seed']}_{phase}-{n}.yaml").write_text(yaml.safe_dump(trial_config(p, c, device), sort_keys=False))
     local = unfinished_sweep(p, SWEEPS) if SWEEPS.is_dir() else None
-    busy = {key(p.budget, c) for c in yaml.safe_load(local.read_text())["searcher"]["baseline"]} if local else set()
+    busy = {key(p.budget, c) for c in sweep_cells(local)} if local else set()
     return len(cells), sorted({c["seed"] for c in cells if key(p.budget, c) in busy})
 
 
@@ -482,7 +494,7 @@ def _import_pack(path: Path) -> tuple[int, list[str]]:
                     finished[k] = reports
     except (OSError, EOFError, tarfile.TarError, zlib.error) as err:
         raise PackError(f"not a readable tar.gz ({type(err).__name__})") from None
-    have = {key(r["budget"], r["params"]) for r in data["runs"]}
+    have = recorded(data)
     groups = {(phase, c["seed"]): [key(p.budget, x) for x in cells if x["seed"] == c["seed"]]
               for phase, cells in phase_cells(p).items() for c in cells}
     for (phase, seed), group in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1])):
