@@ -8,8 +8,10 @@ experiment names them `s5115_confirm-0.yaml`, `s5115_confirm-1.yaml`, ...: one g
 Two ways to meet a deadline (the machine's time is short):
 
 - finish (the default): once the runs have reported for a while, if the slowest one would not
-  finish in time, the last group is stopped, which frees the accelerator for the others; again
-  after each check until the rest fit. What is stopped is lost.
+  finish in time, the last groups are stopped at once, as many as it takes for the first ones to
+  fit (each run's rate is taken to grow as (n/k)**0.4 when k of n runs go on, below what was
+  measured); again after each check while they would still miss. What is stopped is lost, so
+  when the deadline is short, start only the groups that fit (`--groups`).
 - `--checkpoints`: every run trains until the deadline and is paused there; the pack carries the
   unfinished runs' newest checkpoints (ckpt-N.tar beside it, each under 15 MiB), and `--restore`
   with that folder on the next call resumes them where they paused (the same accelerator and
@@ -23,7 +25,7 @@ How many to start: the runs share the accelerator by time slices and each is bou
 kernel launches, so more runs at once train more steps in all but each one slower. Measured on an
 NVIDIA H200 with 16 cores (the 4-block LSTM hybrid of experiments/dat_paper_depth.py, batch 64):
 15 runs at once, 25-33 steps/s each (about 450 together); 9 at once, 42-50; 3 at once, 58-67
-(about 200 together). To finish runs within one call, start only the groups that can
+(about 200 together); with the curriculum configs, 9 at once 33-42, 3 at once 50-58, 2 at once 67. To finish runs within one call, start only the groups that can
 (`--groups`); to train the most steps, start them all with `--checkpoints`.
 
 The pack (runs.tar.gz) holds each run's config.yaml, metrics.jsonl, result.json and log, and
@@ -211,13 +213,30 @@ def train(configs: Path, runs_dir: Path, deadline_s: float, groups: int | None =
         measured = all(rates[r.config.stem] > 0 for r in live)  # every run has reported within the check
         if (finish and measured and now - start >= warmup_s and now - last_cut >= 2 * check_every
                 and need > left - margin_s and len(groups) > 1):
-            print(f"  stopping group {groups[-1]}: the slowest run would miss the deadline", flush=True)
-            stop([r for r in live if r.group == groups[-1]], now - start)
+            by_group = [[(r.steps - steps[r.config.stem], rates[r.config.stem]) for r in live if r.group == g]
+                        for g in groups]
+            keep = groups_that_fit(by_group, left - margin_s)
+            print(f"  stopping group{'s' if len(groups) - keep > 1 else ''} {' '.join(groups[keep:])}: "
+                  "the slowest run would miss the deadline", flush=True)
+            stop([r for r in live if r.group in groups[keep:]], now - start)
             last_cut = now
     for r in runs:
         if r.process is not None:
             r.process.wait()
     return runs
+
+
+def groups_that_fit(groups: list[list[tuple[int, float]]], left_s: float, speedup: float = 0.4) -> int:
+    """How many of the first `groups` (each a list of its runs' (steps to go, steps/s)) can finish
+    in `left_s`, if only they go on: with k of n runs going on, each one's rate is taken to be
+    (n/k)**speedup times its own (measured on an H200: about 0.5). At least 1."""
+    n = sum(len(g) for g in groups)
+    for keep in range(len(groups), 1, -1):
+        k = sum(len(g) for g in groups[:keep])
+        factor = (n / k) ** speedup
+        if all(to_go <= rate * factor * left_s for g in groups[:keep] for to_go, rate in g):
+            return keep
+    return 1
 
 
 def check_same_config(run: Run) -> None:

@@ -10,6 +10,8 @@ import time
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from experiments import device_runs
 from trainables.config import load_trial_config
@@ -50,6 +52,25 @@ def test_the_deadline_stops_the_last_group_first_then_everything(tmp_path):
     assert runs["b_0"].stopped_at == runs["b_1"].stopped_at < runs["a_0"].stopped_at
     assert runs["a_0"].stopped_at >= 25
     assert "stopped at" in device_runs.summary(list(runs.values()))
+
+
+def test_the_finish_rule_stops_every_group_that_cannot_fit_at_once():
+    # measured on an H200: 9 single-run groups at 33 steps/s, 21,500 steps to go, 380 s left; one group
+    # cut a minute left 0 of 9 finished, while 2 alone ran at 67 steps/s (21,500 steps in 321 s)
+    assert device_runs.groups_that_fit([[(21_500, 33.0)]] * 9, 380) == 2
+    assert device_runs.groups_that_fit([[(1_000, 10.0)]] * 4, 200) == 4  # all fit as they are
+    assert device_runs.groups_that_fit([[(1_000_000, 10.0)]] * 4, 200) == 1  # none would: the first goes on
+    # a group's slowest run decides: the second group's second run is far behind
+    assert device_runs.groups_that_fit([[(100, 1.0)], [(100, 1.0), (10_000, 1.0)], [(100, 1.0)]], 150) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 50_000), st.floats(1.0, 500.0)), min_size=1, max_size=3),
+                min_size=1, max_size=12), st.floats(1.0, 2_000.0), st.floats(1.0, 2_000.0))
+def test_more_time_left_never_keeps_fewer_groups(groups, left_a, left_b):
+    short, long = sorted((left_a, left_b))
+    kept = device_runs.groups_that_fit(groups, short)
+    assert 1 <= kept <= device_runs.groups_that_fit(groups, long) <= len(groups)
 
 
 def test_a_paused_run_comes_back_with_its_checkpoint_and_resumes_to_the_same_result(tmp_path):
