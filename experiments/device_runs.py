@@ -25,7 +25,8 @@ How many to start: the runs share the accelerator by time slices and each is bou
 kernel launches, so more runs at once train more steps in all but each one slower. Measured on an
 NVIDIA H200 with 16 cores (the 4-block LSTM hybrid of experiments/dat_paper_depth.py, batch 64):
 15 runs at once, 25-33 steps/s each (about 450 together); 9 at once, 42-50; 3 at once, 58-67
-(about 200 together); with the curriculum configs, 9 at once 33-42, 3 at once 50-58, 2 at once 67. To finish runs within one call, start only the groups that can
+(about 200 together); with the curriculum configs, 9 at once 33-42, 3 at once 50-58, 2 at once 67; the 2-layer
+transformer, 8 at once, 50-70. To finish runs within one call, start only the groups that can
 (`--groups`); to train the most steps, start them all with `--checkpoints`.
 
 The pack (runs.tar.gz) holds each run's config.yaml, metrics.jsonl, result.json and log, and
