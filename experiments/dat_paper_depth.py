@@ -440,8 +440,9 @@ MAX_PACK_FILE = 64 * 2**20  # a member read from a pack: config, reports, machin
 
 def import_pack(path: Path) -> tuple[int, list[str]]:
     """Add the finished runs of a pack from experiments/device_runs.py to the record: each one whose
-    config is exactly what the plan trains for a cell it misses (the device aside), a seed only when
-    every cell of it to train is there. Returns the number added and a line for each run left out;
+    config is exactly what the plan trains for a cell it misses (the device aside) and whose final
+    report holds every metric the recorded runs' do, one run per cell, a seed only when every cell
+    of it to train is there. Returns the number added and a line for each run left out;
     PackError when the pack itself is unreadable."""
     with record_lock(DATA):
         return _import_pack(path)
@@ -460,6 +461,8 @@ def _import_pack(path: Path) -> tuple[int, list[str]]:
     data, skipped, added, finished = load(), [], 0, {}
     p = plan(data)
     todo = {k: c for k, (_, c) in open_cells(data).items()}
+    needed = final_metrics(data)
+    names = {}  # key -> the pack's run name that finished it
     try:
         with tarfile.open(path, "r:gz") as tar:
             files = {m.name: m for m in tar.getmembers() if m.isfile() and m.size <= MAX_PACK_FILE}
@@ -490,8 +493,13 @@ def _import_pack(path: Path) -> tuple[int, list[str]]:
                     skipped.append(f"{run}: not a cell the plan misses")
                 elif config != trial_config(p, todo[k], valid["device"]):
                     skipped.append(f"{run}: its config differs from the plan's for this cell")
+                elif missing := sorted(m for m in needed if not is_number(reports[-1].get(m))):
+                    skipped.append(f"{run}: its final report lacks {', '.join(missing[:4])}"
+                                   + (f" and {len(missing) - 4} more" if len(missing) > 4 else ""))
+                elif k in finished:
+                    skipped.append(f"{run}: the same cell as {names[k]}, which is kept")
                 else:
-                    finished[k] = reports
+                    finished[k], names[k] = reports, run
     except (OSError, EOFError, tarfile.TarError, zlib.error) as err:
         raise PackError(f"not a readable tar.gz ({type(err).__name__})") from None
     have = recorded(data)
@@ -510,6 +518,17 @@ def _import_pack(path: Path) -> tuple[int, list[str]]:
     if added:
         save(data)
     return added, skipped
+
+
+def final_metrics(data: dict) -> set[str]:
+    """The metrics that every recorded run's final report holds (what the plan and the report may
+    read of a run), as numbers; none before the first run."""
+    finals = [{m for m, v in r["reports"][-1].items() if is_number(v)} for r in data["runs"] if r["reports"]]
+    return set.intersection(*finals) if finals else set()
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 PRESET = ROOT / "trainables" / "presets" / "hybrid_dat_paper.yaml"

@@ -364,6 +364,28 @@ def test_a_pack_from_elsewhere_adds_only_whole_seeds_trained_with_the_plan_s_exa
     assert again == 0 and f"s{s1}_0: not a cell the plan misses" in skipped
 
 
+def test_a_pack_s_second_run_of_a_cell_or_a_run_short_of_a_metric_is_named_not_recorded(tmp_path, monkeypatch):
+    import json
+
+    import yaml
+
+    monkeypatch.setattr(dpd, "DATA", tmp_path / "record.json.gz")
+    dpd.save({"design": dpd.design(), "runs": explored(B1, {0: 1500, 1: 2000})})
+    p = dpd.plan(dpd.load())
+    s1, s2 = dpd.SEEDS[-2:]
+    configs = {s: [dpd.trial_config(p, c, "cuda") for c in p.todo if c["seed"] == s] for s in (s1, s2)}
+    runs = {f"s{s1}_{i}": (c, B1) for i, c in enumerate(configs[s1])} | {f"s{s1}_x": (configs[s1][0], B1)}
+    runs |= {f"s{s2}_{i}": (c, B1) for i, c in enumerate(configs[s2][1:], 1)}
+    short = {k: v for k, v in final().items() if k != "seq_acc_3x"}
+    extra = {f"s{s2}_0/config.yaml": yaml.safe_dump(configs[s2][0]).encode(),
+             f"s{s2}_0/metrics.jsonl": json.dumps({**short, "step": B1}).encode() + b"\n"}
+    added, skipped = dpd.import_pack(pack_of(tmp_path, runs, extra))
+    assert added == 3  # seed s1 whole, its first run kept; seed s2 not, one of its runs lacking a metric
+    assert f"s{s1}_x: the same cell as s{s1}_0, which is kept" in skipped
+    assert f"s{s2}_0: its final report lacks seq_acc_3x" in skipped
+    assert {r.seed for r in dpd.runs_of(dpd.load())} & {s1, s2} == {s1}
+
+
 def test_a_damaged_pack_is_one_line_and_exit_2_or_a_line_per_damaged_run(tmp_path, monkeypatch, capsys):
     import yaml
 
