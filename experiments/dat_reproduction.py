@@ -417,6 +417,8 @@ runs with `{RUN_COMMAND}`.
 
 ![accuracy against evaluation length, and beyond the training range](dat_reproduction.png)
 
+![the main group in one figure: accuracy against length, over all targets and beyond the range](dat_reproduction_front.png)
+
 Means over seeds (min-max in brackets); chance, the recency baseline and an oracle that is
 perfect in range and plays the recency baseline beyond are on the same evaluation sets
 (`trainables/baselines.py`):
