@@ -457,6 +457,7 @@ def _import_pack(path: Path) -> tuple[int, list[str]]:
     from experiments.device_runs import MACHINE
     from sweeper.commands.trial import parse_reports
     from trainables.config import ConfigError, trial_config_from_dict
+    from trainables.run_dir import is_number
 
     data, skipped, added, finished = load(), [], 0, {}
     p = plan(data)
@@ -523,12 +524,10 @@ def _import_pack(path: Path) -> tuple[int, list[str]]:
 def final_metrics(data: dict) -> set[str]:
     """The metrics that every recorded run's final report holds (what the plan and the report may
     read of a run), as numbers; none before the first run."""
+    from trainables.run_dir import is_number
+
     finals = [{m for m, v in r["reports"][-1].items() if is_number(v)} for r in data["runs"] if r["reports"]]
     return set.intersection(*finals) if finals else set()
-
-
-def is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 PRESET = ROOT / "trainables" / "presets" / "hybrid_dat_paper.yaml"

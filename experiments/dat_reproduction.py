@@ -25,6 +25,7 @@ from pathlib import Path
 from statistics import mean, stdev
 
 from trainables.errors import ConfigError, brief, cut, one_line, short_path
+from trainables.run_dir import is_number
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACES = Path(__file__).resolve().parent / "dat_reproduction_spaces"
@@ -92,7 +93,7 @@ def read_status(path: Path) -> dict:
     if not isinstance(status, dict):
         raise ConfigError(f"{where}: must be a JSON object, got {brief(status, 40)}")
     started = status.get("started")
-    if started is not None and (not _number(started) or not 0 <= started <= MAX_TIMESTAMP):
+    if started is not None and (not is_number(started) or not 0 <= started <= MAX_TIMESTAMP):
         raise ConfigError(f"{where}: started: must be a time in seconds since 1970, got {brief(started, 40)}")
     trials = status.get("trials", [])
     if not isinstance(trials, list):
@@ -104,7 +105,7 @@ def read_status(path: Path) -> dict:
         if not isinstance(t.get("status", ""), str):
             raise ConfigError(f"{at}.status: must be text, got {brief(t['status'], 40)}")
         step = t.get("step", 0)
-        if not _number(step) or step < 0 or step != int(step):
+        if not is_number(step) or step < 0 or step != int(step):
             raise ConfigError(f"{at}.step: must be a whole number >= 0, got {brief(step, 40)}")
         if t.get("status") != "completed":
             continue
@@ -117,15 +118,11 @@ def read_status(path: Path) -> dict:
         if not isinstance(metrics, dict):
             raise ConfigError(f"{at}.metrics: must be a mapping, got {brief(metrics, 40)}")
         for key, value in metrics.items():
-            if not _number(value):
+            if not is_number(value):
                 raise ConfigError(f"{at}.metrics.{cut(str(key), 40)}: must be a finite number, got {brief(value, 40)}")
             if "acc_" in key and not 0 <= value <= 1:
                 raise ConfigError(f"{at}.metrics.{cut(key, 40)}: an accuracy must lie in [0, 1], got {value}")
     return status
-
-
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def finished_runs(sweeps_dir: Path) -> tuple[list[Run], dict[str, tuple[int, int]]]:

@@ -92,6 +92,11 @@ def parse_reports(data: bytes) -> list[dict]:
         except ValueError:
             continue
         step = report.get("step") if isinstance(report, dict) else None
-        if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step) and step >= 0:
+        if is_number(step) and step >= 0:
             out.append(report)
     return out
+
+
+def is_number(value) -> bool:
+    """A finite int or float (not a bool): what a report's metric must be."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
