@@ -214,13 +214,19 @@ def kept_budget_cells(budget: int, switch: int) -> dict[str, list[dict]]:
             "transformer-select": [transformer_cell(c, EXPLORE_SEEDS[0], budget) for c in TRANSFORMER_CANDIDATES]}
 
 
+def selection_key(r: Run) -> tuple:
+    """The pure Transformer's selection order, in-range numbers only: recall_acc_1x, then acc_1x,
+    then the earlier candidate in TRANSFORMER_CANDIDATES (the smaller model, then rope, then the lower lr)."""
+    return r.final["recall_acc_1x"], r.final["acc_1x"], -TRANSFORMER_CANDIDATES.index(candidate_of(r.params))
+
+
 def transformer_plan(runs: list[Run], budget: int, switch: int, notes: list, missing) -> Plan:
     """After the hybrids: the pure Transformer's selection, then its confirmation if one passes."""
     select = kept_budget_cells(budget, switch)["transformer-select"]
     if todo := missing(budget, select):
         return Plan("transformer-select", budget, switch, todo, notes)
     tried = [r for r in runs if r.budget == budget and r.arm == TRANSFORMER and r.seed == EXPLORE_SEEDS[0]]
-    best = max(tried, key=lambda r: r.final["recall_acc_1x"])
+    best = max(tried, key=selection_key)
     chosen, recall = candidate_of(best.params), best.final["recall_acc_1x"]
     if recall < dict(IN_RANGE)["recall_acc_1x"]:
         notes.append(f"pure Transformer: no candidate learns recall in range (best {chosen}: recall_acc_1x {recall:.3f}); "

@@ -176,6 +176,20 @@ def test_the_best_recall_candidate_is_confirmed_only_if_it_learns_recall_in_rang
     assert p.phase == "done" and "no candidate learns recall in range" in p.notes[-1]
 
 
+def test_tied_recall_is_broken_by_in_range_accuracy_then_by_the_earlier_candidate():
+    def tied(acc1: dict) -> list[dict]:
+        return [{"budget": B1, "params": dpd.transformer_cell(c, 0, B1),
+                 "reports": [{**final(acc1=acc1.get(i, 0.98), recall1=1.0 if i in (1, 5, 6) else 0.9, ood3=0.9 - 0.1 * i),
+                              "step": B1}]}
+                for i, c in reversed(list(enumerate(dpd.TRANSFORMER_CANDIDATES)))]  # record order must not decide
+
+    def chosen(acc1: dict) -> tuple:
+        return {dpd.candidate_of(c) for c in dpd.plan({"runs": confirmed() + tied(acc1)}).todo}.pop()
+
+    assert chosen({5: 0.999}) == dpd.TRANSFORMER_CANDIDATES[5]  # recall ties: the higher acc_1x wins, not ood
+    assert chosen({}) == dpd.TRANSFORMER_CANDIDATES[1]  # a full tie: the earlier candidate
+
+
 def test_every_run_recorded_means_done():
     chosen = dpd.TRANSFORMER_CANDIDATES[0]
     runs = confirmed() + [transformer_record(c, 0, 0.99 if c == chosen else 0.5) for c in dpd.TRANSFORMER_CANDIDATES]
