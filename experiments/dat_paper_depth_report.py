@@ -14,8 +14,8 @@ from pathlib import Path
 from statistics import mean, stdev
 
 from experiments.dat_paper_depth import (ARMS, BEGIN, END, EVAL_SEED, EXPLORE_SEEDS, JOINT_CURRICULUM, MULTIPLIERS, OFF, RESULTS, ROOT,
-                                         SEEDS, TRANSFORMER, Plan, Run, candidate_of, converged_at, in_range_misses,
-                                         runs_of)
+                                         SEEDS, TRANSFORMER, TRANSFORMER_CANDIDATES, Plan, Run, candidate_of,
+                                         converged_at, in_range_misses, runs_of, selection_key)
 from experiments.pages import replace_section
 from trainables.metrics import CURVE
 
@@ -103,10 +103,13 @@ def exploration_section(runs: list[Run], plan: Plan) -> list[str]:
 
 def transformer_section(runs: list[Run], budget: int) -> list[str]:
     tried = sorted((r for r in runs if r.arm == TRANSFORMER and r.seed in EXPLORE_SEEDS and r.budget == budget),
-                   key=lambda r: -r.final["recall_acc_1x"])
+                   key=selection_key, reverse=True)
     if not tried:
         return []
     lines = ["### The pure Transformer's candidates (exploration seed 0)", "",
+             f"{len(tried)} of {len(TRANSFORMER_CANDIDATES)} trained, in the selection rule's order (`recall_acc_1x`, "
+             "then `acc_1x`, then the earlier candidate): the first row "
+             + ("is the rule's pick." if len(tried) == len(TRANSFORMER_CANDIDATES) else "leads so far."), "",
              "| n_layers | positional | lr | `recall_acc_1x` | `state_acc_1x` | `acc_1x` | `ood_state_acc_3x` | `ood_acc_3x` |",
              "|---|---|---|---|---|---|---|---|"]
     for r in tried:

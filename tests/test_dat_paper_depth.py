@@ -472,3 +472,13 @@ def test_the_report_names_the_seeds_whose_runs_trained_on_more_than_one_machine(
     line = rep.mixed_machines(rep.confirmation(moved, B1))
     assert f"{dpd.SEEDS[0]} (" in line and "DAT on NVIDIA H200" in line and "joint on CPU" in line
     assert str(dpd.SEEDS[1]) + " (" not in line
+
+
+def test_the_candidates_table_lists_the_rules_pick_first():
+    tied = [{"budget": B1, "params": dpd.transformer_cell(c, 0, B1),
+             "reports": [{**final(acc1=0.999 if i == 4 else 0.98, recall1=1.0 if i in (0, 4) else 0.5), "step": B1}]}
+            for i, c in enumerate(dpd.TRANSFORMER_CANDIDATES)]
+    lines = rep.transformer_section(dpd.runs_of({"runs": tied[:6]}), B1)
+    assert lines[2].endswith("leads so far.") and lines[6].startswith("| 4 | rope | 0.001 | 1.000 |")
+    lines = rep.transformer_section(dpd.runs_of({"runs": tied}), B1)
+    assert lines[2].endswith("is the rule's pick.") and len([line for line in lines if line.startswith("| ")]) == 1 + 8
