@@ -134,9 +134,9 @@ def confirmed(joint_curriculum: bool = True) -> list[dict]:
     return runs + [record(B1, arm, s, 1500) for s in dpd.SEEDS for arm in arms]
 
 
-def transformer_record(candidate: tuple, seed: int, recall: float) -> dict:
+def transformer_record(candidate: tuple, seed: int, recall: float, acc1: float = 0.99, ood3: float = 0.8) -> dict:
     return {"budget": B1, "params": dpd.transformer_cell(candidate, seed, B1),
-            "reports": [{**final(recall1=recall), "step": B1}]}
+            "reports": [{**final(acc1=acc1, recall1=recall, ood3=ood3), "step": B1}]}
 
 
 def test_after_the_three_arms_joint_with_the_curriculum_trains_on_the_confirmation_seeds_in_chunks_of_six():
@@ -178,9 +178,7 @@ def test_the_best_recall_candidate_is_confirmed_only_if_it_learns_recall_in_rang
 
 def test_tied_recall_is_broken_by_in_range_accuracy_then_by_the_earlier_candidate():
     def tied(acc1: dict) -> list[dict]:
-        return [{"budget": B1, "params": dpd.transformer_cell(c, 0, B1),
-                 "reports": [{**final(acc1=acc1.get(i, 0.98), recall1=1.0 if i in (1, 5, 6) else 0.9, ood3=0.9 - 0.1 * i),
-                              "step": B1}]}
+        return [transformer_record(c, 0, 1.0 if i in (1, 5, 6) else 0.9, acc1=acc1.get(i, 0.98), ood3=0.9 - 0.1 * i)
                 for i, c in reversed(list(enumerate(dpd.TRANSFORMER_CANDIDATES)))]  # record order must not decide
 
     def chosen(acc1: dict) -> tuple:
@@ -475,8 +473,7 @@ def test_the_report_names_the_seeds_whose_runs_trained_on_more_than_one_machine(
 
 
 def test_the_candidates_table_lists_the_rules_pick_first():
-    tied = [{"budget": B1, "params": dpd.transformer_cell(c, 0, B1),
-             "reports": [{**final(acc1=0.999 if i == 4 else 0.98, recall1=1.0 if i in (0, 4) else 0.5), "step": B1}]}
+    tied = [transformer_record(c, 0, 1.0 if i in (0, 4) else 0.5, acc1=0.999 if i == 4 else 0.98)
             for i, c in enumerate(dpd.TRANSFORMER_CANDIDATES)]
     lines = rep.transformer_section(dpd.runs_of({"runs": tied[:6]}), B1)
     assert lines[2].endswith("leads so far.") and lines[6].startswith("| 4 | rope | 0.001 | 1.000 |")
