@@ -220,13 +220,18 @@ def selection_key(r: Run) -> tuple:
     return r.final["recall_acc_1x"], r.final["acc_1x"], -TRANSFORMER_CANDIDATES.index(candidate_of(r.params))
 
 
+def transformer_candidates_tried(runs: list[Run], budget: int) -> list[Run]:
+    """The pure Transformer's selection runs (exploration seed 0) at this budget, best first by selection_key."""
+    return sorted((r for r in runs if r.budget == budget and r.arm == TRANSFORMER and r.seed == EXPLORE_SEEDS[0]),
+                  key=selection_key, reverse=True)
+
+
 def transformer_plan(runs: list[Run], budget: int, switch: int, notes: list, missing) -> Plan:
     """After the hybrids: the pure Transformer's selection, then its confirmation if one passes."""
     select = kept_budget_cells(budget, switch)["transformer-select"]
     if todo := missing(budget, select):
         return Plan("transformer-select", budget, switch, todo, notes)
-    tried = [r for r in runs if r.budget == budget and r.arm == TRANSFORMER and r.seed == EXPLORE_SEEDS[0]]
-    best = max(tried, key=selection_key)
+    best = max(transformer_candidates_tried(runs, budget), key=selection_key)
     chosen, recall = candidate_of(best.params), best.final["recall_acc_1x"]
     if recall < dict(IN_RANGE)["recall_acc_1x"]:
         notes.append(f"pure Transformer: no candidate learns recall in range (best {chosen}: recall_acc_1x {recall:.3f}); "

@@ -15,7 +15,7 @@ from statistics import mean, stdev
 
 from experiments.dat_paper_depth import (ARMS, BEGIN, END, EVAL_SEED, EXPLORE_SEEDS, JOINT_CURRICULUM, MULTIPLIERS, OFF, RESULTS, ROOT,
                                          SEEDS, TRANSFORMER, TRANSFORMER_CANDIDATES, Plan, Run, candidate_of,
-                                         converged_at, in_range_misses, runs_of, selection_key)
+                                         converged_at, in_range_misses, runs_of, transformer_candidates_tried)
 from experiments.pages import replace_section
 from trainables.metrics import CURVE
 
@@ -102,8 +102,7 @@ def exploration_section(runs: list[Run], plan: Plan) -> list[str]:
 
 
 def transformer_section(runs: list[Run], budget: int) -> list[str]:
-    tried = sorted((r for r in runs if r.arm == TRANSFORMER and r.seed in EXPLORE_SEEDS and r.budget == budget),
-                   key=selection_key, reverse=True)
+    tried = transformer_candidates_tried(runs, budget)
     if not tried:
         return []
     lines = ["### The pure Transformer's candidates (exploration seed 0)", "",
