@@ -29,15 +29,14 @@ in-range recall on the confirmation seeds, if that recall passes the check.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments.record import finished_trials, read_record, record_lock, write_record
+from experiments.record import record_lock
+from experiments.sweep_chunks import Chunks, sweep_cells
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_paper_depth_runs.json.gz"
@@ -158,33 +157,39 @@ def switch_rule(off_runs: list[Run], budget: int) -> int:
 
 @dataclass(frozen=True)
 class Plan:
-    phase: str  # explore-1 | explore-2 | confirm | done
+    phase: str  # explore-1 | explore-2 | kept (the exploration's end) | confirm | ... | done
     budget: int
     switch: int | None  # None before the switch rule could be applied
     todo: list  # the cells of the next sweep (empty when done)
     notes: list  # what the rules decided so far, one line each
 
 
-def plan(data: dict) -> Plan:
-    """Where the experiment stands and what to train next, from the record alone."""
-    runs = runs_of(data)
+def missing_from(runs: list[Run]):
+    """cells -> those of them (at a budget) that `runs` has no run of."""
     have = {key(r.budget, r.params) for r in runs}
-    notes: list[str] = []
 
     def missing(budget: int, cells: list[dict]) -> list[dict]:
         return [c for c in cells if key(budget, c) not in have]
+    return missing
 
-    for i, budget in enumerate(BUDGETS):
-        last = i == len(BUDGETS) - 1
-        first = [cell(arm, s, budget, 0) for s in EXPLORE_SEEDS for arm in ("joint", OFF)]
+
+def explore(runs: list[Run], budgets: tuple[int, ...] | None = None, seeds: tuple[int, ...] | None = None) -> Plan:
+    """The exploration (the budget and switch rules, on `seeds`' runs only): the next chunk to
+    train (phase explore-1 or explore-2), or the budget and switch step kept (phase "kept")."""
+    budgets, seeds = budgets or BUDGETS, seeds or EXPLORE_SEEDS
+    missing = missing_from(runs)
+    notes: list[str] = []
+    for i, budget in enumerate(budgets):
+        last = i == len(budgets) - 1
+        first = [cell(arm, s, budget, 0) for s in seeds for arm in ("joint", OFF)]
         if todo := missing(budget, first):
             return Plan("explore-1", budget, None, todo, notes)
-        off = [r for r in runs if r.budget == budget and r.arm == OFF and r.seed in EXPLORE_SEEDS]
+        off = [r for r in runs if r.budget == budget and r.arm == OFF and r.seed in seeds]
         switch = switch_rule(off, budget)
         notes.append(f"budget {budget}: switch rule -> dat.switch_step {switch} ("
                      + ", ".join(f"seed {r.seed}: state_acc_1x within {CONVERGED_WITHIN} of its best "
                                  f"{converged_at(r.reports)[1]:.3f} from step {converged_at(r.reports)[0]}" for r in off) + ")")
-        second = [cell(arm, s, budget, switch) for s in EXPLORE_SEEDS for arm in ("DAT", "DAT + curriculum")]
+        second = [cell(arm, s, budget, switch) for s in seeds for arm in ("DAT", "DAT + curriculum")]
         if todo := missing(budget, second):
             return Plan("explore-2", budget, switch, todo, notes)
         explored = {key(budget, c) for c in first + second}
@@ -198,13 +203,23 @@ def plan(data: dict) -> Plan:
         notes.append(f"budget {budget}: " + ("every arm passes the in-range check on every exploration seed" if not failing
                      else "the last budget; the in-range check still fails (" + "; ".join(
                          f"{a} seed {s}: {', '.join(m)}" for a, s, m in failing) + "): such arms are reported as undertrained"))
-        later = kept_budget_cells(budget, switch)
-        if todo := missing(budget, later["confirm"]):
-            return Plan("confirm", budget, switch, todo, notes)
-        if todo := missing(budget, later["joint-curriculum"]):
-            return Plan("joint-curriculum", budget, switch, todo, notes)  # the addendum, before the Transformer
-        return transformer_plan(runs, budget, switch, notes, missing)
+        return Plan("kept", budget, switch, [], notes)
     raise AssertionError("unreachable: the last budget always returns")
+
+
+def plan(data: dict) -> Plan:
+    """Where the experiment stands and what to train next, from the record alone."""
+    runs = runs_of(data)
+    p = explore(runs)
+    if p.phase != "kept":
+        return p
+    budget, switch, notes, missing = p.budget, p.switch, p.notes, missing_from(runs)
+    later = kept_budget_cells(budget, switch)
+    if todo := missing(budget, later["confirm"]):
+        return Plan("confirm", budget, switch, todo, notes)
+    if todo := missing(budget, later["joint-curriculum"]):
+        return Plan("joint-curriculum", budget, switch, todo, notes)  # the addendum, before the Transformer
+    return transformer_plan(runs, budget, switch, notes, missing)
 
 
 def kept_budget_cells(budget: int, switch: int) -> dict[str, list[dict]]:
@@ -245,9 +260,16 @@ def transformer_plan(runs: list[Run], budget: int, switch: int, notes: list, mis
 # --------------------------------------------------------------------------- the record
 
 
+def chunks() -> Chunks:
+    """This experiment's sweeps and record (read at each call: tests point them elsewhere)."""
+    return Chunks(label="dat_paper_depth", title="DAT at the paper's depth", prefix="dat_depth_", folder=SWEEPS,
+                  record=DATA, fixed=FIXED, axes=(*AXES, *MODEL_AXES), eval_every=EVAL_EVERY, concurrent=CONCURRENT,
+                  key=key, params_of=params_of, new_record=lambda: {"design": design(), "runs": []})
+
+
 def load() -> dict:
-    """The record: {"design": ..., "runs": [{"budget", "params", "reports"}, ...]}."""
-    return read_record(DATA, lambda: {"design": design(), "runs": []})
+    """The record: {"design": ..., "runs": [{"budget", "params", "reports", "trained_on"?}, ...]}."""
+    return chunks().load()
 
 
 def design() -> dict:
@@ -257,14 +279,7 @@ def design() -> dict:
 
 
 def save(data: dict) -> None:
-    data["runs"].sort(key=lambda r: key(r["budget"], r["params"]))
-    write_record(DATA, data)
-
-
-def finished_runs(sweep: Path) -> list[dict]:
-    """Each run of a sweep folder that trained its every step: its budget, cell and reports."""
-    return [{"budget": config["steps"], "params": params_of(config), "reports": reports}
-            for config, reports in finished_trials(sweep)]
+    chunks().save(data)
 
 
 def params_of(config: dict) -> dict:
@@ -279,24 +294,7 @@ def params_of(config: dict) -> dict:
 
 def export() -> int:
     """Copy every finished run of sweeps/dat_depth_* into the record; the number added."""
-    with record_lock(DATA):
-        return _export()
-
-
-def _export() -> int:
-    data = load()
-    have = recorded(data)
-    added = 0
-    for sweep in sorted(p for p in SWEEPS.glob("dat_depth_*") if p.is_dir()):
-        for run in finished_runs(sweep):
-            k = key(run["budget"], run["params"])
-            if k not in have:
-                data["runs"].append(run)
-                have.add(k)
-                added += 1
-    if added:
-        save(data)
-    return added
+    return chunks().export()
 
 
 # --------------------------------------------------------------------------- running
@@ -315,82 +313,22 @@ def chunk(p: Plan) -> list[dict]:
 
 def space_for(p: Plan, cells: list[dict]) -> tuple[str, dict]:
     """A sweep that trains exactly `cells` (its baseline points) to the end, named by them."""
-    digest = hashlib.sha256(json.dumps([key(p.budget, c) for c in cells]).encode()).hexdigest()[:8]
-    name = f"dat_depth_{digest}"
-    searched = [a for a in (*AXES, *MODEL_AXES) if a in cells[0]]
-    fixed = {section: {k: v for k, v in values.items() if f"{section}.{k}" not in searched} if isinstance(values, dict)
-             else values for section, values in FIXED.items()}  # a key is either fixed or searched
-    space = {
-        "name": name,
-        "description": f"DAT at the paper's depth, {p.phase} (experiments/dat_paper_depth.py)",
-        "metric": "ood_acc_3x", "mode": "max",
-        "fixed": fixed,
-        "space": {a: {"type": "categorical", "choices": sorted({c[a] for c in cells}, key=str)} for a in searched},
-        "budget": {"num_samples": len(cells), "max_concurrent": CONCURRENT, "max_steps": p.budget, "eval_every": EVAL_EVERY},
-        "scheduler": {"type": "fifo"},
-        "searcher": {"sampler": "random", "seed": 0, "baseline": cells},
-        "resources": {"cpu": 1},
-    }
-    return name, space
+    return chunks().space_for(p.phase, p.budget, cells)
 
 
 def recorded(data: dict) -> set[tuple]:
     """The keys of the runs the record holds."""
-    return {key(r["budget"], r["params"]) for r in data["runs"]}
-
-
-def sweep_cells(path: Path) -> list[dict]:
-    """The cells a sweep file of this experiment trains (its searcher's baseline points)."""
-    import yaml
-
-    return yaml.safe_load(path.read_text())["searcher"]["baseline"]
+    return chunks().recorded(data)
 
 
 def unfinished_sweep(p: Plan, folder: Path) -> Path | None:
-    """A sweep file in `folder` written for this budget that still holds a cell the plan misses: a
-    chunk interrupted after some of its runs were recorded, to resume rather than start anew (its
-    finished trials are kept, its interrupted ones go on from their checkpoints)."""
-    import yaml
-
-    todo = {key(p.budget, c) for c in p.todo}
-    for path in sorted(folder.glob("dat_depth_*.yaml")):
-        try:
-            space = yaml.safe_load(path.read_text())
-            cells = space["searcher"]["baseline"] if space["budget"]["max_steps"] == p.budget else []
-            if any(key(p.budget, c) in todo for c in cells):
-                return path
-        except (OSError, yaml.YAMLError, KeyError, TypeError):
-            continue  # not one of this experiment's sweep files
-    return None
+    """A sweep file in `folder` for this budget that still holds a cell the plan misses (to resume)."""
+    return chunks().unfinished_sweep(p.budget, p.todo, folder)
 
 
 def run() -> int:
     """Train what the plan asks, one sweep at a time, exporting after each, until done."""
-    import yaml
-
-    export()
-    while (p := plan(load())).phase != "done":
-        for note in p.notes:
-            print(f"dat_paper_depth: {note}", flush=True)
-        SWEEPS.mkdir(exist_ok=True)
-        if (path := unfinished_sweep(p, SWEEPS)) is not None:
-            name, cells = path.stem, sweep_cells(path)
-        else:
-            cells = chunk(p)
-            name, space = space_for(p, cells)
-            path = SWEEPS / f"{name}.yaml"
-            path.write_text(yaml.safe_dump(space, sort_keys=False))
-        print(f"dat_paper_depth: {p.phase}, budget {p.budget}: {len(cells)} runs, sweep {name}", flush=True)
-        rc = subprocess.call([str(Path(sys.executable).with_name("sweeper")), "launch", str(path), "--storage",
-                              str(SWEEPS), "--progress", "lines", "--progress-every", "600"], cwd=ROOT)
-        added = export()
-        print(f"dat_paper_depth: {added} runs added to {DATA}", flush=True)
-        have = recorded(load())
-        if rc != 0 or not {key(p.budget, c) for c in cells} <= have:  # recorded here or by an import meanwhile
-            print(f"dat_paper_depth: sweep {name} ended with {rc}; stopping (run again to resume)", flush=True)
-            return rc or 1
-    print("dat_paper_depth: " + "; ".join(plan(load()).notes) + "; every run is recorded", flush=True)
-    return 0
+    return chunks().run(plan, chunk)
 
 
 # --------------------------------------------------------------------------- elsewhere (experiments/device_runs.py)

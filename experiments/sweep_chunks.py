@@ -1,0 +1,156 @@
+"""An experiment's runs trained through the sweep service, one chunk of cells per sweep, and
+copied into its committed record as they finish.
+
+An experiment is a plan (what the record still misses, from the record alone) and a `Chunks`:
+where its sweeps and record live and how a cell becomes a sweep. `run` trains what the plan asks,
+a sweep at a time, exporting after each; interrupted in any way, the same call resumes: a chunk's
+sweep continues from its checkpoints, and what the record holds is not trained again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol
+
+from experiments.record import finished_trials, read_record, record_lock, write_record
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Planned(Protocol):
+    """What `run` reads of an experiment's plan."""
+
+    phase: str  # "done" when nothing is left
+    budget: int  # the chunk's training steps
+    todo: list  # the cells still to train in this phase
+    notes: list  # what the rules decided so far, one line each
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """Where an experiment's sweeps and record live, and how its cells become sweeps."""
+
+    label: str  # the experiment's module in experiments/, which names it in messages
+    title: str  # what it asks, in each sweep's description
+    prefix: str  # each sweep is named prefix + a digest of its cells
+    folder: Path  # the sweeps' storage (sweep files and folders)
+    record: Path  # the committed record, gzipped JSON
+    fixed: dict  # the trial config every cell shares
+    axes: tuple[str, ...]  # the dotted keys a cell may set (each is searched, never fixed)
+    eval_every: int
+    concurrent: int  # runs at once, one CPU each
+    key: Callable[[int, dict], tuple]  # (budget, cell) -> the run's identity
+    params_of: Callable[[dict], dict]  # trial config -> its cell
+    new_record: Callable[[], dict]  # the record before its first run: {"design": ..., "runs": []}
+
+    def load(self) -> dict:
+        return read_record(self.record, self.new_record)
+
+    def save(self, data: dict) -> None:
+        data["runs"].sort(key=lambda r: self.key(r["budget"], r["params"]))
+        write_record(self.record, data)
+
+    def recorded(self, data: dict) -> set[tuple]:
+        """The keys of the runs the record holds."""
+        return {self.key(r["budget"], r["params"]) for r in data["runs"]}
+
+    def finished_runs(self, sweep: Path) -> list[dict]:
+        """Each run of a sweep folder that trained its every step: its budget, cell and reports."""
+        return [{"budget": config["steps"], "params": self.params_of(config), "reports": reports}
+                for config, reports in finished_trials(sweep)]
+
+    def export(self) -> int:
+        """Copy every finished run of this experiment's sweeps into the record; the number added."""
+        with record_lock(self.record):
+            data = self.load()
+            have = self.recorded(data)
+            added = 0
+            for sweep in sorted(p for p in self.folder.glob(f"{self.prefix}*") if p.is_dir()):
+                for run in self.finished_runs(sweep):
+                    k = self.key(run["budget"], run["params"])
+                    if k not in have:
+                        data["runs"].append(run)
+                        have.add(k)
+                        added += 1
+            if added:
+                self.save(data)
+            return added
+
+    def space_for(self, phase: str, budget: int, cells: list[dict]) -> tuple[str, dict]:
+        """A sweep that trains exactly `cells` (its baseline points) to the end, named by them."""
+        digest = hashlib.sha256(json.dumps([self.key(budget, c) for c in cells]).encode()).hexdigest()[:8]
+        name = f"{self.prefix}{digest}"
+        searched = [a for a in self.axes if a in cells[0]]
+        fixed = {section: {k: v for k, v in values.items() if f"{section}.{k}" not in searched}
+                 if isinstance(values, dict) else values for section, values in self.fixed.items()}  # fixed or searched
+        space = {
+            "name": name,
+            "description": f"{self.title}, {phase} (experiments/{self.label}.py)",
+            "metric": "ood_acc_3x", "mode": "max",
+            "fixed": fixed,
+            "space": {a: {"type": "categorical", "choices": sorted({c[a] for c in cells}, key=str)} for a in searched},
+            "budget": {"num_samples": len(cells), "max_concurrent": self.concurrent, "max_steps": budget,
+                       "eval_every": self.eval_every},
+            "scheduler": {"type": "fifo"},
+            "searcher": {"sampler": "random", "seed": 0, "baseline": cells},
+            "resources": {"cpu": 1},
+        }
+        return name, space
+
+    def unfinished_sweep(self, budget: int, todo: list[dict], folder: Path) -> Path | None:
+        """A sweep file in `folder` written for this budget that still holds a cell of `todo`: a chunk
+        interrupted after some of its runs were recorded, to resume rather than start anew (its
+        finished trials are kept, its interrupted ones go on from their checkpoints)."""
+        import yaml
+
+        wanted = {self.key(budget, c) for c in todo}
+        for path in sorted(folder.glob(f"{self.prefix}*.yaml")):
+            try:
+                space = yaml.safe_load(path.read_text())
+                cells = space["searcher"]["baseline"] if space["budget"]["max_steps"] == budget else []
+                if any(self.key(budget, c) in wanted for c in cells):
+                    return path
+            except (OSError, yaml.YAMLError, KeyError, TypeError):
+                continue  # not one of this experiment's sweep files
+        return None
+
+    def run(self, plan: Callable[[dict], Planned], chunk: Callable[[Planned], list[dict]]) -> int:
+        """Train what `plan` asks, one sweep of `chunk(plan)` cells at a time, exporting after
+        each, until the plan is done; the sweep's exit code if one stops early."""
+        import yaml
+
+        self.export()
+        while (p := plan(self.load())).phase != "done":
+            for note in p.notes:
+                print(f"{self.label}: {note}", flush=True)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            if (path := self.unfinished_sweep(p.budget, p.todo, self.folder)) is not None:
+                name, cells = path.stem, sweep_cells(path)
+            else:
+                cells = chunk(p)
+                name, space = self.space_for(p.phase, p.budget, cells)
+                path = self.folder / f"{name}.yaml"
+                path.write_text(yaml.safe_dump(space, sort_keys=False))
+            print(f"{self.label}: {p.phase}, budget {p.budget}: {len(cells)} runs, sweep {name}", flush=True)
+            rc = subprocess.call([str(Path(sys.executable).with_name("sweeper")), "launch", str(path), "--storage",
+                                  str(self.folder), "--progress", "lines", "--progress-every", "600"], cwd=ROOT)
+            added = self.export()
+            print(f"{self.label}: {added} runs added to {self.record}", flush=True)
+            have = self.recorded(self.load())
+            if rc != 0 or not {self.key(p.budget, c) for c in cells} <= have:  # recorded here or by an import meanwhile
+                print(f"{self.label}: sweep {name} ended with {rc}; stopping (run again to resume)", flush=True)
+                return rc or 1
+        print(f"{self.label}: " + "; ".join(plan(self.load()).notes) + "; every run is recorded", flush=True)
+        return 0
+
+
+def sweep_cells(path: Path) -> list[dict]:
+    """The cells a sweep file written by `Chunks.run` trains (its searcher's baseline points)."""
+    import yaml
+
+    return yaml.safe_load(path.read_text())["searcher"]["baseline"]
