@@ -173,11 +173,15 @@ def missing_from(runs: list[Run]):
     return missing
 
 
-def explore(runs: list[Run], budgets: tuple[int, ...] | None = None, seeds: tuple[int, ...] | None = None) -> Plan:
+def explore(runs: list[Run], budgets: tuple[int, ...] | None = None, seeds: tuple[int, ...] | None = None,
+            premise: float | None = None) -> Plan:
     """The exploration (the budget and switch rules, on `seeds`' runs only): the next chunk to
-    train (phase explore-1 or explore-2), or the budget and switch step kept (phase "kept")."""
+    train (phase explore-1 or explore-2), or the budget and switch step kept (phase "kept"). With
+    `premise`, a budget is kept only if each attention-off run's best state_acc_1x reaches it too."""
     budgets, seeds = budgets or BUDGETS, seeds or EXPLORE_SEEDS
     missing = missing_from(runs)
+    checks = "the in-range check" if premise is None else "the in-range check or the premise"
+    both = "the in-range check" if premise is None else "the in-range check and the premise"
     notes: list[str] = []
     for i, budget in enumerate(budgets):
         last = i == len(budgets) - 1
@@ -196,12 +200,15 @@ def explore(runs: list[Run], budgets: tuple[int, ...] | None = None, seeds: tupl
         misses = [(r.arm, r.seed, in_range_misses(r.final)) for r in runs
                   if key(r.budget, r.params) in explored and r.arm != OFF]
         failing = [(arm, seed, m) for arm, seed, m in misses if m]
+        if premise is not None:
+            failing += [(OFF, r.seed, [f"best state_acc_1x {best:.3f} < {premise} (the premise)"])
+                        for r in off if (best := converged_at(r.reports)[1]) < premise]
         if failing and not last:
-            notes.append(f"budget {budget}: the in-range check fails ("
+            notes.append(f"budget {budget}: {checks} fails ("
                          + "; ".join(f"{a} seed {s}: {', '.join(m)}" for a, s, m in failing) + "): next budget")
             continue
-        notes.append(f"budget {budget}: " + ("every arm passes the in-range check on every exploration seed" if not failing
-                     else "the last budget; the in-range check still fails (" + "; ".join(
+        notes.append(f"budget {budget}: " + (f"every arm passes {both} on every exploration seed" if not failing
+                     else f"the last budget; {checks} still fails (" + "; ".join(
                          f"{a} seed {s}: {', '.join(m)}" for a, s, m in failing) + "): such arms are reported as undertrained"))
         return Plan("kept", budget, switch, [], notes)
     raise AssertionError("unreachable: the last budget always returns")

@@ -65,10 +65,12 @@ def metric(run: Run, name: str) -> float:
     return cliff(run.final) if name == "cliff" else float(run.final[name])
 
 
-def confirmation(runs: list[Run], budget: int) -> dict[str, dict[int, Run]]:
+def confirmation(runs: list[Run], budget: int, seeds: tuple[int, ...] | None = None) -> dict[str, dict[int, Run]]:
+    """arm -> seed -> run, on the confirmation seeds at `budget` (a later arm only once it has one)."""
+    seeds = seeds or SEEDS
     out: dict[str, dict[int, Run]] = {arm: {} for arm in (*ARMS, JOINT_CURRICULUM, TRANSFORMER)}
     for r in runs:
-        if r.budget == budget and r.seed in SEEDS and r.arm in out:
+        if r.budget == budget and r.seed in seeds and r.arm in out:
             out[r.arm][r.seed] = r
     for later in (JOINT_CURRICULUM, TRANSFORMER):
         if not out[later]:
@@ -85,9 +87,10 @@ def _cell(xs: list[float]) -> str:
 # --------------------------------------------------------------------------- sections
 
 
-def exploration_section(runs: list[Run], plan: Plan) -> list[str]:
-    explored = sorted((r for r in runs if r.seed in EXPLORE_SEEDS and r.arm != TRANSFORMER), key=lambda r: (r.budget, r.arm, r.seed))
-    lines = ["### Exploration (seeds 0 and 1): what the rules chose", ""]
+def exploration_section(runs: list[Run], plan: Plan, seeds: tuple[int, ...] | None = None) -> list[str]:
+    seeds = seeds or EXPLORE_SEEDS
+    explored = sorted((r for r in runs if r.seed in seeds and r.arm != TRANSFORMER), key=lambda r: (r.budget, r.arm, r.seed))
+    lines = [f"### Exploration (seeds {' and '.join(map(str, seeds))}): what the rules chose", ""]
     lines += [f"- {note}" for note in plan.notes] or ["- no rule applied yet"]
     lines += ["", "| budget | arm | seed | `acc_1x` | `state_acc_1x` | `recall_acc_1x` | `ood_acc_3x` | in-range check | state converged (best) |",
               "|---|---|---|---|---|---|---|---|---|"]
@@ -204,10 +207,11 @@ def wording(a: str, b: str, m: float, lo: float, hi: float) -> str:
     return f"no difference detected: rules out a benefit of {a} larger than {hi:+.3f} and a loss larger than {-lo:.3f}"
 
 
-def paired_section(conf: dict[str, dict[int, Run]]) -> list[str]:
+def paired_section(conf: dict[str, dict[int, Run]], pairs: tuple = PAIRS, n_seeds: int | None = None) -> list[str]:
+    n_seeds = n_seeds or len(SEEDS)
     lines = ["### Paired comparisons (by training seed)", "",
              "| comparison | metric | n | per seed | mean | 95% interval | sd | detectable gap | reading |", "|---|---|---|---|---|---|---|---|---|"]
-    for a, b in PAIRS:
+    for a, b in pairs:
         for name in PAIRED_METRICS:
             g = gaps(conf, a, b, name)
             if not g:
@@ -216,7 +220,7 @@ def paired_section(conf: dict[str, dict[int, Run]]) -> list[str]:
             m, lo, hi = interval(list(g.values()))
             sd = stdev(g.values()) if len(g) > 1 else math.nan
             mde = detectable_gap(sd, len(g)) if len(g) > 1 else math.nan
-            reading = wording(a, b, m, lo, hi) if len(g) == len(SEEDS) else f"pending ({len(g)} of {len(SEEDS)} seeds)"
+            reading = wording(a, b, m, lo, hi) if len(g) == n_seeds else f"pending ({len(g)} of {n_seeds} seeds)"
             lines.append(f"| {a} - {b} | `{name}` | {len(g)} | " + ", ".join(f"{s}: {v:+.3f}" for s, v in g.items())
                          + f" | {m:+.3f} | [{lo:+.3f}, {hi:+.3f}] | {sd:.3f} | {mde:.3f} | {reading} |")
     return lines + ["", "The detectable gap: `(t_0.975 + t_0.80) x sd / sqrt(n)`, the smallest paired gap these seeds "
@@ -272,8 +276,9 @@ def at_switch(run: Run, switch: int) -> dict | None:
     return before[-1] if before else None
 
 
-def premise_section(conf: dict[str, dict[int, Run]], switch: int) -> list[str]:
-    """Descriptive: the recurrent path's state tracking when attention came on, beside the outcome."""
+def premise_section(conf: dict[str, dict[int, Run]], switch: int,
+                    heading: str = "Descriptive, not pre-registered: the recurrent path when attention came on") -> list[str]:
+    """The recurrent path's state tracking when attention came on, beside the outcome."""
     rows, pairs, pres = [], [], []
     for arm in ARMS:
         for seed, r in sorted(conf[arm].items()):
@@ -289,7 +294,7 @@ def premise_section(conf: dict[str, dict[int, Run]], switch: int) -> list[str]:
         return []
     steps = "/".join(str(x) for x in sorted({pre["step"] for pre in pres}))
     sizes = "/".join(str(x) for x in sorted({int(pre.get("eval_sequences", 0)) for pre in pres}))
-    lines = ["### Descriptive, not pre-registered: the recurrent path when attention came on", "",
+    lines = [f"### {heading}", "",
              f"At the last evaluation before the switch (step {steps}, {sizes} sequences per "
              "length, attention still off in both DAT arms; joint, at the same step, trains attention from step 0): "
              "the in-range state accuracy, which the switch rule reads, and the state accuracy beyond the range at 3x, "
@@ -354,7 +359,7 @@ def pictures(conf: dict[str, dict[int, Run]], base: dict, out: Path) -> list[Pat
 # --------------------------------------------------------------------------- the page
 
 
-def _commit() -> str:
+def head_commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
                               cwd=ROOT).stdout.strip()
@@ -362,11 +367,11 @@ def _commit() -> str:
         return "unknown"
 
 
-def baselines() -> dict[str, dict[str, float]]:
+def baselines(eval_seed: int | None = None) -> dict[str, dict[str, float]]:
     from trainables.baselines import baseline_table
     from trainables.config import TaskConfig
 
-    return baseline_table(TaskConfig(), MULTIPLIERS, 256, EVAL_SEED)
+    return baseline_table(TaskConfig(), MULTIPLIERS, 256, eval_seed or EVAL_SEED)
 
 
 def report(data: dict, plan: Plan, out: Path = RESULTS) -> str:
@@ -380,7 +385,7 @@ def report(data: dict, plan: Plan, out: Path = RESULTS) -> str:
     lines = [BEGIN, "",
              f"State: {len(runs)} runs recorded ({n_conf} of {len(ARMS) * len(SEEDS)} confirmation runs); plan phase "
              f"`{plan.phase}`, budget {plan.budget} steps, switch step {plan.switch}. Rebuilt by "
-             f"`python -m experiments.dat_paper_depth report` at commit `{_commit()}` from "
+             f"`python -m experiments.dat_paper_depth report` at commit `{head_commit()}` from "
              "[dat_paper_depth_runs.json.gz](dat_paper_depth_runs.json.gz); every number is a final evaluation "
              f"(256 sequences per length, evaluation seed {EVAL_SEED}).", ""]
     lines += exploration_section(runs, plan) + transformer_section(runs, plan.budget)
