@@ -29,14 +29,13 @@ in-range recall on the confirmation seeds, if that recall passes the check.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments.record import record_lock
-from experiments.sweep_chunks import Chunks, sweep_cells
+from experiments import packs
+from experiments.sweep_chunks import Chunks
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_paper_depth_runs.json.gz"
@@ -341,14 +340,6 @@ def run() -> int:
 # --------------------------------------------------------------------------- elsewhere (experiments/device_runs.py)
 
 
-def trial_config(p: Plan, c: dict, device: str = "cpu") -> dict:
-    """The trial config a sweep of this plan trains `c` with, on `device`."""
-    from sweeper.space import SearchSpace, trial_config_for
-
-    spec = SearchSpace.model_validate(space_for(p, [c])[1])
-    return {**trial_config_for(spec, c).model_dump(mode="json"), "device": device}
-
-
 def phase_cells(p: Plan) -> dict[str, list[dict]]:
     """Every cell of each phase that is already determined: the plan's own (its missing cells), and
     once the budget and switch are kept, the confirmation, the addendum and the Transformer's
@@ -359,131 +350,29 @@ def phase_cells(p: Plan) -> dict[str, list[dict]]:
     return {**out, **kept_budget_cells(p.budget, p.switch)}
 
 
+def experiment() -> packs.Experiment:
+    return packs.Experiment(chunks(), plan, phase_cells)
+
+
+def trial_config(p: Plan, c: dict, device: str = "cpu") -> dict:
+    """The trial config a sweep of this plan trains `c` with, on `device`."""
+    return packs.trial_config(chunks(), p, c, device)
+
+
 def open_cells(data: dict) -> dict[tuple, tuple[str, dict]]:
     """The cells of determined phases that the record misses: {key: (phase, cell)}."""
-    p = plan(data)
-    have = recorded(data)
-    return {key(p.budget, c): (phase, c) for phase, cells in phase_cells(p).items() for c in cells
-            if key(p.budget, c) not in have}
+    return packs.open_cells(experiment(), data)
 
 
 def write_configs(folder: Path, seeds: list[int], device: str, phase: str | None = None) -> tuple[int, list[int]]:
     """The trial configs of the missing cells of `seeds` in `phase` (default: the plan's), one file
-    each, named s{seed}_{phase}-{n}.yaml (one group per seed for experiments/device_runs.py); the
-    number, and the seeds among them that a local sweep is training too (they would train twice)."""
-    import yaml
-
-    data = load()
-    p = plan(data)
-    phase = phase or p.phase
-    cells = [c for ph, c in open_cells(data).values() if ph == phase and c["seed"] in seeds]
-    if not cells:
-        return 0, []
-    folder.mkdir(parents=True, exist_ok=True)
-    for n, c in enumerate(cells):
-        (folder / f"s{c['seed']}_{phase}-{n}.yaml").write_text(yaml.safe_dump(trial_config(p, c, device), sort_keys=False))
-    local = unfinished_sweep(p, SWEEPS) if SWEEPS.is_dir() else None
-    busy = {key(p.budget, c) for c in sweep_cells(local)} if local else set()
-    return len(cells), sorted({c["seed"] for c in cells if key(p.budget, c) in busy})
-
-
-class PackError(Exception):
-    """A pack that cannot be read as one from experiments/device_runs.py (one line)."""
-
-
-MAX_PACK_FILE = 64 * 2**20  # a member read from a pack: config, reports, machine.json
+    each, named s{seed}_{phase}-{n}.yaml; the number, and the seeds a local sweep is training too."""
+    return packs.write_configs(experiment(), folder, seeds, device, phase)
 
 
 def import_pack(path: Path) -> tuple[int, list[str]]:
-    """Add the finished runs of a pack from experiments/device_runs.py to the record: each one whose
-    config is exactly what the plan trains for a cell it misses (the device aside) and whose final
-    report holds every metric the recorded runs' do, one run per cell, a seed only when every cell
-    of it to train is there. Returns the number added and a line for each run left out;
-    PackError when the pack itself is unreadable."""
-    with record_lock(DATA):
-        return _import_pack(path)
-
-
-def _import_pack(path: Path) -> tuple[int, list[str]]:
-    import tarfile
-    import zlib
-
-    import yaml
-
-    from experiments.device_runs import MACHINE
-    from sweeper.commands.trial import parse_reports
-    from trainables.config import ConfigError, trial_config_from_dict
-    from trainables.run_dir import is_number
-
-    data, skipped, added, finished = load(), [], 0, {}
-    p = plan(data)
-    todo = {k: c for k, (_, c) in open_cells(data).items()}
-    needed = final_metrics(data)
-    names = {}  # key -> the pack's run name that finished it
-    try:
-        with tarfile.open(path, "r:gz") as tar:
-            files = {m.name: m for m in tar.getmembers() if m.isfile() and m.size <= MAX_PACK_FILE}
-
-            def read(name: str) -> bytes:
-                return tar.extractfile(files[name]).read()
-
-            try:
-                where = json.loads(read(MACHINE))
-                trained_on = f"{where['accelerator']}, torch {where['torch']}"
-            except (KeyError, TypeError, ValueError):
-                raise PackError(f"{MACHINE}: missing, or not a JSON object with accelerator and torch") from None
-            for run in sorted({n.split("/")[0] for n in files if "/" in n}):
-                try:
-                    config = yaml.safe_load(read(f"{run}/config.yaml"))
-                    valid = trial_config_from_dict(config, f"{run}/config.yaml").model_dump(mode="json")
-                    reports = [r.metrics for r in parse_reports(read(f"{run}/metrics.jsonl"), f"{run}/metrics.jsonl")[0]]
-                except KeyError:
-                    skipped.append(f"{run}: no config.yaml or metrics.jsonl")
-                    continue
-                except (yaml.YAMLError, ConfigError) as err:
-                    skipped.append(f"{run}: {str(err).splitlines()[0][:200]}")
-                    continue
-                k = key(valid["steps"], params_of(valid))
-                if not reports or reports[-1]["step"] != valid["steps"]:
-                    skipped.append(f"{run}: unfinished ({reports[-1]['step'] if reports else 0} of {valid['steps']} steps)")
-                elif k not in todo:
-                    skipped.append(f"{run}: not a cell the plan misses")
-                elif config != trial_config(p, todo[k], valid["device"]):
-                    skipped.append(f"{run}: its config differs from the plan's for this cell")
-                elif missing := sorted(m for m in needed if not is_number(reports[-1].get(m))):
-                    skipped.append(f"{run}: its final report lacks {', '.join(missing[:4])}"
-                                   + (f" and {len(missing) - 4} more" if len(missing) > 4 else ""))
-                elif k in finished:
-                    skipped.append(f"{run}: the same cell as {names[k]}, which is kept")
-                else:
-                    finished[k], names[k] = reports, run
-    except (OSError, EOFError, tarfile.TarError, zlib.error) as err:
-        raise PackError(f"not a readable tar.gz ({type(err).__name__})") from None
-    have = recorded(data)
-    groups = {(phase, c["seed"]): [key(p.budget, x) for x in cells if x["seed"] == c["seed"]]
-              for phase, cells in phase_cells(p).items() for c in cells}
-    for (phase, seed), group in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1])):
-        if not any(k in finished for k in group):
-            continue
-        if any(k in have for k in group) or any(k not in finished for k in group):
-            skipped.append(f"seed {seed} ({phase}): the pack does not hold every run of it, finished, and a seed's "
-                           "runs of a phase train on one machine")
-            continue
-        for k in group:
-            data["runs"].append({"budget": p.budget, "params": todo[k], "reports": finished[k], "trained_on": trained_on})
-            added += 1
-    if added:
-        save(data)
-    return added, skipped
-
-
-def final_metrics(data: dict) -> set[str]:
-    """The metrics that every recorded run's final report holds (what the plan and the report may
-    read of a run), as numbers; none before the first run."""
-    from trainables.run_dir import is_number
-
-    finals = [{m for m, v in r["reports"][-1].items() if is_number(v)} for r in data["runs"] if r["reports"]]
-    return set.intersection(*finals) if finals else set()
+    """Add the finished runs of a pack from experiments/device_runs.py to the record (packs.import_pack)."""
+    return packs.import_pack(experiment(), path)
 
 
 PRESET = ROOT / "trainables" / "presets" / "hybrid_dat_paper.yaml"
@@ -539,29 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("pack", type=Path)
     args = parser.parse_args(argv)
     if args.verb == "configs":
-        if args.folder.exists() and (not args.folder.is_dir() or any(args.folder.iterdir())):
-            print(f"dat_paper_depth: {args.folder}: not an empty folder; its configs would all train there", file=sys.stderr)
-            return 2
-        written, busy = write_configs(args.folder, args.seeds, args.device, args.phase)
-        if not written:
-            print(f"dat_paper_depth: configs: no open cell of seeds {' '.join(map(str, args.seeds))} in phase "
-                  f"{args.phase or plan(load()).phase} (recorded already, or the phase is not determined yet)", file=sys.stderr)
-            return 2
-        if busy:
-            print(f"dat_paper_depth: note: seeds {' '.join(map(str, busy))} are in the local sweep too; "
-                  "pause it there, or they train twice")
-        print(f"dat_paper_depth: {written} trial configs in {args.folder}")
-        return 0
+        return packs.configs_command(experiment(), args.folder, args.seeds, args.device, args.phase)
     if args.verb == "import":
-        try:
-            added, skipped = import_pack(args.pack)
-        except PackError as err:
-            print(f"dat_paper_depth: {args.pack}: {err}; nothing added", file=sys.stderr)
-            return 2
-        for line in skipped:
-            print(f"dat_paper_depth: left out {line}")
-        print(f"dat_paper_depth: {added} runs added from {args.pack}")
-        return 0
+        return packs.import_command(experiment(), args.pack)
     if args.verb == "preset":
         return write_preset()
     if args.verb == "run":

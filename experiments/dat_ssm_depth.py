@@ -10,6 +10,8 @@ into docs/results/dat_ssm_depth_runs.json.gz; interrupted in any way, `run` resu
     python -m experiments.dat_ssm_depth status    # where the plan stands
     python -m experiments.dat_ssm_depth export    # copy finished runs into the record
     python -m experiments.dat_ssm_depth report    # rebuild the results section and pictures
+    python -m experiments.dat_ssm_depth configs DIR --seeds S ...   # missing cells as trial configs, for
+    python -m experiments.dat_ssm_depth import PACK                 # experiments/device_runs.py elsewhere
 
 The plan: the paper-depth exploration on seeds 8 and 9, where a budget is kept only if, besides
 the in-range check, both attention-off runs reach the premise (best `state_acc_1x` >= 0.95);
@@ -24,6 +26,7 @@ import sys
 from pathlib import Path
 
 from experiments import dat_paper_depth as depth
+from experiments import packs
 from experiments.dat_paper_depth import ARMS, OFF, Plan, Run, cell, converged_at, explore, missing_from, runs_of
 from experiments.sweep_chunks import Chunks
 
@@ -89,6 +92,11 @@ def plan(data: dict) -> Plan:
 
 def load() -> dict:
     return chunks().load()
+
+
+def experiment() -> packs.Experiment:
+    """For the device path: each phase hangs on the one before, so only the plan's own cells are determined."""
+    return packs.Experiment(chunks(), plan, packs.plan_only)
 
 
 def run() -> int:
@@ -175,7 +183,17 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("export", help="copy finished runs of sweeps/dat_ssm_* into the record")
     sub.add_parser("status", help="where the plan stands")
     sub.add_parser("report", help="rebuild the results section and pictures from the record")
+    c = sub.add_parser("configs", help="write the trial configs of the plan's missing cells of some seeds, to train elsewhere")
+    c.add_argument("folder", type=Path)
+    c.add_argument("--seeds", type=int, nargs="+", required=True)
+    c.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    i = sub.add_parser("import", help="add the finished runs of a pack from experiments/device_runs.py to the record")
+    i.add_argument("pack", type=Path)
     args = parser.parse_args(argv)
+    if args.verb == "configs":
+        return packs.configs_command(experiment(), args.folder, args.seeds, args.device, None)
+    if args.verb == "import":
+        return packs.import_command(experiment(), args.pack)
     if args.verb == "run":
         return run()
     if args.verb == "export":

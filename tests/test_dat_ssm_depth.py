@@ -130,3 +130,35 @@ def test_every_phase_trains_the_ssm_through_the_sweeper_and_the_record_rebuilds_
     page.write_text(f"# t\n\n{ssm.BEGIN}\n{ssm.END}\n")
     section = ssm.report(data, ssm.plan(data), page)
     assert "| joint | 1 | pass" in section and "| DAT - joint | `ood_acc_3x` | 1 |" in section
+
+
+def test_the_exploration_can_train_elsewhere_and_come_back_as_a_pack(tmp_path, monkeypatch):
+    import io
+    import json
+    import tarfile
+
+    import yaml
+
+    monkeypatch.setattr(ssm, "DATA", tmp_path / "record.json.gz")
+    monkeypatch.setattr(ssm, "SWEEPS", tmp_path / "sweeps")
+    assert ssm.main(["configs", str(tmp_path / "cfg"), "--seeds", *map(str, ssm.EXPLORE_SEEDS)]) == 0
+    configs = {f.stem: yaml.safe_load(f.read_text()) for f in sorted((tmp_path / "cfg").glob("*.yaml"))}
+    assert len(configs) == 4 and {c["device"] for c in configs.values()} == {"cuda"}
+    assert {(c["model"]["mixer"], c["model"]["ssm_transition"]) for c in configs.values()} == {("ssm", "rotation")}
+    pack = tmp_path / "runs.tar.gz"
+    with tarfile.open(pack, "w:gz") as tar:
+        files = {"machine.json": json.dumps({"accelerator": "NVIDIA H200", "torch": "2.11.0+cu130"}).encode()}
+        for name, config in configs.items():
+            files[f"{name}/config.yaml"] = yaml.safe_dump(config).encode()
+            files[f"{name}/metrics.jsonl"] = b"".join(json.dumps({**final(), "step": s}).encode() + b"\n"
+                                                      for s in range(dpd.EVAL_EVERY, B1 + 1, dpd.EVAL_EVERY))
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    assert ssm.main(["import", str(pack)]) == 0
+    runs = dpd.runs_of(ssm.load())
+    assert {(r.arm, r.seed, r.trained_on) for r in runs} == {
+        (arm, s, "NVIDIA H200, torch 2.11.0+cu130") for arm in ("joint", dpd.OFF) for s in ssm.EXPLORE_SEEDS}
+    assert ssm.plan(ssm.load()).phase == "explore-2"
+    assert ssm.main(["import", str(pack)]) == 0 and len(ssm.load()["runs"]) == 4  # nothing recorded twice
