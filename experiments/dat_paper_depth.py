@@ -172,15 +172,23 @@ def missing_from(runs: list[Run]):
     return missing
 
 
+def premise_misses(off_runs: list[Run], premise: float) -> list[str]:
+    """The attention-off runs whose best state_acc_1x misses `premise` (the recurrent path alone does
+    not track the state in range), one line each."""
+    return [f"attention off seed {r.seed}: best state_acc_1x {best:.3f} < {premise}" for r in off_runs
+            if (best := converged_at(r.reports)[1]) < premise]
+
+
 def explore(runs: list[Run], budgets: tuple[int, ...] | None = None, seeds: tuple[int, ...] | None = None,
             premise: float | None = None) -> Plan:
     """The exploration (the budget and switch rules, on `seeds`' runs only): the next chunk to
     train (phase explore-1 or explore-2), or the budget and switch step kept (phase "kept"). With
-    `premise`, a budget is kept only if each attention-off run's best state_acc_1x reaches it too."""
-    budgets, seeds = budgets or BUDGETS, seeds or EXPLORE_SEEDS
+    `premise`, a budget is kept only if each attention-off run's best state_acc_1x reaches it too,
+    and one that misses it trains no second phase: the next budget, or at the last, "kept" at once
+    (for the caller's premise gate)."""
+    budgets = BUDGETS if budgets is None else budgets
+    seeds = EXPLORE_SEEDS if seeds is None else seeds
     missing = missing_from(runs)
-    checks = "the in-range check" if premise is None else "the in-range check or the premise"
-    both = "the in-range check" if premise is None else "the in-range check and the premise"
     notes: list[str] = []
     for i, budget in enumerate(budgets):
         last = i == len(budgets) - 1
@@ -188,6 +196,13 @@ def explore(runs: list[Run], budgets: tuple[int, ...] | None = None, seeds: tupl
         if todo := missing(budget, first):
             return Plan("explore-1", budget, None, todo, notes)
         off = [r for r in runs if r.budget == budget and r.arm == OFF and r.seed in seeds]
+        short = premise_misses(off, premise) if premise is not None else []
+        if short:
+            notes.append(f"budget {budget}: the premise fails ({'; '.join(short)}): "
+                         + ("the last budget, its DAT arms not explored" if last else "next budget"))
+            if not last:
+                continue
+            return Plan("kept", budget, switch_rule(off, budget), [], notes)
         switch = switch_rule(off, budget)
         notes.append(f"budget {budget}: switch rule -> dat.switch_step {switch} ("
                      + ", ".join(f"seed {r.seed}: state_acc_1x within {CONVERGED_WITHIN} of its best "
@@ -198,17 +213,13 @@ def explore(runs: list[Run], budgets: tuple[int, ...] | None = None, seeds: tupl
         explored = {key(budget, c) for c in first + second}
         misses = [(r.arm, r.seed, in_range_misses(r.final)) for r in runs
                   if key(r.budget, r.params) in explored and r.arm != OFF]
-        failing = [(arm, seed, m) for arm, seed, m in misses if m]
-        if premise is not None:
-            failing += [(OFF, r.seed, [f"best state_acc_1x {best:.3f} < {premise} (the premise)"])
-                        for r in off if (best := converged_at(r.reports)[1]) < premise]
+        failing = "; ".join(f"{a} seed {s}: {', '.join(m)}" for a, s, m in misses if m)
         if failing and not last:
-            notes.append(f"budget {budget}: {checks} fails ("
-                         + "; ".join(f"{a} seed {s}: {', '.join(m)}" for a, s, m in failing) + "): next budget")
+            notes.append(f"budget {budget}: the in-range check fails ({failing}): next budget")
             continue
-        notes.append(f"budget {budget}: " + (f"every arm passes {both} on every exploration seed" if not failing
-                     else f"the last budget; {checks} still fails (" + "; ".join(
-                         f"{a} seed {s}: {', '.join(m)}" for a, s, m in failing) + "): such arms are reported as undertrained"))
+        passes = "the in-range check" if premise is None else "the in-range check and the premise"
+        notes.append(f"budget {budget}: " + (f"every arm passes {passes} on every exploration seed" if not failing else
+                     f"the last budget; the in-range check still fails ({failing}): such arms are reported as undertrained"))
         return Plan("kept", budget, switch, [], notes)
     raise AssertionError("unreachable: the last budget always returns")
 
@@ -252,7 +263,7 @@ def transformer_plan(runs: list[Run], budget: int, switch: int, notes: list, mis
     select = kept_budget_cells(budget, switch)["transformer-select"]
     if todo := missing(budget, select):
         return Plan("transformer-select", budget, switch, todo, notes)
-    best = max(transformer_candidates_tried(runs, budget), key=selection_key)
+    best = transformer_candidates_tried(runs, budget)[0]
     chosen, recall = candidate_of(best.params), best.final["recall_acc_1x"]
     if recall < dict(IN_RANGE)["recall_acc_1x"]:
         notes.append(f"pure Transformer: no candidate learns recall in range (best {chosen}: recall_acc_1x {recall:.3f}); "

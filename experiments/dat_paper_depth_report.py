@@ -67,7 +67,7 @@ def metric(run: Run, name: str) -> float:
 
 def confirmation(runs: list[Run], budget: int, seeds: tuple[int, ...] | None = None) -> dict[str, dict[int, Run]]:
     """arm -> seed -> run, on the confirmation seeds at `budget` (a later arm only once it has one)."""
-    seeds = seeds or SEEDS
+    seeds = SEEDS if seeds is None else seeds
     out: dict[str, dict[int, Run]] = {arm: {} for arm in (*ARMS, JOINT_CURRICULUM, TRANSFORMER)}
     for r in runs:
         if r.budget == budget and r.seed in seeds and r.arm in out:
@@ -88,7 +88,7 @@ def _cell(xs: list[float]) -> str:
 
 
 def exploration_section(runs: list[Run], plan: Plan, seeds: tuple[int, ...] | None = None) -> list[str]:
-    seeds = seeds or EXPLORE_SEEDS
+    seeds = EXPLORE_SEEDS if seeds is None else seeds
     explored = sorted((r for r in runs if r.seed in seeds and r.arm != TRANSFORMER), key=lambda r: (r.budget, r.arm, r.seed))
     lines = [f"### Exploration (seeds {' and '.join(map(str, seeds))}): what the rules chose", ""]
     lines += [f"- {note}" for note in plan.notes] or ["- no rule applied yet"]
@@ -208,7 +208,7 @@ def wording(a: str, b: str, m: float, lo: float, hi: float) -> str:
 
 
 def paired_section(conf: dict[str, dict[int, Run]], pairs: tuple = PAIRS, n_seeds: int | None = None) -> list[str]:
-    n_seeds = n_seeds or len(SEEDS)
+    n_seeds = len(SEEDS) if n_seeds is None else n_seeds
     lines = ["### Paired comparisons (by training seed)", "",
              "| comparison | metric | n | per seed | mean | 95% interval | sd | detectable gap | reading |", "|---|---|---|---|---|---|---|---|---|"]
     for a, b in pairs:
@@ -371,7 +371,7 @@ def baselines(eval_seed: int | None = None) -> dict[str, dict[str, float]]:
     from trainables.baselines import baseline_table
     from trainables.config import TaskConfig
 
-    return baseline_table(TaskConfig(), MULTIPLIERS, 256, eval_seed or EVAL_SEED)
+    return baseline_table(TaskConfig(), MULTIPLIERS, 256, EVAL_SEED if eval_seed is None else eval_seed)
 
 
 def report(data: dict, plan: Plan, out: Path = RESULTS) -> str:

@@ -14,9 +14,10 @@ into docs/results/dat_ssm_depth_runs.json.gz; interrupted in any way, `run` resu
     python -m experiments.dat_ssm_depth import PACK                 # experiments/device_runs.py elsewhere
 
 The plan: the paper-depth exploration on seeds 8 and 9, where a budget is kept only if, besides
-the in-range check, both attention-off runs reach the premise (best `state_acc_1x` >= 0.95);
-at the kept budget, the premise gate: if an attention-off run misses it, nothing more trains
-and the report says so; else the three arms on the 15 confirmation seeds, two seeds per sweep.
+the in-range check, both attention-off runs reach the premise (best `state_acc_1x` >= 0.95), and
+a budget that misses it trains no DAT arm; at the kept budget, the premise gate: if an
+attention-off run misses it, nothing more trains and the report says so; else the three arms on
+the 15 confirmation seeds, two seeds per sweep.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from experiments import dat_paper_depth as depth
 from experiments import packs
-from experiments.dat_paper_depth import ARMS, OFF, Plan, Run, cell, converged_at, explore, missing_from, runs_of
+from experiments.dat_paper_depth import ARMS, OFF, Plan, Run, cell, explore, missing_from, premise_misses, runs_of
 from experiments.sweep_chunks import Chunks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,11 +68,9 @@ def design() -> dict:
             "command": "python -m experiments.dat_ssm_depth run"}
 
 
-def premise_misses(runs: list[Run], budget: int) -> list[str]:
-    """The exploration's attention-off runs at `budget` whose best state_acc_1x misses PREMISE, one line each."""
-    off = [r for r in runs if r.budget == budget and r.arm == OFF and r.seed in EXPLORE_SEEDS]
-    return [f"seed {r.seed}: best state_acc_1x {best:.3f} < {PREMISE}" for r in off
-            if (best := converged_at(r.reports)[1]) < PREMISE]
+def gate_misses(runs: list[Run], budget: int) -> list[str]:
+    """The premise gate at the kept budget: each exploration attention-off run that misses PREMISE, one line each."""
+    return premise_misses([r for r in runs if r.budget == budget and r.arm == OFF and r.seed in EXPLORE_SEEDS], PREMISE)
 
 
 def plan(data: dict) -> Plan:
@@ -81,7 +80,7 @@ def plan(data: dict) -> Plan:
     if p.phase != "kept":
         return p
     notes = list(p.notes)
-    if misses := premise_misses(runs, p.budget):
+    if misses := gate_misses(runs, p.budget):
         notes.append("the premise gate fails (" + "; ".join(misses) + "): the SSM path does not count with attention "
                      "off within the budget, so no confirmation run trains")
         return Plan("done", p.budget, p.switch, [], notes)
@@ -115,15 +114,26 @@ def premise_counts(conf: dict[str, dict[int, Run]], switch: int) -> list[str]:
         pres = [pre for r in conf[arm].values() if (pre := at_switch(r, switch)) is not None]
         if pres:
             met = sum(pre["state_acc_1x"] >= PREMISE for pre in pres)
-            lines.append(f"- {arm}: the SSM path's `state_acc_1x` at the switch is >= {PREMISE} on {met} of {len(pres)} seeds.")
+            lines.append(f"- {arm}: the SSM path's `state_acc_1x` at the last evaluation before the switch (attention "
+                         f"off) is >= {PREMISE} on {met} of {len(pres)} seeds.")
     return lines + [""] if lines else []
+
+
+ANSWER = "### Does DAT carry over to the rotating SSM? (as pre-registered)"
+
+
+def gate_answer(misses: list[str], budget: int) -> list[str]:
+    """The pre-registered answer when the premise gate fails."""
+    return [ANSWER, "", f"DAT's premise is not met by the rotating SSM at this depth and budget ({budget} steps): "
+            f"with attention off, the SSM path does not reach `state_acc_1x` {PREMISE} in range ("
+            + "; ".join(misses) + "). No confirmation run was trained; the question stays open for this SSM.", ""]
 
 
 def answer_section(conf: dict[str, dict[int, Run]]) -> list[str]:
     """The pre-registered answer: each DAT arm against joint on ood_acc_3x, once every seed is paired."""
     from experiments.dat_paper_depth_report import arm_passes, gaps, in_range_verdict, interval, wording
 
-    lines = ["### Does DAT carry over to the rotating SSM? (as pre-registered)", ""]
+    lines = [ANSWER, ""]
     joint = list(conf["joint"].values())
     for arm in ("DAT", "DAT + curriculum"):
         g = gaps(conf, arm, "joint", "ood_acc_3x")
@@ -139,6 +149,28 @@ def answer_section(conf: dict[str, dict[int, Run]]) -> list[str]:
         reading = wording(arm, "joint", m, lo, hi)
         lead = "DAT carries over: " if lo > 0 else ""
         lines.append(f"- {arm} - joint on `ood_acc_3x`: {lead}{reading} (n = {len(g)}).")
+    return lines + [""]
+
+
+def beside_lstm(conf: dict[str, dict[int, Run]], budget: int) -> list[str]:
+    """Descriptive: each arm's means beside the same arm with the LSTM mixer, from the paper-depth
+    experiment's confirmation (other seeds, so not paired and not a test)."""
+    from experiments import dat_paper_depth_report as rep
+
+    lstm_data = depth.load()
+    lstm_budget = depth.plan(lstm_data).budget
+    lstm = rep.confirmation(runs_of(lstm_data), lstm_budget, depth.SEEDS)
+    cols = ("acc_1x", "recall_acc_1x", "ood_acc_3x", "ood_state_acc_3x", "last_acc_3x", "seq_acc_3x", "cliff")
+    lines = ["### Beside the LSTM (descriptive, not a test)", "",
+             "Each arm's mean over its seeds here and in [dat_paper_depth.md](dat_paper_depth.md) (the same design "
+             "with the LSTM mixer; other training and evaluation seeds).", "",
+             "| arm | mixer | budget | n | " + " | ".join(f"`{c}`" for c in cols) + " |", "|---|---|---|---|" + "---|" * len(cols)]
+    for arm in ARMS:
+        for mixer, by_arm, steps in (("SSM `rotation`", conf, budget), ("LSTM", lstm, lstm_budget)):
+            rs = list(by_arm.get(arm, {}).values())
+            if rs:
+                lines.append(f"| {arm} | {mixer} | {steps} | {len(rs)} | "
+                             + " | ".join(f"{sum(rep.metric(r, c) for r in rs) / len(rs):.3f}" for c in cols) + " |")
     return lines + [""]
 
 
@@ -162,14 +194,16 @@ def report(data: dict, p: Plan, out: Path = RESULTS) -> str:
     if n_conf:
         base = rep.baselines(EVAL_SEED)
         lines += rep.arms_section(conf, base) + rep.paired_section(conf, PAIRS, len(SEEDS)) + answer_section(conf)
+        lines += beside_lstm(conf, p.budget)
         lines += [f"![{rep.PICTURES[s]}]({out.stem}_{s}.png)" for s in rep.PICTURES] + [""]
         lines += rep.per_seed_section(conf)
         lines += rep.premise_section(conf, p.switch, "The premise, per run: the SSM path when attention came on")
         lines += premise_counts(conf, p.switch)
         rep.pictures(conf, base, out)
+    elif p.phase == "done" and (misses := gate_misses(runs, p.budget)):
+        lines += gate_answer(misses, p.budget)
     else:
-        lines += ["No confirmation run has finished yet." if p.phase != "done"
-                  else "No confirmation run: the premise gate failed (above).", ""]
+        lines += ["No confirmation run has finished yet.", ""]
     lines.append(END)
     section = "\n".join(lines)
     out.write_text(replace_section(out.read_text(), BEGIN, END, section))

@@ -13,10 +13,10 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from experiments.record import record_lock
-from experiments.sweep_chunks import Chunks, sweep_cells
+from experiments.sweep_chunks import Chunks, Planned, sweep_cells
 
 
 @dataclass(frozen=True)
@@ -24,16 +24,16 @@ class Experiment:
     """What the device path reads of an experiment."""
 
     chunks: Chunks  # its sweeps and record
-    plan: Callable[[dict], Any]  # record -> its plan (phase, budget, todo, notes)
-    determined: Callable[[Any], dict[str, list[dict]]]  # plan -> {phase: cells} of every phase already determined
+    plan: Callable[[dict], Planned]  # record -> its plan
+    determined: Callable[[Planned], dict[str, list[dict]]]  # plan -> {phase: cells} of every phase already determined
 
 
-def plan_only(p: Any) -> dict[str, list[dict]]:
+def plan_only(p: Planned) -> dict[str, list[dict]]:
     """`determined` for an experiment whose next phase hangs on the current one: the plan's own cells."""
     return {p.phase: p.todo} if p.todo else {}
 
 
-def trial_config(chunks: Chunks, p: Any, c: dict, device: str = "cpu") -> dict:
+def trial_config(chunks: Chunks, p: Planned, c: dict, device: str = "cpu") -> dict:
     """The trial config a sweep of this plan trains `c` with, on `device`."""
     from sweeper.space import SearchSpace, trial_config_for
 

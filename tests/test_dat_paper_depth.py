@@ -479,3 +479,14 @@ def test_the_candidates_table_lists_the_rules_pick_first():
     assert lines[2].endswith("leads so far.") and lines[6].startswith("| 4 | rope | 0.001 | 1.000 |")
     lines = rep.transformer_section(dpd.runs_of({"runs": tied}), B1)
     assert lines[2].endswith("is the rule's pick.") and len([line for line in lines if line.startswith("| ")]) == 1 + 8
+
+
+def test_a_chunk_s_sweep_keeps_its_name_so_an_interrupted_one_resumes_rather_than_starts_again():
+    # names the sweeps of this experiment already carry: a change to how a cell is keyed would start
+    # new sweeps beside them instead of resuming them
+    p = dpd.plan({"runs": []})
+    name, space = dpd.space_for(p, dpd.chunk(p))
+    assert name == "dat_depth_848100b1" and space["description"] == "DAT at the paper's depth, explore-1 (experiments/dat_paper_depth.py)"
+    cells = [dpd.transformer_cell((4, "rope", 1e-3), s, 24_000) for s in range(5101, 5107)]
+    confirm = dpd.Plan("transformer-confirm", 24_000, 12_000, cells, [])
+    assert dpd.space_for(confirm, cells)[0] == "dat_depth_d34cf122"

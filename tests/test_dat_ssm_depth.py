@@ -30,10 +30,13 @@ def record(budget: int, arm: str, seed: int, switch: int, best_state: float = 1.
     return {"budget": budget, "params": dpd.cell(arm, seed, budget, switch), "reports": reports}
 
 
-def explored(budget: int, off_best: float) -> list[dict]:
-    """Both exploration phases at `budget`, every arm in range; the attention-off runs' best state accuracy `off_best`."""
+def explored(budget: int, off_best: float, second: bool = True) -> list[dict]:
+    """The exploration at `budget` (its second phase too if `second`), every arm in range; the
+    attention-off runs' best state accuracy `off_best`."""
     runs = [record(budget, dpd.OFF, s, 0, off_best) for s in ssm.EXPLORE_SEEDS]
     runs += [record(budget, "joint", s, 0) for s in ssm.EXPLORE_SEEDS]
+    if not second:
+        return runs
     switch = dpd.switch_rule([r for r in dpd.runs_of({"runs": runs}) if r.arm == dpd.OFF], budget)
     runs += [record(budget, arm, s, switch) for s in ssm.EXPLORE_SEEDS for arm in ("DAT", "DAT + curriculum")]
     return runs
@@ -57,15 +60,26 @@ def test_the_first_sweep_trains_the_rotating_ssm_on_the_exploration_seeds_only()
 def test_a_budget_whose_ssm_path_does_not_count_alone_is_not_kept_even_when_every_arm_is_in_range():
     p = ssm.plan({"runs": explored(B1, off_best=0.90)})
     assert p.phase == "explore-1" and p.budget == B2
-    assert any("premise" in n and "next budget" in n for n in p.notes)
+    assert p.notes == [f"budget {B1}: the premise fails (attention off seed 8: best state_acc_1x 0.900 < 0.95; "
+                       f"attention off seed 9: best state_acc_1x 0.900 < 0.95): next budget"]
     # the paper-depth experiment's rule, without the premise, keeps the same budget
     assert dpd.explore(dpd.runs_of({"runs": explored(B1, off_best=0.90)}), ssm.BUDGETS, ssm.EXPLORE_SEEDS).phase == "kept"
 
 
+def test_a_budget_that_misses_the_premise_trains_no_dat_arm():
+    p = ssm.plan({"runs": explored(B1, off_best=0.90, second=False)})
+    assert p.phase == "explore-1" and p.budget == B2  # not explore-2 at B1: that budget cannot be kept
+    one_short = explored(B1, off_best=0.99, second=False)
+    one_short[0] = record(B1, dpd.OFF, ssm.EXPLORE_SEEDS[0], 0, 0.94)
+    assert ssm.plan({"runs": one_short}).budget == B2
+
+
 def test_the_premise_gate_at_the_last_budget_stops_before_any_confirmation_run():
-    p = ssm.plan({"runs": explored(B1, 0.90) + explored(B2, 0.93)})
+    p = ssm.plan({"runs": explored(B1, 0.90, second=False) + explored(B2, 0.93, second=False)})
     assert p.phase == "done" and p.todo == [] and p.budget == B2
     assert "the premise gate fails" in p.notes[-1] and "0.930 < 0.95" in p.notes[-1]
+    passing = ssm.plan({"runs": explored(B1, 0.90, second=False) + explored(B2, 0.96, second=False)})
+    assert passing.phase == "explore-2" and passing.budget == B2
 
 
 def test_when_the_ssm_counts_the_three_arms_train_on_the_fresh_seeds_at_the_rule_s_switch():
@@ -82,8 +96,12 @@ def test_when_the_ssm_counts_the_three_arms_train_on_the_fresh_seeds_at_the_rule
 def test_the_report_answers_only_once_every_seed_is_paired_and_says_so_when_the_gate_fails(tmp_path):
     page = tmp_path / "page.md"
     page.write_text(f"# t\n\n{ssm.BEGIN}\n{ssm.END}\n")
-    gated = {"runs": explored(B1, 0.90) + explored(B2, 0.93)}
-    assert "the premise gate failed" in ssm.report(gated, ssm.plan(gated), page)
+    gated = {"runs": explored(B1, 0.90, second=False) + explored(B2, 0.93, second=False)}
+    section = ssm.report(gated, ssm.plan(gated), page)
+    assert "DAT's premise is not met by the rotating SSM at this depth and budget (24000 steps)" in section
+    assert "attention off seed 9: best state_acc_1x 0.930 < 0.95" in section
+    kept = {"runs": explored(B1, 0.99)}
+    assert "No confirmation run has finished yet" in ssm.report(kept, ssm.plan(kept), page)
 
     runs = explored(B1, 0.99)
     switch = ssm.plan({"runs": runs}).switch
@@ -95,7 +113,10 @@ def test_the_report_answers_only_once_every_seed_is_paired_and_says_so_when_the_
     section = ssm.report(full, ssm.plan(full), page)
     assert "DAT + curriculum - joint on `ood_acc_3x`: DAT carries over: DAT + curriculum beats joint by +0.150" in section
     assert "DAT - joint on `ood_acc_3x`: no difference detected" in section
-    assert "the SSM path's `state_acc_1x` at the switch is >= 0.95 on 15 of 15 seeds" in section
+    assert "before the switch (attention off) is >= 0.95 on 15 of 15 seeds" in section
+    lstm = dpd.plan(dpd.load())
+    assert f"| DAT + curriculum | SSM `rotation` | {B1} | 15 | " in section
+    assert f"| DAT + curriculum | LSTM | {lstm.budget} | 15 | " in section
     assert (tmp_path / "page_ood_acc.png").exists()
 
 
