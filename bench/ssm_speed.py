@@ -1,8 +1,8 @@
 """Time of one training step of the hybrid with each SSM transition family against the LSTM, side by side.
 
-    python bench/ssm_speed.py [--threads 1] [--repeats 10] [--profile]
+    python bench/ssm_speed.py [--threads 1] [--repeats 10] [--layers 2] [--profile]
 
-HybridLM(d_model 64, 2 layers, 4 heads, attention on), a training batch of 64 x 45 tokens (the
+HybridLM(d_model 64, 2 layers (`--layers`), 4 heads, attention on), a training batch of 64 x 45 tokens (the
 default hybrid's longest training sequences), vocabulary 100, one thread. Prints ms per step (forward,
 backward, AdamW step) for the LSTM, for the SSM mixer at its defaults (d_state 16, expand 2) with each
 transition family (`decay`, `signed`, `rotation`; CPU scan: _StepScan), for `decay` on the old chunked
@@ -40,9 +40,9 @@ def make_step(model: HybridLM, tokens: torch.Tensor):
     return step
 
 
-def build(kw: dict, method: str = "auto") -> HybridLM:
+def build(kw: dict, method: str = "auto", layers: int = 2) -> HybridLM:
     torch.manual_seed(0)
-    model = HybridLM(ModelConfig(d_model=64, n_layers=2, n_heads=4, **kw), 100)
+    model = HybridLM(ModelConfig(d_model=64, n_layers=layers, n_heads=4, **kw), 100)
     for m in model.modules():
         if isinstance(m, SSMMixer):
             m.scan_method = method
@@ -53,6 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--layers", type=int, default=2, help="hybrid blocks (4: the paper-depth experiments)")
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -60,7 +61,7 @@ def main() -> None:
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
-        step = make_step(build(dict(mixer="ssm")), tokens)
+        step = make_step(build(dict(mixer="ssm"), layers=args.layers), tokens)
         for _ in range(3):
             step()
         with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -73,7 +74,7 @@ def main() -> None:
         setups[f"ssm {tr}"] = (dict(mixer="ssm", ssm_transition=tr), "auto")
     setups["ssm decay, chunked scan (old path)"] = (dict(mixer="ssm"), "chunked")
     setups["ssm decay d_state=8 expand=1"] = (dict(mixer="ssm", ssm_d_state=8, ssm_expand=1), "auto")
-    steps = {name: make_step(build(kw, method), tokens) for name, (kw, method) in setups.items()}
+    steps = {name: make_step(build(kw, method, args.layers), tokens) for name, (kw, method) in setups.items()}
     times = {name: [] for name in setups}
     for i in range(args.repeats + 2):  # 2 warm-up rounds
         for name, step in steps.items():
@@ -81,7 +82,7 @@ def main() -> None:
             if i >= 2:
                 times[name].append(t)
     ms = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
-    print(f"threads={args.threads}  batch 64 x 45 tokens  median CPU time of {args.repeats} steps")
+    print(f"threads={args.threads}  layers={args.layers}  batch 64 x 45 tokens  median CPU time of {args.repeats} steps")
     for name, m in ms.items():
         print(f"{name:36s} {m:8.1f} ms/step   ratio to lstm {m / ms['lstm']:.2f}")
 
