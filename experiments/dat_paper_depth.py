@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments import packs
-from experiments.sweep_chunks import Chunks
+from experiments.sweep_chunks import Chunks, status_command
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_paper_depth_runs.json.gz"
@@ -449,22 +449,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb == "export":
         print(f"dat_paper_depth: {export()} runs added")
         return 0
+    data = load()
     if args.verb == "report":
         from experiments.dat_paper_depth_report import report
-        from experiments.pages import DamagedSection
+        from experiments.pages import rebuild_command
 
-        try:
-            print(report(load(), plan(load()), RESULTS))
-        except DamagedSection as err:
-            print(f"dat_paper_depth: {RESULTS}: its results section is damaged ({err}); nothing written", file=sys.stderr)
-            return 2
-        return 0
-    p = plan(load())
-    print(f"dat_paper_depth: {len(load()['runs'])} runs recorded; phase {p.phase}, budget {p.budget}, "
-          f"switch {p.switch}, {len(p.todo)} runs to go")
-    for note in p.notes:
-        print(f"  {note}")
-    return 0
+        return rebuild_command("dat_paper_depth", RESULTS, lambda: report(data, plan(data), RESULTS))
+    return status_command("dat_paper_depth", data, plan(data))
 
 
 if __name__ == "__main__":

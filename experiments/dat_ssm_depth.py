@@ -29,7 +29,7 @@ from pathlib import Path
 from experiments import dat_paper_depth as depth
 from experiments import packs
 from experiments.dat_paper_depth import ARMS, OFF, Plan, Run, cell, explore, missing_from, premise_misses, runs_of
-from experiments.sweep_chunks import Chunks
+from experiments.sweep_chunks import Chunks, status_command
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_ssm_depth_runs.json.gz"
@@ -233,21 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb == "export":
         print(f"dat_ssm_depth: {chunks().export()} runs added")
         return 0
+    data = load()
     if args.verb == "report":
-        from experiments.pages import DamagedSection
+        from experiments.pages import rebuild_command
 
-        try:
-            print(report(load(), plan(load()), RESULTS))
-        except DamagedSection as err:
-            print(f"dat_ssm_depth: {RESULTS}: its results section is damaged ({err}); nothing written", file=sys.stderr)
-            return 2
-        return 0
-    p = plan(load())
-    print(f"dat_ssm_depth: {len(load()['runs'])} runs recorded; phase {p.phase}, budget {p.budget}, "
-          f"switch {p.switch}, {len(p.todo)} runs to go")
-    for note in p.notes:
-        print(f"  {note}")
-    return 0
+        return rebuild_command("dat_ssm_depth", RESULTS, lambda: report(data, plan(data), RESULTS))
+    return status_command("dat_ssm_depth", data, plan(data))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,23 @@
 from __future__ import annotations
 
 
+import sys
+from pathlib import Path
+from typing import Callable
+
+
 class DamagedSection(ValueError):
     """The page's markers are not one begin before one end (or neither)."""
+
+
+def rebuild_command(label: str, page: Path, rebuild: Callable[[], str]) -> int:
+    """A `report` verb: print the section `rebuild()` writes into `page`; a damaged page is one line and 2."""
+    try:
+        print(rebuild())
+    except DamagedSection as err:
+        print(f"{label}: {page}: its results section is damaged ({err}); nothing written", file=sys.stderr)
+        return 2
+    return 0
 
 
 def replace_section(text: str, begin: str, end: str, section: str) -> str:

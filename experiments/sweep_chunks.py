@@ -23,10 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Planned(Protocol):
-    """What `run` reads of an experiment's plan."""
+    """What the driver reads of an experiment's plan."""
 
     phase: str  # "done" when nothing is left
     budget: int  # the chunk's training steps
+    switch: int | None  # the switch step the rules chose, None before
     todo: list  # the cells still to train in this phase
     notes: list  # what the rules decided so far, one line each
 
@@ -147,6 +148,15 @@ class Chunks:
                 return rc or 1
         print(f"{self.label}: " + "; ".join(plan(self.load()).notes) + "; every run is recorded", flush=True)
         return 0
+
+
+def status_command(label: str, data: dict, p: Planned) -> int:
+    """A `status` verb: how many runs the record holds and where the plan stands, its notes one per line."""
+    print(f"{label}: {len(data['runs'])} runs recorded; phase {p.phase}, budget {p.budget}, "
+          f"switch {p.switch}, {len(p.todo)} runs to go")
+    for note in p.notes:
+        print(f"  {note}")
+    return 0
 
 
 def sweep_cells(path: Path) -> list[dict]:
