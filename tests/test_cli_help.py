@@ -1,15 +1,14 @@
-"""The CLI's surface: every verb and option has help, every help answers within a second without
-heavy imports, one meaning of "status", and the README lists every verb and preset."""
+"""The CLI's surface: every verb and option has help, every help answers without heavy imports,
+one meaning of "status", and the README lists every verb and preset."""
 
 import argparse
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import ROOT, sweeper_cmd
+from conftest import ROOT
 from sweeper.cli import build_parser
 from trainables.config import preset_names
 
@@ -47,14 +46,15 @@ def test_status_means_a_sweeps_progress_and_jobs_have_their_own_verb():
 
 
 @pytest.mark.parametrize("argv", [p for p, _ in PARSERS], ids=lambda p: " ".join(p) or "sweeper")
-def test_help_answers_within_a_second(argv, tmp_path):
-    best = float("inf")
-    for _ in range(2):  # the better of two: the machine is shared
-        start = time.perf_counter()
-        r = subprocess.run(sweeper_cmd(*argv, "--help"), cwd=tmp_path, capture_output=True, text=True, timeout=30)
-        best = min(best, time.perf_counter() - start)
-        assert r.returncode == 0 and "usage: sweeper" in r.stdout, r.stderr
-    assert best < 1.0, f"sweeper {' '.join(argv)} --help took {best:.2f} s"
+def test_help_answers_without_heavy_imports(argv, tmp_path):
+    # `-X importtime` names every module the process imported; the CLI start-up time itself is a
+    # benchmark (bench/cli_startup.py), not a test
+    cmd = [sys.executable, "-X", "importtime", "-m", "sweeper.cli", *argv, "--help"]
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "usage: sweeper" in r.stdout, r.stderr
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in r.stderr.splitlines() if "|" in line}
+    assert "argparse" in imported, r.stderr[-500:]  # the trace is there
+    assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
 
 
 def test_building_the_parser_imports_nothing_heavy():
