@@ -9,7 +9,7 @@ from experiments import dat_paper_depth as dpd
 from experiments import dat_paper_depth_report as rep
 from trainables.config import load_trial_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.long]  # `make test-long`; its pieces have unit tests
 
 
 def test_every_phase_trains_through_the_sweeper_and_the_record_rebuilds_the_page(tmp_path, monkeypatch):

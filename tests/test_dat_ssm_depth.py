@@ -122,7 +122,7 @@ def test_the_report_answers_only_once_every_seed_is_paired_and_says_so_when_the_
 
 @pytest.mark.slow
 @pytest.mark.integration
-@pytest.mark.long  # the shared sweep driver runs end to end in make test already (test_dat_paper_depth_run.py)
+@pytest.mark.long  # `make test-long`, with the LSTM experiment's end-to-end run (test_dat_paper_depth_run.py)
 def test_every_phase_trains_the_ssm_through_the_sweeper_and_the_record_rebuilds_the_page(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     monkeypatch.setattr(ssm, "DATA", tmp_path / "runs.json.gz")

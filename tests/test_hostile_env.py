@@ -15,6 +15,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,24 +25,24 @@ import pytest
 from tests.conftest import free_port
 from tests.hostile import ROOT, SWEEPER, assert_refused, snapshot, sweeper
 
-FAST_S = 30  # a refusal before Ray starts, on a loaded 2-core machine
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 PASSWORD = "pw-canary-7d1e"
 
 
-def timed(*args, cwd: Path, env: dict | None = None, timeout: float = 200) -> tuple[subprocess.CompletedProcess, float]:
-    start = time.monotonic()
-    r = sweeper(*args, cwd=cwd, env=env, timeout=timeout)
-    return r, time.monotonic() - start
+def run(*args, cwd: Path, env: dict | None = None, timeout: float = 200) -> tuple[subprocess.CompletedProcess, bool]:
+    """`sweeper ARGS`, and whether it started a Ray node here (Ray keeps its sessions under $RAY_TMPDIR/ray)."""
+    with tempfile.TemporaryDirectory() as ray_tmp:
+        r = sweeper(*args, cwd=cwd, env={**(env or {}), "RAY_TMPDIR": ray_tmp}, timeout=timeout)
+        return r, any(Path(ray_tmp).glob("ray/session_*"))
 
 
-def refused_before_ray(tmp_path: Path, *args, expect: tuple[str, ...], env: dict | None = None, bound_s: float = FAST_S) -> str:
-    """`sweeper ARGS` in an empty folder: one line, exit 2, within `bound_s`, nothing printed on stdout
-    (the plan line comes before Ray starts) and nothing written."""
+def refused_before_ray(tmp_path: Path, *args, expect: tuple[str, ...], env: dict | None = None) -> str:
+    """`sweeper ARGS` in an empty folder: one line, exit 2, no Ray node started, nothing printed on
+    stdout (the plan line comes before Ray starts) and nothing written."""
     before = snapshot(tmp_path)
-    r, took = timed(*args, cwd=tmp_path, env=env)
+    r, ray_started = run(*args, cwd=tmp_path, env=env)
     line = assert_refused(r, *expect, root=tmp_path, before=before)
-    assert r.stdout == "" and took < bound_s, (took, r.stdout[-500:])
+    assert r.stdout == "" and not ray_started, r.stdout[-500:]
     return line
 
 
@@ -136,11 +137,10 @@ def test_auto_with_no_ray_cluster_is_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"PYTHONPATH": str(ROOT)}
     env.pop("MLFLOW_TRACKING_URI", None)
     before = snapshot(tmp_path)
-    start = time.monotonic()
     r = subprocess.run([*_alone(), str(SWEEPER), "launch", str(SMOKE), "--address", "auto"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=200)
     assert_refused(r, "--address auto", "cannot join the Ray cluster", "Could not find any running Ray", root=tmp_path, before=before)
-    assert r.stdout == "" and time.monotonic() - start < FAST_S
+    assert r.stdout == ""
 
 
 
@@ -178,7 +178,7 @@ def test_a_cluster_that_never_answers_is_one_line_when_the_join_times_out(tmp_pa
     from sweeper.adapters.ray_tune import JOIN_TIMEOUT_S
 
     line = refused_before_ray(tmp_path, "launch", SMOKE, "--address", f"127.0.0.1:{silent_port}",
-                              expect=("--address", f"within {JOIN_TIMEOUT_S:.0f} s"), bound_s=JOIN_TIMEOUT_S + FAST_S)
+                              expect=("--address", f"within {JOIN_TIMEOUT_S:.0f} s"))
     assert "gcs" not in line.lower()  # Ray's own retry lines were kept aside
 
 
@@ -233,9 +233,9 @@ def test_a_damaged_sqlite_store_is_one_line_before_ray_and_the_sweep_is_kept(swe
     damaged(store, "random")
     args = () if where == "./mlflow.db" else ("--tracking-uri", f"sqlite:///{store}")
     before = snapshot(sweep)
-    r, took = timed("launch", "space.yaml", *args, cwd=sweep)
+    r, ray_started = run("launch", "space.yaml", *args, cwd=sweep)
     assert_refused(r, "not a readable SQLite database", "file is not a database", root=sweep, before=before)
-    assert r.stdout == "" and took < FAST_S
+    assert r.stdout == "" and not ray_started
 
 
 @pytest.mark.integration
@@ -243,9 +243,9 @@ def test_a_store_damaged_past_its_schema_is_one_line_and_the_sweep_is_kept(sweep
     """The schema reads, a table's pages do not: MLflow fails once Ray runs; still one line, exit 2."""
     damaged(sweep / "mlflow.db", "pages")
     kept = _kept(sweep)
-    r, took = timed("launch", "space.yaml", cwd=sweep, timeout=300)
+    r, _ = run("launch", "space.yaml", cwd=sweep, timeout=300)
     assert_refused(r, "the tracking store failed", "malformed")
-    assert _kept(sweep) == kept and took < 120
+    assert _kept(sweep) == kept
 
 
 @pytest.fixture
@@ -265,9 +265,9 @@ def status_file(sweep):
 def test_a_huge_or_deep_status_file_is_one_line(sweep, status_file, content, expect):
     status_file.write_bytes(content(status_file.read_bytes()))
     before = snapshot(sweep)
-    r, took = timed("status", NAME, cwd=sweep)
+    r, ray_started = run("status", NAME, cwd=sweep)
     assert_refused(r, "status.json", expect, "move it away", root=sweep, before=before)
-    assert took < FAST_S
+    assert not ray_started
 
 
 @pytest.mark.integration

@@ -38,6 +38,8 @@ searcher: {{sampler: grid, seed: 0}}
 resources: {{cpu: 1}}
 """
 
+LONG = 3000  # steps per trial of a sweep that is still training when the test interrupts it
+
 
 @pytest.fixture
 def service_dir():
@@ -100,7 +102,7 @@ def wait_for(condition, timeout_s: float = 240.0, what: str = "the condition") -
 def test_two_sweeps_at_once_and_a_ctrl_c_stops_only_its_own(tmp_path, service_dir):
     env = env_of(service_dir)
     pid = start_service(service_dir, tmp_path, env)
-    a, b = write_space(tmp_path, "a", 8000), write_space(tmp_path, "b", 3000)
+    a, b = write_space(tmp_path, "a", LONG), write_space(tmp_path, "b", LONG)
     first, second = launch(a, tmp_path, env), launch(b, tmp_path, env)
     wait_for(lambda: trained_steps(tmp_path / "sweeps" / "a") > 0 and trained_steps(tmp_path / "sweeps" / "b") > 0,
              what="both sweeps to report")
@@ -117,13 +119,13 @@ def test_two_sweeps_at_once_and_a_ctrl_c_stops_only_its_own(tmp_path, service_di
     status_a = json.loads((tmp_path / "sweeps" / "a" / "status.json").read_text())
     assert status_a["state"] == "interrupted"
     stopped_at = max(t["step"] for t in status_a["trials"])
-    assert 0 < stopped_at < 8000
+    assert 0 < stopped_at < LONG
     again = subprocess.run(sweeper_cmd("launch", a, "--progress", "none"), cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=400)
     assert again.returncode == 0, again.stdout + again.stderr
     reports = [json.loads(line) for line in (tmp_path / "sweeps" / "a" / "trials" / "t0000" / "metrics.jsonl").read_text().splitlines()]
     steps = [r["step"] for r in reports]
-    assert steps == sorted(set(steps)) and steps[-1] == 8000  # resumed from its checkpoint: no step trained twice
+    assert steps == sorted(set(steps)) and steps[-1] == LONG  # resumed from its checkpoint: no step trained twice
     state = request({"verb": "status"}, service_dir)
     assert state["pid"] == pid and sum(w["trained"] for w in state["worker_info"]) >= 4  # every trial on a warm worker
 
@@ -131,7 +133,7 @@ def test_two_sweeps_at_once_and_a_ctrl_c_stops_only_its_own(tmp_path, service_di
 def test_a_killed_service_loses_nothing(tmp_path, service_dir):
     env = env_of(service_dir)
     pid = start_service(service_dir, tmp_path, env)
-    a = write_space(tmp_path, "a", 8000)
+    a = write_space(tmp_path, "a", LONG)
     attached = launch(a, tmp_path, env)
     wait_for(lambda: trained_steps(tmp_path / "sweeps" / "a") >= 300, what="reports")
     os.kill(pid, signal.SIGKILL)
@@ -146,7 +148,7 @@ def test_a_killed_service_loses_nothing(tmp_path, service_dir):
     status = json.loads((tmp_path / "sweeps" / "a" / "status.json").read_text())
     assert [t["status"] for t in status["trials"]] == ["completed", "completed"]
     steps = [json.loads(line)["step"] for line in (tmp_path / "sweeps" / "a" / "trials" / "t0000" / "metrics.jsonl").read_text().splitlines()]
-    assert steps == sorted(set(steps)) and steps[-1] == 8000
+    assert steps == sorted(set(steps)) and steps[-1] == LONG
 
 
 def test_a_changed_module_restarts_the_warm_workers(tmp_path, service_dir):
