@@ -45,8 +45,13 @@ test-deps:
 # ../shared/kuberay-crds); without them they are skipped with the reason.
 	@command -v kubectl >/dev/null || echo "note: kubectl missing: the k8s/ manifest tests will be skipped"
 
+# Two pytest workers (pytest-xdist, a file per worker at a time), then the tests marked `serial` alone:
+# those start or look for Ray clusters machine-wide. TEST_WORKERS=0 runs the first part in one process.
+TEST_WORKERS ?= 2
+DEFAULT_MARKS := not faults and not docker and not long
 test: install test-deps lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "$(DEFAULT_MARKS) and not serial"
+	$(BIN)/python -m pytest -m "$(DEFAULT_MARKS) and serial"
 
 # The longer variants `make test` leaves out (pytest marker `long`): every shipped space end to end,
 # the kill-and-resume sweep on SQLite as well as PostgreSQL, an MLflow outage under the tracker.

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import ROOT, free_port, sweeper_cmd
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # a `ray start` cluster: alone
 TRAINABLE = "ImplicitFunc"  # the actor class Ray Tune runs a function trainable in
 BIN = Path(sys.executable).parent  # ray and sweeper of this environment
 # the test clusters use Ray's token auth (as Ray 2.60 clusters do by default) with a token of their own

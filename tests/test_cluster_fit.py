@@ -5,6 +5,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.serial  # a bare ray.init() joins a `ray start` cluster of another test if one runs
 def test_the_note_names_what_is_asked_and_the_largest_node():
     import ray
 

@@ -145,6 +145,7 @@ def test_auto_with_no_ray_cluster_is_one_line(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.serial  # `auto` would see the Ray of another test
 def test_auto_that_finds_only_another_drivers_own_ray_is_one_line(tmp_path):
     """`auto` finds any Ray on the machine. The private Ray of another process (its `ray.init()`; another
     sweep's driver) is not a cluster to join: refused in one line, before the join, nothing written."""
@@ -313,6 +314,7 @@ echo "resume exit $?"
 
 @pytest.mark.integration
 @pytest.mark.long  # a `ray start` cluster and two launches: `make test-long`
+@pytest.mark.serial  # ends with `ray stop --force`
 @pytest.mark.parametrize("sig", ["INT", "TERM"])
 def test_a_launch_joined_to_a_cluster_with_auto_stops_on_a_signal_and_leaves_the_cluster_up(tmp_path, sig):
     """`--address auto` into a `ray start` cluster: SIGINT or SIGTERM after the first report ends the
