@@ -106,15 +106,21 @@ def test_a_local_sweeps_ray_listens_on_loopback_only(tmp_path):
     assert not beyond, beyond
 
 
-def _files_with(root, needle: bytes) -> list[str]:
+def _files_with(root, needle: bytes, chunk: int = 1 << 20) -> list[str]:
+    """The files under `root` holding `needle`, read a MiB at a time (a chunk keeps the tail the
+    needle could straddle)."""
     hits = []
     for dirpath, _, files in os.walk(root):
         for name in files:
             path = os.path.join(dirpath, name)
             try:
                 with open(path, "rb") as f:
-                    if needle in f.read():
-                        hits.append(path)
+                    tail = b""
+                    while block := f.read(chunk):
+                        if needle in tail + block:
+                            hits.append(path)
+                            break
+                        tail = block[-len(needle) + 1:]
             except OSError:
                 continue
     return hits
@@ -131,8 +137,10 @@ def test_credentials_reach_no_file_param_tag_or_artifact(smoke_sweep, mlflow_ser
         assert canary not in run.stdout + run.stderr
         for r in runs:
             assert not any(canary in str(v) for v in {**r.data.params, **r.data.tags}.values()), r.info.run_id
-        # the sweep's directory, and the MLflow server's store and artifacts (all under the session's temp root)
-        assert not _files_with(tmp_path_factory.getbasetemp(), canary.encode()), canary
+        # the sweep's directory, and the MLflow server's store and artifacts (other tests' folders under
+        # the session's temp root are theirs: some hold sparse files of a TiB)
+        for root in (workdir, *tmp_path_factory.getbasetemp().glob("mlflow-server*")):
+            assert not _files_with(root, canary.encode()), (canary, root)
         # Ray's session folders (logs of the runtime-env agent, the raylet, the workers): the canaries are this
         # test session's own, so a hit in any session folder on the machine is the smoke sweep's leak
         ray_temp = Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray"
