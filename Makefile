@@ -48,6 +48,7 @@ test-deps:
 # Two pytest workers (pytest-xdist, a file per worker at a time), then the tests marked `serial` alone:
 # those start or look for Ray clusters machine-wide. TEST_WORKERS=0 runs the first part in one process.
 TEST_WORKERS ?= 2
+# pyproject's addopts -m, restated: a second -m replaces it
 DEFAULT_MARKS := not faults and not docker and not long
 test: install test-deps lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "$(DEFAULT_MARKS) and not serial"
