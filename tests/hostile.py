@@ -8,6 +8,7 @@ all show as a difference.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import stat
@@ -16,22 +17,36 @@ import sys
 from pathlib import Path
 
 from tests.conftest import ROOT, sweeper_env
+from tests.forked_cli import ForkedCli
 from trainables.errors import MAX_LINE
 
 SWEEPER = Path(sys.executable).with_name("sweeper")  # the installed entry point, as a user runs it
 ENV = sweeper_env()
+_forked: ForkedCli | None = None
+
+
+def _warm() -> ForkedCli:
+    """The warm interpreter the commands fork from, one per test process."""
+    global _forked
+    if _forked is None:
+        _forked = ForkedCli(ENV, preload=("trainables.train",))
+        atexit.register(_forked.close)
+    return _forked
 
 
 def sweeper(*args, cwd: Path, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = [str(SWEEPER)] if SWEEPER.exists() else [sys.executable, "-m", "sweeper.cli"]
-    return subprocess.run([*cmd, *map(str, args)], cwd=cwd, env={**ENV, **(env or {})}, capture_output=True,
-                          text=True, timeout=timeout)
+    """`sweeper ARGS` in a process of its own: a fork of a warm interpreter (tests/forked_cli.py), or,
+    with variables of its own in `env` (read at import), the installed entry point started afresh."""
+    if env:
+        cmd = [str(SWEEPER)] if SWEEPER.exists() else [sys.executable, "-m", "sweeper.cli"]
+        return subprocess.run([*cmd, *map(str, args)], cwd=cwd, env={**ENV, **env}, capture_output=True,
+                              text=True, timeout=timeout)
+    return _warm().run(*args, cwd=cwd, timeout=timeout)
 
 
 def module(name: str, *args, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    """`python -m NAME ARGS` of this checkout."""
-    return subprocess.run([sys.executable, "-m", name, *map(str, args)], cwd=cwd, env=ENV, capture_output=True,
-                          text=True, timeout=timeout)
+    """`python -m NAME ARGS` of this checkout, in a process of its own (as `sweeper` above)."""
+    return _warm().run(*args, cwd=cwd, timeout=timeout, module=name)
 
 
 def _digest(path: Path, size: int, whole: int = 64 * 2**20) -> str:

@@ -1,7 +1,7 @@
 """Bad input costs one short line: a corpus of malformed files and CLI misuse, run for real.
 
-Every case runs the real `sweeper` entry point in a fresh directory and must end with exit
-code 2, exactly one line on stderr (at most MAX_LINE characters) naming what is wrong, no
+Every case runs the real `sweeper` entry point in a fresh directory, in a process of its own (a
+fork of a warm interpreter, tests/forked_cli.py), and must end with exit code 2, exactly one line on stderr (at most MAX_LINE characters) naming what is wrong, no
 traceback, nothing on stdout, and nothing written: the directory is as empty afterwards as
 before. Files live in tests/malformed/ (first line: `# expect: <text the error must contain>`);
 inputs that are too big, binary or generated are made here.
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, sweeper_cmd, sweeper_env
+from tests.forked_cli import ForkedCli
 from trainables.errors import MAX_LINE
 
 CORPUS = Path(__file__).parent / "malformed"
@@ -31,8 +32,12 @@ def expected(path: Path) -> str:
     return first.removeprefix("# expect: ")
 
 
-def run_in(workdir: Path, *args, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(sweeper_cmd(*args), cwd=workdir, env=ENV, capture_output=True, text=True, timeout=timeout)
+@pytest.fixture(scope="module")
+def run_in():
+    """`run_in(workdir, *args)`: `sweeper ARGS` in workdir, a process of its own (tests/forked_cli.py)."""
+    cli = ForkedCli(ENV)
+    yield lambda workdir, *args, timeout=60: cli.run(*args, cwd=workdir, timeout=timeout)
+    cli.close()
 
 
 def assert_one_line_refusal(r: subprocess.CompletedProcess, must_contain: str, workdir: Path, before: set) -> None:
@@ -58,13 +63,13 @@ def test_the_corpus_is_big_enough():
 
 @pytest.mark.parametrize("path", SPACES, ids=lambda p: p.stem)
 @pytest.mark.parametrize("verb", ["validate", "launch"])
-def test_malformed_space_is_one_line(path, verb, workdir):
+def test_malformed_space_is_one_line(run_in, path, verb, workdir):
     r = run_in(workdir, verb, path)
     assert_one_line_refusal(r, expected(path), workdir, set())
 
 
 @pytest.mark.parametrize("path", TRIALS, ids=lambda p: p.stem)
-def test_malformed_trial_config_is_one_line(path, workdir):
+def test_malformed_trial_config_is_one_line(run_in, path, workdir):
     r = run_in(workdir, "trial", path, "--out", workdir / "run")
     assert_one_line_refusal(r, expected(path), workdir, set())
 
@@ -100,7 +105,7 @@ GENERATED = {
 
 
 @pytest.mark.parametrize("name", sorted(GENERATED))
-def test_generated_bad_space_is_one_line(name, tmp_path, workdir):
+def test_generated_bad_space_is_one_line(run_in, name, tmp_path, workdir):
     data, must = GENERATED[name]
     path = tmp_path / f"{name}.yaml"
     path.write_bytes(data)
@@ -109,7 +114,7 @@ def test_generated_bad_space_is_one_line(name, tmp_path, workdir):
 
 
 @pytest.mark.parametrize("name", ["latin1", "billion_laughs", "deeply_nested_100k"])
-def test_generated_bad_trial_config_is_one_line(name, tmp_path, workdir):
+def test_generated_bad_trial_config_is_one_line(run_in, name, tmp_path, workdir):
     data, must = GENERATED[name]
     path = tmp_path / f"{name}.yaml"
     path.write_bytes(data)
@@ -150,14 +155,14 @@ CLI_MISUSE = {
 
 
 @pytest.mark.parametrize("name", sorted(CLI_MISUSE))
-def test_cli_misuse_is_one_line(name, workdir):
+def test_cli_misuse_is_one_line(run_in, name, workdir):
     args, must = CLI_MISUSE[name]
     r = run_in(workdir, *args)
     assert_one_line_refusal(r, must, workdir, set())
     assert not Path("/proc/sweeps").exists()
 
 
-def test_resources_beyond_this_machine_are_refused_before_ray(tmp_path, workdir):
+def test_resources_beyond_this_machine_are_refused_before_ray(run_in, tmp_path, workdir):
     path = tmp_path / "greedy.yaml"
     path.write_text(GOOD_SPACE.replace("resources: {cpu: 1, gpu: 0}", f"resources: {{cpu: {(os.cpu_count() or 1) + 1}, gpu: 0}}"))
     r = run_in(workdir, "launch", path)
@@ -173,7 +178,7 @@ def test_a_bad_file_answers_without_importing_torch_ray_or_mlflow(workdir):
 
 
 @pytest.mark.parametrize("content", ['{"name": "s", "trials": [', "[1, 2]", '{"name": "s"}', "\xff\xfe"])
-def test_a_damaged_status_file_is_one_line(content, workdir):
+def test_a_damaged_status_file_is_one_line(run_in, content, workdir):
     sweep = workdir / "sweeps" / "s"
     sweep.mkdir(parents=True)
     (sweep / "status.json").write_text(content, encoding="latin-1")
@@ -182,7 +187,7 @@ def test_a_damaged_status_file_is_one_line(content, workdir):
     assert_one_line_refusal(r, "status.json", workdir, before)
 
 
-def test_a_very_long_file_name_still_shows_the_rule(tmp_path, workdir):
+def test_a_very_long_file_name_still_shows_the_rule(run_in, tmp_path, workdir):
     deep = tmp_path / ("d" * 200) / ("e" * 200)
     deep.mkdir(parents=True)
     path = deep / "space.yaml"

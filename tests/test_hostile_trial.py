@@ -3,7 +3,8 @@ and the folder exactly as it was (config.yaml, metrics.jsonl, the checkpoint: no
 nothing dropped). What a kill can leave (a report after the checkpoint, a line cut short) resumes.
 
 The run folder is made once, in this process, by the real command (tiny preset, 40 steps: reports
-and checkpoints at 20 and 40); each case copies it and runs the installed `sweeper` on the copy.
+and checkpoints at 20 and 40); each case copies it and runs `sweeper` on the copy, in a process of its own
+(tests/hostile.py).
 """
 
 from __future__ import annotations

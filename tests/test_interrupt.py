@@ -20,7 +20,7 @@ ENV = sweeper_env()
 # The Ctrl-C comes from the driver itself on its 6th report (SWEEPER_FAULT=report:6:INT, the fault
 # cue of sweeper/faults.py): with reports every 20 steps, no trial can be past step 120 then, far
 # below ASHA's first rung, whatever the machine's speed.
-MAX_STEPS, RUNG = 1000, 500
+MAX_STEPS, RUNG = 400, 200
 SPACE = """
 name: intr
 fixed:
