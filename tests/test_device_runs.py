@@ -24,6 +24,7 @@ def tiny(folder, name: str, steps: int) -> None:
     (folder / f"{name}.yaml").write_text(yaml.safe_dump(config))
 
 
+@pytest.mark.slow  # trains in `sweeper trial` processes
 def test_finished_runs_come_back_packed_with_the_machine_and_without_checkpoints(tmp_path):
     configs = tmp_path / "configs"
     configs.mkdir()
@@ -40,6 +41,7 @@ def test_finished_runs_come_back_packed_with_the_machine_and_without_checkpoints
     assert device_runs.summary(runs).count("exit 0") == 3
 
 
+@pytest.mark.slow  # trains in `sweeper trial` processes
 def test_the_deadline_stops_the_last_group_first_then_everything(tmp_path):
     configs = tmp_path / "configs"
     configs.mkdir()
@@ -73,6 +75,7 @@ def test_more_time_left_never_keeps_fewer_groups(groups, left_a, left_b):
     assert 1 <= kept <= device_runs.groups_that_fit(groups, long) <= len(groups)
 
 
+@pytest.mark.slow  # trains in `sweeper trial` processes
 def test_a_paused_run_comes_back_with_its_checkpoint_and_resumes_to_the_same_result(tmp_path):
     import subprocess
     import sys

@@ -1,6 +1,7 @@
 """`sweeper job status|logs|stop` and `sweeper submit` against a job server that answers badly:
 HTTP 500, an HTML page, JSON of another shape, a job status Ray does not define, no answer at all,
-or no server. Each is one line and exit 2, within a bound, through the real CLI.
+or no server. Each is one line and exit 2 through the real CLI; a server that never answers is
+given up on (it holds the request until the test ends, so only the CLI's own bound can end the call).
 
 The server is a small HTTP server in this process that answers `/api/version` like a Ray head
 (or not, per case) and every other path as the case says.
@@ -11,7 +12,6 @@ from __future__ import annotations
 import http.server
 import json
 import threading
-import time
 
 import pytest
 
@@ -26,6 +26,7 @@ JOB = {"type": "SUBMISSION", "job_id": None, "submission_id": "sweep-x-1", "driv
        "entrypoint": "sweeper launch s.yaml", "message": "running", "error_type": None, "start_time": 1, "end_time": None,
        "metadata": {}, "runtime_env": {}, "driver_agent_http_address": None, "driver_node_id": None, "driver_exit_code": None}
 HANG = "hang"
+HANG_GUARD_S = 20 * CALL_TIMEOUT_S  # what a command may take before the test calls it hung
 
 
 class FakeHead:
@@ -34,14 +35,15 @@ class FakeHead:
     def __init__(self, answers: dict):
         self.answers = answers
         head = self
+        self.released = threading.Event()
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def _answer(self):
                 path = self.path.split("?")[0]
                 key = max((k for k in head.answers if path.startswith(k)), key=len, default=None)
                 answer = head.answers.get(key, (404, "text/plain", "not found"))
-                if answer == HANG:
-                    time.sleep(CALL_TIMEOUT_S * 3)
+                if answer == HANG:  # until the test ends: only the client's bound ends the call
+                    head.released.wait(HANG_GUARD_S)
                     return
                 code, kind, body = answer
                 data = body.encode()
@@ -62,6 +64,7 @@ class FakeHead:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
+        self.released.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -79,13 +82,10 @@ def head(request):
         h.close()
 
 
-def refused(tmp_path, *args, expect=(), bound_s: float = 20):
+def refused(tmp_path, *args, expect=()):
     before = snapshot(tmp_path)
-    start = time.monotonic()
-    r = sweeper(*args, cwd=tmp_path, timeout=bound_s + 60)
-    line = assert_refused(r, *expect, root=tmp_path, before=before)
-    assert time.monotonic() - start < bound_s, f"took {time.monotonic() - start:.0f} s"
-    return line
+    r = sweeper(*args, cwd=tmp_path, timeout=HANG_GUARD_S)  # a call that hangs is killed: exit -9, not 2
+    return assert_refused(r, *expect, root=tmp_path, before=before)
 
 
 CASES = {
@@ -131,10 +131,9 @@ def test_an_address_that_is_not_a_job_servers_is_one_line(tmp_path, address):
 
 
 @pytest.mark.integration  # waits out the bound on a request (CALL_TIMEOUT_S)
-def test_a_server_that_never_answers_is_given_up_within_the_bound(head, tmp_path):
+def test_a_server_that_never_answers_is_given_up_at_the_bound(head, tmp_path):
     url = head({"/api/version": VERSION, "/api/jobs/": HANG})
-    refused(tmp_path, "job", "status", "sweep-x-1", "--address", url, expect=["no answer", f"{CALL_TIMEOUT_S:.0f} s"],
-            bound_s=CALL_TIMEOUT_S + 20)
+    refused(tmp_path, "job", "status", "sweep-x-1", "--address", url, expect=["no answer", f"{CALL_TIMEOUT_S:.0f} s"])
 
 
 @pytest.mark.parametrize("answers, expect", [
@@ -145,4 +144,4 @@ def test_a_server_that_never_answers_is_given_up_within_the_bound(head, tmp_path
 def test_submit_to_a_bad_server_is_one_line(head, tmp_path, answers, expect):
     url = head(answers)
     refused(tmp_path, "submit", ROOT / "search_spaces" / "smoke.yaml", "--address", url, "--storage", "/mnt/sweeps", "--shared-storage",
-            "--tracking-uri", "http://127.0.0.1:1", expect=[expect], bound_s=40)
+            "--tracking-uri", "http://127.0.0.1:1", expect=[expect])

@@ -19,7 +19,8 @@ import pytest
 from conftest import ROOT, sweeper_cmd, sweeper_env
 from sweeper.service_link import SOCKET, STATE, Messages, read_state, request
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the service's peer check is Linux's SO_PEERCRED")
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the service's peer check is Linux's SO_PEERCRED")]
 
 SPACE = """\
 name: {name}
