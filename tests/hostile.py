@@ -14,6 +14,7 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from tests.conftest import ROOT, sweeper_env
@@ -42,6 +43,14 @@ def sweeper(*args, cwd: Path, timeout: float = 120, env: dict | None = None) -> 
         return subprocess.run([*cmd, *map(str, args)], cwd=cwd, env={**ENV, **env}, capture_output=True,
                               text=True, timeout=timeout)
     return _warm().run(*args, cwd=cwd, timeout=timeout)
+
+
+def sweeper_watching_ray(*args, cwd: Path, env: dict | None = None,
+                         timeout: float = 200) -> tuple[subprocess.CompletedProcess, bool]:
+    """`sweeper ARGS` afresh, and whether it started a Ray node here (Ray keeps its sessions under $RAY_TMPDIR/ray)."""
+    with tempfile.TemporaryDirectory() as ray_tmp:
+        r = sweeper(*args, cwd=cwd, env={**(env or {}), "RAY_TMPDIR": ray_tmp}, timeout=timeout)
+        return r, any(Path(ray_tmp).glob("ray/session_*"))
 
 
 def module(name: str, *args, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:

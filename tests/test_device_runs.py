@@ -82,7 +82,7 @@ def test_a_paused_run_comes_back_with_its_checkpoint_and_resumes_to_the_same_res
 
     configs = tmp_path / "configs"
     configs.mkdir()
-    tiny(configs, "a_0", 400)
+    tiny(configs, "a_0", 800)
     reference = device_runs.train(configs, tmp_path / "reference", deadline_s=600, check_every=0.5)[0]
     assert reference.finished()
 
@@ -90,11 +90,11 @@ def test_a_paused_run_comes_back_with_its_checkpoint_and_resumes_to_the_same_res
     out = runs_dir / "a_0"
     process = subprocess.Popen([sys.executable, "-m", "sweeper", "trial", str(configs / "a_0.yaml"), "--out", str(out),
                                 "--threads", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    paused = device_runs.Run(configs / "a_0.yaml", out, 400, process)
+    paused = device_runs.Run(configs / "a_0.yaml", out, 800, process)
     while paused.step() < 30 and process.poll() is None:  # paused once it has a checkpoint past its first report
         time.sleep(0.05)
     device_runs.stop([paused], 0.0)
-    assert 30 <= paused.step() < 400
+    assert 30 <= paused.step() < 800
     packs = tmp_path / "packs"
     assert device_runs.pack([paused], packs / "runs.tar.gz", checkpoints=True) == []
     assert (packs / "ckpt-0.tar").is_file()

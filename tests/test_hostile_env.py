@@ -15,7 +15,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,16 +23,10 @@ import pytest
 
 from tests.conftest import free_port
 from tests.hostile import ROOT, SWEEPER, assert_refused, snapshot, sweeper
+from tests.hostile import sweeper_watching_ray as run
 
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 PASSWORD = "pw-canary-7d1e"
-
-
-def run(*args, cwd: Path, env: dict | None = None, timeout: float = 200) -> tuple[subprocess.CompletedProcess, bool]:
-    """`sweeper ARGS`, and whether it started a Ray node here (Ray keeps its sessions under $RAY_TMPDIR/ray)."""
-    with tempfile.TemporaryDirectory() as ray_tmp:
-        r = sweeper(*args, cwd=cwd, env={**(env or {}), "RAY_TMPDIR": ray_tmp}, timeout=timeout)
-        return r, any(Path(ray_tmp).glob("ray/session_*"))
 
 
 def refused_before_ray(tmp_path: Path, *args, expect: tuple[str, ...], env: dict | None = None) -> str:

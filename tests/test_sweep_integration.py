@@ -9,6 +9,7 @@ import pytest
 from mlflow import MlflowClient
 
 from conftest import ROOT, free_port, sweeper_cmd
+from tests.hostile import sweeper_watching_ray
 
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 pytestmark = pytest.mark.integration
@@ -154,17 +155,16 @@ def test_report_compares_the_trials_from_mlflow(smoke_sweep, tmp_path):
 def test_bad_space_exits_2_before_ray_starts_and_writes_nothing(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(SMOKE.read_text().replace("low: 0, high: 60", "low: 60, high: 0"))
-    r = subprocess.run(sweeper_cmd("launch", bad), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2
+    r, ray_started = sweeper_watching_ray("launch", bad, cwd=tmp_path)
+    assert r.returncode == 2 and not ray_started
     assert r.stderr.strip().count("\n") == 0 and "space.dat.switch_step: `low < high` must hold" in r.stderr
     assert not (tmp_path / "sweeps").exists() and not (tmp_path / "mlflow.db").exists()
 
 
 def test_unreachable_tracking_server_fails_fast_before_ray(tmp_path):
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    r = subprocess.run(sweeper_cmd("launch", SMOKE, "--tracking-uri", url), cwd=tmp_path, env=ENV,
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2, r.stderr
+    r, ray_started = sweeper_watching_ray("launch", SMOKE, "--tracking-uri", url, cwd=tmp_path)
+    assert r.returncode == 2 and not ray_started, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "MLflow tracking server unreachable" in lines[0] and url in lines[0]
     assert not (tmp_path / "sweeps").exists()
