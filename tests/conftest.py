@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -22,14 +21,6 @@ if "SWEEPER_SERVICE_DIR" not in os.environ:
     import tempfile
 
     os.environ["SWEEPER_SERVICE_DIR"] = tempfile.mkdtemp(prefix="sweeper-test-service-")
-
-
-def pytest_collection_modifyitems(config, items):
-    """The files with the most tests that start real services or train (marked `integration` or
-    `slow`) first: under pytest-xdist, a file to a worker at a time, the long files then start at once
-    and the quick ones fill the workers at the end, rather than one long file running last alone."""
-    heavy = Counter(item.path for item in items if item.get_closest_marker("integration") or item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -heavy[item.path])  # stable: every file's own order is kept
 
 
 def sweeper_env() -> dict[str, str]:
