@@ -45,9 +45,10 @@ test-deps:
 # ../shared/kuberay-crds); without them they are skipped with the reason.
 	@command -v kubectl >/dev/null || echo "note: kubectl missing: the k8s/ manifest tests will be skipped"
 
-# Three pytest workers (pytest-xdist, a file per worker at a time), then the tests marked `serial` alone:
+# Two pytest workers (pytest-xdist, a file per worker at a time), then the tests marked `serial` alone:
 # those start or look for Ray clusters machine-wide. TEST_WORKERS=0 runs the first part in one process.
-TEST_WORKERS ?= 3
+# On 2 cores three workers measured no faster (the integration tests then slow each other down).
+TEST_WORKERS ?= 2
 # pyproject's addopts -m, restated: a second -m replaces it
 DEFAULT_MARKS := not faults and not docker and not long
 test: install test-deps lint
