@@ -11,13 +11,14 @@ import subprocess
 import sys
 
 _SERVER = r"""
-import json, os, runpy, sys, tempfile, time, traceback
+import gc, json, os, runpy, sys, tempfile, time, traceback
 import importlib, pkgutil, sweeper, sweeper.cli, sweeper.commands
 for verb in pkgutil.iter_modules(sweeper.commands.__path__):  # the verbs' modules, as each verb imports its own
     importlib.import_module(f"sweeper.commands.{verb.name}")
 for name in sys.argv[1:]:  # and what the caller asks for (what a verb imports late)
     importlib.import_module(name)
 del sys.modules["sweeper.cli"], sweeper.cli  # the children run it afresh as __main__, as `python -m sweeper.cli` does
+gc.freeze()  # what is loaded now is never collected: a child's exit then skips walking it (torch's: ~1 s a child)
 replies = os.fdopen(os.dup(1), "w")
 os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
 for line in sys.stdin:

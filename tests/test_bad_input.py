@@ -34,7 +34,9 @@ def expected(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def run_in():
-    """`run_in(workdir, *args)`: `sweeper ARGS` in workdir, a process of its own (tests/forked_cli.py)."""
+    """`run_in(workdir, *args)`: `sweeper ARGS` in workdir, a process of its own (tests/forked_cli.py).
+    Its own warm interpreter, without torch (tests/hostile.py's preloads it): no refusal here trains,
+    and a child that inherited torch takes several times longer to end."""
     cli = ForkedCli(ENV)
     yield lambda workdir, *args, timeout=60: cli.run(*args, cwd=workdir, timeout=timeout)
     cli.close()
