@@ -56,7 +56,8 @@ test: install test-deps lint
 	$(BIN)/python -m pytest -m "$(DEFAULT_MARKS) and serial"
 
 # The longer variants `make test` leaves out (pytest marker `long`): every shipped space end to end,
-# the kill-and-resume sweep on SQLite as well as PostgreSQL, an MLflow outage under the tracker.
+# the kill-and-resume sweep on SQLite as well as PostgreSQL, an MLflow outage under the tracker, a
+# killed driver's Ray ended by the next launch on a second, smaller sweep.
 test-long: install test-deps
 	$(BIN)/python -m pytest -m long
 

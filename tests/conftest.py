@@ -46,6 +46,25 @@ def run_sweeper(tmp_path):
     return run
 
 
+def ray_left_running(sweep_dir: Path) -> list[str]:
+    """The processes of the sweep's recorded local Ray (ray_processes.json) still running, as name:pid."""
+    import json
+
+    import psutil
+
+    from sweeper.orphans import still_there
+
+    recorded = json.loads((sweep_dir / "ray_processes.json").read_text())["processes"]
+    out = []
+    for proc in still_there([(p["pid"], p["started"]) for p in recorded]):
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(f"{proc.name()}:{proc.pid}")
+        except psutil.Error:
+            continue
+    return out
+
+
 def free_port() -> int:
     import socket
 

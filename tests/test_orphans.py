@@ -1,5 +1,7 @@
 """A SIGKILLed driver's local Ray does not outlive it: the next launch of the sweep ends every
-process that driver's Ray started (recorded in ray_processes.json) before starting its own."""
+process that driver's Ray started (recorded in ray_processes.json) before starting its own.
+`make test` checks the same within its kill-and-resume sweep (test_sweep_integration.py); this
+smaller sweep, with concurrent trials, is `make test-long`'s."""
 
 from __future__ import annotations
 
@@ -8,12 +10,11 @@ import signal
 import subprocess
 import time
 
-import psutil
 import pytest
 
-from tests.conftest import sweeper_cmd, sweeper_env
+from tests.conftest import ray_left_running, sweeper_cmd, sweeper_env
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 ENV = sweeper_env()
 
 SPACE = """
@@ -31,19 +32,6 @@ resources: {cpu: 1, gpu: 0}
 """
 
 
-def _alive(recorded: list[dict]) -> list[str]:
-    from sweeper.orphans import still_there
-
-    out = []
-    for proc in still_there([(p["pid"], p["started"]) for p in recorded]):
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                out.append(f"{proc.name()}:{proc.pid}")
-        except psutil.Error:
-            continue
-    return out
-
-
 def test_the_next_launch_ends_a_sigkilled_drivers_ray(tmp_path):
     space = tmp_path / "orph.yaml"
     space.write_text(SPACE)
@@ -56,12 +44,12 @@ def test_the_next_launch_ends_a_sigkilled_drivers_ray(tmp_path):
     recorded = json.loads((sweep_dir / "ray_processes.json").read_text())["processes"]
     assert any("raylet" in p["name"] for p in recorded) and any("gcs_server" in p["name"] for p in recorded), recorded
     time.sleep(2)
-    left_behind = _alive(recorded)
+    left_behind = ray_left_running(sweep_dir)
     assert left_behind, "nothing of the killed driver's Ray was left running: the test's premise no longer holds"
 
     r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert _alive(recorded) == [], "the first driver's Ray outlived the next launch"
+    assert ray_left_running(sweep_dir) == [], "the first driver's Ray outlived the next launch"
     assert "processes of this sweep's earlier local Ray" in r.stderr, r.stderr[-2000:]
     final = json.loads((sweep_dir / "status.json").read_text())
     assert len(final["trials"]) == 2 and all(t["status"] == "completed" for t in final["trials"]), final["trials"]

@@ -4,11 +4,12 @@ import json
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 from mlflow import MlflowClient
 
-from conftest import ROOT, free_port, sweeper_cmd
+from conftest import ROOT, free_port, ray_left_running, sweeper_cmd
 from tests.hostile import sweeper_watching_ray
 
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
@@ -192,13 +193,20 @@ def test_killed_sweep_resumes_to_exactly_num_samples_trials_and_runs(tmp_path, b
                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     _, err = killed.communicate(timeout=600)
     assert killed.returncode == -signal.SIGKILL, "the sweep ended before ASHA's second stop: " + err[-2000:]
-    _kill_session(killed.pid)  # and what it started (Ray leaves agents behind a killed driver)
-    finished_before = _ended_in_study(tmp_path)
-    assert len(finished_before) >= 2, finished_before
+    sweep_dir = tmp_path / "sweeps" / "smoke"
+    try:
+        # Ray leaves its processes behind a killed driver; the next launch of the sweep must end them
+        time.sleep(2)  # (what would end with the driver has ended by now)
+        assert ray_left_running(sweep_dir), "nothing of the killed driver's Ray was left running: the premise no longer holds"
+        finished_before = _ended_in_study(tmp_path)
+        assert len(finished_before) >= 2, finished_before
 
-    r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "resuming sweep smoke" in r.stdout
+        r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        assert "resuming sweep smoke" in r.stdout
+        assert ray_left_running(sweep_dir) == [] and "processes of this sweep's earlier local Ray" in r.stderr, r.stderr[-2000:]
+    finally:
+        _kill_session(killed.pid)  # what is still there after a failure
     trials = _summary(tmp_path)["trials"]
     assert len(trials) == 6 and len({t["trial_id"] for t in trials}) == 6
     after = {t["trial_id"]: t for t in trials}
