@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ from tests.hostile import ROOT, assert_refused, snapshot, sweeper
 from trainables.errors import ConfigError
 
 QUICK = ("reproduce", "--quick", "--seeds", "1", "--systems", "lstm")
-FAST_S = 30  # a refusal before training, on a loaded 2-core machine; the training it spares takes minutes
 
 
 @pytest.fixture
@@ -61,9 +59,9 @@ def test_check_writable_leaves_nothing_behind(tmp_path):
                                      ("launch", ROOT / "search_spaces" / "smoke.yaml")])
 def test_a_full_disk_is_one_line_naming_the_flag_and_path(full_disk, command):
     before = snapshot(full_disk)
-    start = time.monotonic()
-    line = assert_refused(sweeper(*command, cwd=full_disk), "No space left", root=full_disk, before=before)
-    assert time.monotonic() - start < FAST_S
+    r = sweeper(*command, cwd=full_disk)
+    line = assert_refused(r, "No space left", root=full_disk, before=before)
+    assert r.stdout == ""  # refused before it said a word of a plan or a run
     assert "--out" in line or "sweep directory" in line
 
 
@@ -100,10 +98,9 @@ RESULT = {"system": "hybrid_dat", "seed": 0, "metrics": {"acc_3x": 0.5}, "histor
 def test_reproduce_refuses_its_outputs_and_inputs_before_training(tmp_path, setup, args, expect):
     setup(tmp_path)
     before = snapshot(tmp_path)
-    start = time.monotonic()
-    r = sweeper(*QUICK, *args, cwd=tmp_path, timeout=FAST_S * 4)
+    r = sweeper(*QUICK, *args, cwd=tmp_path)
     assert_refused(r, args[0], expect, root=tmp_path, before=before)
-    assert time.monotonic() - start < FAST_S  # answered before any training
+    assert r.stdout == ""  # answered before any training: the runs' banner ("reproduce: ...") never came
 
 
 def test_a_reuse_file_over_the_limit_is_refused_unread(tmp_path):
