@@ -135,7 +135,8 @@ def test_a_killed_service_loses_nothing(tmp_path, service_dir):
     env = env_of(service_dir)
     # the service SIGKILLs itself when the third report (step 300 of the first trial) reaches it (sweeper/faults.py)
     pid = start_service(service_dir, tmp_path, {**env, "SWEEPER_FAULT": "report:3:KILL"})
-    a = write_space(tmp_path, "a", 600)
+    max_steps = 600
+    a = write_space(tmp_path, "a", max_steps)
     attached = launch(a, tmp_path, env)
     out = attached.communicate(timeout=300)[0]
     assert attached.returncode == 1 and "the service stopped while running sweep a" in out, out
@@ -149,7 +150,7 @@ def test_a_killed_service_loses_nothing(tmp_path, service_dir):
     status = json.loads((tmp_path / "sweeps" / "a" / "status.json").read_text())
     assert [t["status"] for t in status["trials"]] == ["completed", "completed"]
     steps = [json.loads(line)["step"] for line in (tmp_path / "sweeps" / "a" / "trials" / "t0000" / "metrics.jsonl").read_text().splitlines()]
-    assert steps == sorted(set(steps)) and steps[-1] == 600
+    assert steps == sorted(set(steps)) and steps[-1] == max_steps
 
 
 def test_a_changed_module_restarts_the_warm_workers(tmp_path, service_dir):
