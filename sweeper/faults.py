@@ -2,7 +2,7 @@
 
     SWEEPER_FAULT=EVENT:COUNT:SIGNAL      e.g. SWEEPER_FAULT=report:3:KILL
 
-On the COUNT-th time this process passes `fault_point(EVENT)` it sends itself SIGNAL (KILL,
+On the COUNT-th time a sweep passes `Faults.point(EVENT)` it sends itself SIGNAL (KILL,
 INT or TERM), as a user's Ctrl-C, a `kill`, or the OOM killer would; STOP freezes it there
 (a driver that holds its sweep's lock and does nothing, for tests of what runs beside it). Unset, a fault point costs
 one dict lookup. The events, where the driver calls them:
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Mapping
 
 ENV = "SWEEPER_FAULT"
 EVENTS = ("verdict", "report", "logged", "state_write", "stop", "end", "finish")
@@ -42,29 +43,30 @@ def parse(value: str) -> dict[str, tuple[int, signal.Signals]]:
     return {parts[0]: (int(parts[1]), SIGNALS[parts[2]])}
 
 
-_cues: dict[str, tuple[int, signal.Signals]] = {}
-_hits: dict[str, int] = {}
+class Faults:
+    """One sweep's cues and how often each point was passed (a sweep of its own: the service arms
+    one per sweep, from its own environment)."""
 
+    def __init__(self, cues: dict[str, tuple[int, signal.Signals]] | None = None):
+        self.cues = dict(cues or {})
+        self.hits: dict[str, int] = {}
 
-def arm() -> None:
-    """Read $SWEEPER_FAULT (the driver calls this once, at launch); a bad value raises ConfigError."""
-    from trainables.errors import ConfigError
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Faults":
+        """The cues of $SWEEPER_FAULT (none when unset); a bad value raises ConfigError."""
+        from trainables.errors import ConfigError
 
-    _cues.clear()
-    _hits.clear()
-    value = os.environ.get(ENV)
-    if value:
+        value = (os.environ if environ is None else environ).get(ENV)
         try:
-            _cues.update(parse(value))
+            return cls(parse(value) if value else None)
         except ValueError as err:
             raise ConfigError(str(err)) from None
 
-
-def fault_point(event: str) -> None:
-    """Send the cued signal to this process on the cued pass of `event`; otherwise nothing."""
-    cue = _cues.get(event)
-    if cue is None:
-        return
-    _hits[event] = _hits.get(event, 0) + 1
-    if _hits[event] == cue[0]:
-        os.kill(os.getpid(), cue[1])
+    def point(self, event: str) -> None:
+        """Send the cued signal to this process on the cued pass of `event`; otherwise nothing."""
+        cue = self.cues.get(event)
+        if cue is None:
+            return
+        self.hits[event] = self.hits.get(event, 0) + 1
+        if self.hits[event] == cue[0]:
+            os.kill(os.getpid(), cue[1])

@@ -109,3 +109,29 @@ def read_json_limited(path: str | Path, what: str, max_bytes: int, where: str):
         raise ConfigError(f"{where}: not JSON this command reads: nested too deep") from None
     except (UnicodeDecodeError, ValueError) as err:
         raise ConfigError(f"{where}: not JSON: {cut(str(err), 80)}") from None
+
+
+def first_missing(path: str | Path) -> Path | None:
+    """The outermost folder of `path` that does not exist yet (what creating it would make), or None."""
+    path, missing = Path(path), None
+    while not path.exists() and not path.is_symlink() and path != path.parent:
+        path, missing = path.parent, path
+    return missing
+
+
+def narrow_modes(paths: list[Path], umask: int) -> None:
+    """Take away, from each path and everything under it, the permission bits `umask` denies: what a
+    process with another umask (the resident service) made for a caller follows the caller's. Links
+    are not followed; a path that vanished meanwhile is skipped. The owner's own bits are kept."""
+    umask &= 0o077
+    if not umask:
+        return
+    for top in paths:
+        for root, dirs, files in os.walk(top) if os.path.isdir(top) and not os.path.islink(top) else [("", [], [top])]:
+            for name in [root] * bool(root) + [os.path.join(root, n) for n in dirs + files]:
+                try:
+                    st = os.lstat(name)
+                    if not stat.S_ISLNK(st.st_mode) and stat.S_IMODE(st.st_mode) & umask:
+                        os.chmod(name, stat.S_IMODE(st.st_mode) & ~umask)
+                except OSError:
+                    continue

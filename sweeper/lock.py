@@ -23,9 +23,6 @@ from typing import IO, Iterator
 
 from trainables.errors import ConfigError, cut
 
-_held: list[IO] = []  # the sweep locks of this process, open for its lifetime
-
-
 def open_lock_file(path: Path) -> IO:
     """`path` opened for reading and writing, created if missing, never through a link; one
     ConfigError line for a link or anything but a regular file."""
@@ -49,9 +46,9 @@ def sweep_lock_path(sweep_dir: Path) -> Path:
     return Path(sweep_dir).parent / f".{Path(sweep_dir).name}.lock"
 
 
-def hold_sweep_lock(sweep_dir: Path, name: str) -> IO:
-    """Take the sweep's lock for the rest of this process (or until `release_sweep_lock`), or
-    refuse in one line naming the driver that holds it."""
+def hold_sweep_lock(sweep_dir: Path, name: str, on_service: bool = False) -> IO:
+    """Take the sweep's lock until `release_sweep_lock` (or the process's end), or refuse in one
+    line naming the driver that holds it. The caller keeps the handle: the lock lives with it."""
     path = sweep_lock_path(sweep_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     f = open_lock_file(path)
@@ -66,20 +63,20 @@ def hold_sweep_lock(sweep_dir: Path, name: str) -> IO:
         f.close()
         holder = holder if isinstance(holder, dict) else {}
         pid, host = cut(str(holder.get("pid", "?")), 20), cut(str(holder.get("host", "?")), 60)
+        if holder.get("service") is True:  # the pid is the service's: a signal there stops every sweep on it
+            raise ConfigError(f"sweep {name} is already running on the sweep service (pid {pid} on {host}); wait "
+                              "for it, or stop it (Ctrl-C in the launch that started it) and run this again") from None
         raise ConfigError(f"sweep {name} is already running (driver pid {pid} on {host}); "
                           f"wait for it, or stop it (Ctrl-C there, or kill -INT {pid}) and run this again") from None
     f.seek(0)
     f.truncate()
-    f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}))
+    f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "service": on_service}))
     f.flush()
-    _held.append(f)
     return f
 
 
 def release_sweep_lock(handle: IO) -> None:
-    """Give a sweep's lock back before the process ends (a resident service, sweep after sweep)."""
-    if handle in _held:
-        _held.remove(handle)
+    """Give a sweep's lock back."""
     handle.close()  # closing the file drops its flock
 
 

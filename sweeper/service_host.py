@@ -3,9 +3,10 @@
 One long-lived process holds what every launch would otherwise start again: a local Ray
 (loopback only), warm trial workers with torch and the trainer imported
 (sweeper/adapters/ray_warm.py), and Ray Tune, Optuna and MLflow imported. Each attached launch
-(sweeper/attach.py) becomes a sweep in a thread of its own, running the same code as a launch in
-its own process (sweeper/commands/launch.py: its own lock, study, views and MLflow run); its
-output goes back to that launch, and its interrupt or disconnection stops that sweep only.
+(sweeper/commands/attach.py) becomes a `Sweep` (sweeper/sweep.py) in a thread of its own, the same
+object a launch in its own process runs (its own lock, study, views, trainable and MLflow run); its
+events go back to that launch, and its interrupt or disconnection stops that sweep only. The
+service's own lines go to its log (`logging`).
 
     socket      <service dir>/service.sock (sweeper/service_link.py), mode 0600 in a 0700 folder;
                 a connection from another user is refused (SO_PEERCRED), a bad request gets one
@@ -26,19 +27,23 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import io
 import json
+import logging
 import os
 import signal
 import socket
 import sys
 import threading
 import time
-import traceback
 from pathlib import Path
 
-from sweeper import faults, orphans
+from sweeper import orphans
+from sweeper.events import Event, Fitted, Running, Say
+from sweeper.faults import Faults
+from sweeper.local_ray import LATE_NOTE, loopback_only
 from sweeper.lock import open_lock_file
+from sweeper.request import SweepRequest
+from sweeper.sweep import Sweep, SweepHost
 from sweeper.service_link import (LOG, SOCKET, STATE, Messages, code_hash, ensure_private_dir, peer,
                                   project_root, send, service_dir)
 from trainables.errors import ConfigError, brief, cut, one_line
@@ -46,47 +51,34 @@ from trainables.errors import ConfigError, brief, cut, one_line
 LOCK = "service.lock"
 JOIN_S = 120.0  # at the end, how long each sweep may take to write itself down
 
+log = logging.getLogger(__name__)
 
-class _Sinks:
-    """Which connection the output of each sweep thread goes to; other threads write to the log."""
 
-    def __init__(self):
-        self.by_thread: dict[int, tuple[socket.socket, threading.Lock]] = {}
+class _LaunchSink:
+    """A sweep's events as messages to the launch attached to it (sweeper/commands/attach.py)."""
 
-    def write(self, kind: str, text: str, fallback: io.TextIOBase) -> None:
-        target = self.by_thread.get(threading.get_ident())
-        if target is None:
-            fallback.write(text)
-            return
-        conn, lock = target
+    def __init__(self, conn: socket.socket):
+        self.conn, self.lock = conn, threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, Say):
+            self.send({"out" if event.level == "info" else "err": event.text})
+        elif isinstance(event, Running):
+            self.send({"sweep_dir": str(event.sweep_dir)})
+        elif isinstance(event, Fitted):
+            self.send({"fitted": True})
+
+    def send(self, message: dict) -> None:
         try:
-            with lock:
-                send(conn, {kind: text})
+            with self.lock:
+                send(self.conn, message)
         except OSError:
             pass  # the launch left; its sweep is being stopped
 
 
-class _Routed(io.TextIOBase):
-    """sys.stdout / sys.stderr of the service: each sweep thread's writes go to its launch."""
+class Served:
+    """A sweep the service runs for one attached launch."""
 
-    def __init__(self, sinks: _Sinks, kind: str, fallback: io.TextIOBase):
-        self.sinks, self.kind, self.fallback = sinks, kind, fallback
-
-    def write(self, text: str) -> int:
-        self.sinks.write(self.kind, text, self.fallback)
-        return len(text)
-
-    def flush(self) -> None:
-        self.fallback.flush()
-
-    def fileno(self) -> int:
-        return self.fallback.fileno()
-
-    def isatty(self) -> bool:
-        return False
-
-
-class Sweep:
     def __init__(self, name: str, client_pid: int):
         self.name, self.client_pid, self.since = name, client_pid, time.time()
         self.stop = threading.Event()
@@ -99,18 +91,16 @@ class Service:
         self.lock = self._take_lock()
         ended = orphans.end_orphans(self.dir)  # a SIGKILLed service's Ray: ours to end now
         if ended:
-            print(f"ended {len(ended)} processes of an earlier service that was killed", flush=True)
+            log.info(f"ended {len(ended)} processes of an earlier service that was killed")
         self.code = code_hash()
-        self.sweeps: dict[int, Sweep] = {}  # by the id of its thread
+        self.sweeps: dict[int, Served] = {}  # by the id of its thread
         self.sweeps_lock = threading.Lock()
         self.ending = threading.Event()
         self.restart = False
-        self.sinks = _Sinks()
-        faults.arm()  # $SWEEPER_FAULT: the service kills itself on cue (tests/faults/)
+        Faults.from_env()  # $SWEEPER_FAULT: each sweep kills the service on cue (tests/faults/); a bad value refused now
 
-        from sweeper.commands.launch import loopback_only
-
-        loopback_only()
+        if not loopback_only():
+            log.warning(LATE_NOTE)
         from sweeper.adapters import mlflow_tracking  # noqa: F401  (imported once, for every sweep)
         from sweeper.adapters import ray_tune
         from sweeper.adapters.ray_warm import start_workers
@@ -123,8 +113,6 @@ class Service:
         self._write_state()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self._stop_everything())
-        sys.stdout = _Routed(self.sinks, "out", sys.__stdout__)
-        sys.stderr = _Routed(self.sinks, "err", sys.__stderr__)
 
     def _stop_everything(self) -> None:
         """SIGTERM or Ctrl-C: every sweep stops now, as a launch's own driver would, then the service."""
@@ -150,12 +138,8 @@ class Service:
         if path.exists() or path.is_symlink():
             path.unlink()  # a killed service's socket: nothing answers on it (we hold the service's lock)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            listener.bind(str(path))  # created 0600: only this user may connect
-        finally:
-            os.umask(old)
-        os.chmod(path, 0o600)
+        listener.bind(str(path))  # in the service's 0700 folder: nobody else reaches it before the chmod
+        os.chmod(path, 0o600)  # only this user may connect
         listener.listen(16)
         listener.settimeout(0.5)
         return listener
@@ -170,8 +154,7 @@ class Service:
     # -- serving -------------------------------------------------------------------------------
 
     def serve(self) -> int:
-        print(f"sweep service: pid {os.getpid()}, {len(self.workers)} warm workers, socket {self.dir / SOCKET}",
-              file=sys.__stdout__, flush=True)
+        log.info(f"sweep service: pid {os.getpid()}, {len(self.workers)} warm workers, socket {self.dir / SOCKET}")
         while not self.ending.is_set():
             try:
                 conn, _ = self.listener.accept()
@@ -207,7 +190,7 @@ class Service:
             except ConfigError as err:
                 _reply_error(conn, one_line(str(err)))
             except Exception as err:  # noqa: BLE001 - a request must never stop the service
-                traceback.print_exc(file=sys.__stderr__)
+                log.exception("a request failed")
                 _reply_error(conn, f"the service failed on this request ({type(err).__name__}: {cut(str(err), 160)}); "
                                    f"its log has the details")
 
@@ -222,7 +205,7 @@ class Service:
                 "worker_info": workers, "sweeps": sweeps}
 
     def _launch(self, conn: socket.socket, message: dict, rest) -> None:
-        args = launch_args(message)
+        request = SweepRequest.from_message(message)
         if message.get("root") != project_root():
             send(conn, {"stale": f"the sweep service runs the checkout at {project_root()}, this launch is from "
                                  f"{cut(str(message.get('root')), 120)}: it runs in its own process"})
@@ -240,51 +223,44 @@ class Service:
             self.restart = True
             self.ending.set()
             return
-        from sweeper.commands.launch import SweepHost, run_sweep
-
-        sweep = Sweep(Path(args.file).name, peer(conn)[0])
-        host = SweepHost(stop=sweep.stop, workers=self.workers,
-                         announce=lambda path: self._announce(conn, sweep, path),
-                         fitted=lambda: self._tell(conn, {"fitted": True}))
-        reader = threading.Thread(target=_watch_client, args=(rest, sweep.stop), name="sweeper-service-client", daemon=True)
+        served = Served(Path(request.file).name, peer(conn)[0])
+        sink = _LaunchSink(conn)
+        reader = threading.Thread(target=_watch_client, args=(rest, served.stop), name="sweeper-service-client", daemon=True)
         me = threading.get_ident()
         with self.sweeps_lock:
-            self.sweeps[me] = sweep
-        self.sinks.by_thread[me] = (conn, threading.Lock())
+            self.sweeps[me] = served
         reader.start()
         code = 1
         try:
-            code = run_sweep(args, host)
+            with Sweep(request, self._announcing(sink, served), SweepHost(served.stop, self.workers),
+                       Faults.from_env()) as sweep:
+                sweep.open()
+                sweep.run()
+                code = sweep.finish()
         except ConfigError as err:
-            print(f"error: {one_line(str(err))}", file=sys.stderr)
+            sink(Say(f"error: {one_line(str(err))}", "warning"))
             code = 2
         except Exception as err:  # noqa: BLE001 - the sweep's failure, not the service's
-            traceback.print_exc(file=sys.__stderr__)
-            print(f"error: the sweep failed on the service ({type(err).__name__}: {cut(str(err), 160)}); "
-                  f"the service's log has the details ({self.dir / LOG})", file=sys.stderr)
+            log.exception(f"sweep {served.name} failed")
+            sink(Say(f"error: the sweep failed on the service ({type(err).__name__}: {cut(str(err), 160)}); "
+                     f"the service's log has the details ({self.dir / LOG})", "warning"))
             code = 1
         finally:
-            sys.stdout.flush()
-            self.sinks.by_thread.pop(me, None)
             with self.sweeps_lock:
                 self.sweeps.pop(me, None)
-            try:
-                send(conn, {"exit": code})
-            except OSError:
-                pass
-            print(f"sweep {sweep.name}: ended with {code}", file=sys.__stdout__, flush=True)
+            sink.send({"exit": code})
+            log.info(f"sweep {served.name}: ended with {code}")
 
-    def _announce(self, conn: socket.socket, sweep: Sweep, path: Path) -> None:
-        sweep.sweep_dir, sweep.name = path, path.name
-        print(f"sweep {sweep.name}: running for pid {sweep.client_pid}", file=sys.__stdout__, flush=True)
-        self._tell(conn, {"sweep_dir": str(path)})
+    def _announcing(self, sink: _LaunchSink, served: Served):
+        """The launch's sink, which also notes in the service's status where the sweep runs."""
 
-    def _tell(self, conn: socket.socket, message: dict) -> None:
-        try:
-            with self.sinks.by_thread[threading.get_ident()][1]:
-                send(conn, message)
-        except OSError:
-            pass  # the launch left; its sweep is being stopped
+        def forward(event: Event) -> None:
+            if isinstance(event, Running):
+                served.sweep_dir, served.name = event.sweep_dir, event.sweep_dir.name
+                log.info(f"sweep {served.name}: running for pid {served.client_pid}")
+            sink(event)
+
+        return forward
 
     # -- the end -------------------------------------------------------------------------------
 
@@ -309,7 +285,7 @@ class Service:
 
         ray_tune.shutdown_ray()
         self.lock.close()
-        print("sweep service: stopped" + (" (restarting on new code)" if self.restart else ""), file=sys.__stdout__, flush=True)
+        log.info("sweep service: stopped" + (" (restarting on new code)" if self.restart else ""))
         return 0
 
 
@@ -332,38 +308,17 @@ def _watch_client(messages, stop: threading.Event) -> None:
     stop.set()
 
 
-def launch_args(message: dict) -> argparse.Namespace:
-    """A launch request as `sweeper launch`'s arguments; a field of the wrong type is one line."""
-    def text(key: str, required: bool = True) -> str | None:
-        value = message.get(key)
-        if value is None and not required:
-            return None
-        if not isinstance(value, str) or not value or len(value) > 4096:
-            raise ConfigError(f"launch request: {key}: must be a non-empty text, got {brief(value, 40)}")
-        return value
-
-    every = message.get("progress_every", 30.0)
-    if not isinstance(every, (int, float)) or isinstance(every, bool) or not 0 < every < 1e6:
-        raise ConfigError(f"launch request: progress_every: must be a number of seconds, got {brief(every, 40)}")
-    for key in ("file", "storage"):
-        if not os.path.isabs(text(key)):
-            raise ConfigError(f"launch request: {key}: must be an absolute path, got {brief(message[key], 60)}")
-    return argparse.Namespace(file=text("file"), storage=text("storage"), tracking_uri=text("tracking_uri"),
-                              experiment=text("experiment", required=False), restart=message.get("restart") is True,
-                              address=None, shared_storage=False, progress="none", progress_every=float(every),
-                              exit_at_once=False, in_process=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sweeper.service_host", description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=None, help="warm trial workers (default: this machine's CPUs)")
     args = parser.parse_args(argv)
     from sweeper.cli import usable_cpus
 
+    logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s", force=True)
     try:
         service = Service(service_dir(), max(1, args.workers or usable_cpus()))
     except ConfigError as err:
-        print(f"error: {one_line(str(err))}", file=sys.stderr)
+        sys.stderr.write(f"error: {one_line(str(err))}\n")
         return 2
     code = service.serve()
     if service.restart:

@@ -17,8 +17,8 @@ import socket
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 
-from sweeper.faults import fault_point
 from sweeper.fs import read_json_limited
 from sweeper.records import TrialRecord, is_per_length, length_metrics, ranked, score
 from trainables.errors import ConfigError, cut
@@ -28,14 +28,16 @@ MAX_STATE_BYTES = 64 * 2**20  # status.json and summary.json: ~2 KB a trial, 30,
 ORDER = ("running", "pending", "interrupted", "completed", "stopped", "diverged", "failed")
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, default=str))
+def write_json_atomic(path: Path, data: dict, between: Callable[[], None] | None = None) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, default=str), between)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str, between: Callable[[], None] | None = None) -> None:
+    """`text` into `path` through a temporary file beside it; `between` is called with both on disk."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
-    fault_point("state_write")
+    if between is not None:
+        between()
     os.replace(tmp, path)
 
 
@@ -141,7 +143,8 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def write_summary(sweep_dir: Path, name: str, metric: str, mode: str, records: list[TrialRecord], best_config: dict | None) -> dict:
+def write_summary(sweep_dir: Path, name: str, metric: str, mode: str, records: list[TrialRecord], best_config: dict | None,
+                  between: Callable[[], None] | None = None) -> dict:
     top = ranked(records, metric, mode)
     best = top[0] if top else None
     summary = {
@@ -153,7 +156,7 @@ def write_summary(sweep_dir: Path, name: str, metric: str, mode: str, records: l
         "counts": dict(Counter(r.status for r in records)),
         "trials": [r.to_dict() for r in records],
     }
-    write_json_atomic(Path(sweep_dir) / SUMMARY_FILE, summary)
+    write_json_atomic(Path(sweep_dir) / SUMMARY_FILE, summary, between)
     return summary
 
 

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Mapping
 
 from sweeper.fs import check_writable
 from trainables.config import ConfigError
@@ -23,19 +24,30 @@ from trainables.errors import brief, cut
 DEFAULT_DB = "mlflow.db"
 
 
-def resolve_uri(cli_value: str | None) -> str:
-    """--tracking-uri, else $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db (absolute)."""
-    uri = cli_value or os.environ.get("MLFLOW_TRACKING_URI")
-    if uri:
-        return uri
-    return f"sqlite:///{(Path.cwd() / DEFAULT_DB).resolve()}"
+def resolve_uri(cli_value: str | None, cwd: str | Path | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """--tracking-uri, else $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db; a relative SQLite or
+    file path made absolute against `cwd` (default: this process's folder), so the store is the
+    caller's wherever the sweep runs."""
+    environ = os.environ if environ is None else environ
+    where = Path(cwd if cwd is not None else os.getcwd())
+    uri = cli_value or environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        return f"sqlite:///{where / DEFAULT_DB}"
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return f"sqlite:///{os.path.normpath(where / uri.removeprefix('sqlite:///'))}"
+    if uri.startswith("file:") and not uri.startswith("file:/"):
+        return f"file:{os.path.normpath(where / uri.removeprefix('file:'))}"
+    if "://" not in uri and not uri.startswith(("file:", "databricks")) and not os.path.isabs(uri):
+        return os.path.normpath(where / os.path.expanduser(uri))
+    return uri
 
 
-def uri_source(cli_value: str | None) -> str:
+def uri_source(cli_value: str | None, environ: Mapping[str, str] | None = None) -> str:
     """Where `resolve_uri` took the URI from, as a user would name it in an error."""
     if cli_value:
         return "--tracking-uri"
-    return "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "the default tracking URI"
+    environ = os.environ if environ is None else environ
+    return "$MLFLOW_TRACKING_URI" if environ.get("MLFLOW_TRACKING_URI") else "the default tracking URI"
 
 
 def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") -> None:

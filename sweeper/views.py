@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from sweeper.faults import fault_point
+from sweeper.events import Speaker, discard
+from sweeper.faults import Faults
 from sweeper.records import TrialRecord, trainer_metrics
 from sweeper.status import (SPACE_FILE, STATUS_FILE, best_line, counts_line, driver_alive, driver_record, format_table,
                             load_records, write_text_atomic)
@@ -26,9 +27,12 @@ class SweepViews:
     (which the live view, sweeper/live.py, draws from) and the MLflow mirror (`tracker`). The
     ledger tells it of each start, report and end; nothing here is read back by the sweep."""
 
-    def __init__(self, sweep_dir: Path, spec, ledger, trials_root: str, tracker=None, clock=time.monotonic):
+    def __init__(self, sweep_dir: Path, spec, ledger, trials_root: str, tracker=None, clock=time.monotonic,
+                 say: Speaker | None = None, faults: Faults | None = None):
         self.sweep_dir, self.spec, self.ledger, self.trials_root = Path(sweep_dir), spec, ledger, trials_root
         self.clock = clock
+        self.say = say or Speaker(discard)  # where the sweep's warnings go (its caller's sink)
+        self.faults = faults or Faults()
         self.tracker = tracker  # SweepTracker or None
         self.tracking_failed = False
         self.launched = time.time()
@@ -84,7 +88,7 @@ class SweepViews:
     def on_report(self, number: int, result: dict) -> None:
         self._metrics[number] = {**_numbers(trainer_metrics(result)), **_numbers({"time_total_s": result.get("time_total_s")})}
         self._track("on_result", self.record(number))
-        fault_point("logged")
+        self.faults.point("logged")
         self._dirty = True
         self.flush()
 
@@ -98,8 +102,7 @@ class SweepViews:
             return
         if self.ledger.trials[number].status != "failed":  # the study takes no attribute of an ended trial
             self.ledger.set_trial_attr(number, "error", message[:500])
-        print(f"warning: trial {self.ledger.trials[number].name} failed after its retries: {message[:300]}",
-              file=sys.stderr, flush=True)
+        self.say.warning(f"warning: trial {self.ledger.trials[number].name} failed after its retries: {message[:300]}")
 
     def flush(self) -> None:
         if self._dirty and self.clock() - self._written >= STATUS_EVERY_S:
@@ -113,8 +116,8 @@ class SweepViews:
             getattr(self.tracker, method)(record)
         except Exception as err:  # noqa: BLE001
             if not self.tracking_failed:
-                print(f"warning: MLflow tracking failed ({type(err).__name__}: {str(err)[:200]}); "
-                      "the sweep goes on, status.json stays current", file=sys.stderr, flush=True)
+                self.say.warning(f"warning: MLflow tracking failed ({type(err).__name__}: {str(err)[:200]}); "
+                                 "the sweep goes on, status.json stays current")
             self.tracking_failed = True
 
     def write(self, state: str) -> None:
@@ -137,7 +140,8 @@ class SweepViews:
             if hit is None or hit[0] != key:
                 hit = self._json[number] = (key, json.dumps(r.to_dict(), default=str))
             trials.append(hit[1])
-        write_text_atomic(self.sweep_dir / STATUS_FILE, head[:-2] + ',\n  "trials": [' + ", ".join(trials) + "]\n}")
+        write_text_atomic(self.sweep_dir / STATUS_FILE, head[:-2] + ',\n  "trials": [' + ", ".join(trials) + "]\n}",
+                          lambda: self.faults.point("state_write"))
 
 
 def _numbers(metrics: dict) -> dict:

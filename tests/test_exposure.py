@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 LISTEN_PROBE = """
 import json, os
-from sweeper.commands.launch import loopback_only
+from sweeper.local_ray import loopback_only
 loopback_only()
 from sweeper.adapters import ray_tune
 import ray

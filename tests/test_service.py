@@ -131,6 +131,54 @@ def test_two_sweeps_at_once_and_a_ctrl_c_stops_only_its_own(tmp_path, service_di
     assert state["pid"] == pid and sum(w["trained"] for w in state["worker_info"]) >= 4  # every trial on a warm worker
 
 
+def _switch_space(where: Path, name: str, switch: int, steps: int) -> Path:
+    """A sweep whose trials differ from another's by their switch step (which every report carries)."""
+    path = where / f"{name}.yaml"
+    path.write_text(SPACE.format(name=name, steps=steps).replace("switch_step: 10", f"switch_step: {switch}"))
+    return path
+
+
+def test_two_sweeps_launched_together_keep_their_own_trials_runs_store_and_umask(tmp_path, service_dir):
+    """Two sweeps whose names share a prefix, started at the same moment on one service, from a
+    folder of the user's with umask 077 and a relative tracking URI: each trains its own trials in
+    its own folder, with its own config, logs them to its own MLflow children in the user's store,
+    and leaves nothing readable by others."""
+    env = env_of(service_dir)
+    start_service(service_dir, tmp_path, env)  # the service's folder is not the user's
+    user = tmp_path / "user"
+    user.mkdir()
+    steps = 300
+    spaces = {"fifo": _switch_space(user, "fifo", 40, steps), "fifoc": _switch_space(user, "fifoc", 170, steps)}
+    switch = {"fifo": 40, "fifoc": 170}
+    barrier = [sweeper_cmd("launch", path, "--progress", "none", "--tracking-uri", "sqlite:///rel.db")
+               for path in spaces.values()]
+    launches = [subprocess.Popen(cmd, cwd=user, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 preexec_fn=lambda: os.umask(0o077)) for cmd in barrier]  # both at once
+    outs = [p.communicate(timeout=400)[0] for p in launches]
+    for launched, out in zip(launches, outs):
+        assert launched.returncode == 0 and "On the service (pid" in out, out
+    assert (user / "rel.db").is_file() and not (tmp_path / "rel.db").exists()  # the launch's folder, not the service's
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{user / 'rel.db'}")
+    for name, path in spaces.items():
+        trials = sorted(p.name for p in (user / "sweeps" / name / "trials").iterdir())
+        assert trials == ["t0000", "t0001"], (name, trials)
+        for trial in trials:
+            reports = [json.loads(line) for line in (user / "sweeps" / name / "trials" / trial / "metrics.jsonl").read_text().splitlines()]
+            assert [r["step"] for r in reports] == [100, 200, 300]
+            assert reports[-1]["switch_step"] == switch[name]  # attention came on at its own sweep's switch
+        experiment = client.get_experiment_by_name(name)
+        children = client.search_runs([experiment.experiment_id], filter_string="tags.role = 'trial'")
+        assert sorted(r.data.tags["trial_id"] for r in children) == ["t0000", "t0001"]
+        for run in children:
+            assert run.data.params["dat.switch_step"] == str(switch[name])
+            assert [m.step for m in client.get_metric_history(run.info.run_id, "acc_3x")] == [100, 200, 300]
+    readable = [str(p) for p in [user / "sweeps", *(user / "sweeps").rglob("*"), user / "rel.db", *(user / "mlartifacts").rglob("*")]
+                if not p.is_symlink() and p.exists() and p.stat().st_mode & 0o007]
+    assert readable == [], readable  # as a launch in its own process under umask 077 would leave them
+
+
 def test_a_killed_service_loses_nothing(tmp_path, service_dir):
     env = env_of(service_dir)
     # the service SIGKILLs itself when the third report (step 300 of the first trial) reaches it (sweeper/faults.py)

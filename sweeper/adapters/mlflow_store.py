@@ -10,11 +10,11 @@ import contextlib
 import json
 import os
 import queue
-import sys
 import threading
 import time
 import urllib.parse
 from pathlib import Path
+from typing import Callable
 
 from sweeper.tracking_uri import hide_password
 from sweeper.records import TrialRecord, is_per_length, length_metrics
@@ -66,8 +66,9 @@ def unreachable(err: BaseException) -> bool:
         "status code 504", "ConnectionError", "Temporary failure in name resolution"))
 
 
-def retrying(call, deadline: float, what: str):
-    """`call()`, retried with backoff while the store is unreachable, until `deadline` (monotonic)."""
+def retrying(call, deadline: float, what: str, say: Callable[[str], None] | None = None):
+    """`call()`, retried with backoff while the store is unreachable, until `deadline` (monotonic);
+    `say` hears of the first retry."""
     for attempt in range(10**9):
         try:
             return call()
@@ -75,8 +76,8 @@ def retrying(call, deadline: float, what: str):
             wait = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
             if not unreachable(err) or time.monotonic() + wait > deadline:
                 raise
-            if attempt == 0:
-                print(f"note: MLflow unreachable while {what} ({cut(str(err), 120)}); retrying", file=sys.stderr, flush=True)
+            if attempt == 0 and say is not None:
+                say(f"note: MLflow unreachable while {what} ({cut(str(err), 120)}); retrying")
             time.sleep(wait)
 
 
@@ -87,8 +88,9 @@ class BackgroundLog:
     is tried PERMANENT_TRIES times, then set aside. `drain` waits for the queue to empty, for at
     most a deadline, and returns what is left and what was set aside: nothing is dropped."""
 
-    def __init__(self, apply):
+    def __init__(self, apply, say: Callable[[str], None] | None = None):
         self.apply = apply  # apply(method, record): the real call
+        self.say = say or (lambda text: None)  # where a store that went down, or came back, is told
         self.queue: queue.Queue = queue.Queue()
         self.failed: list[tuple[str, TrialRecord, str]] = []  # (method, record, why)
         self.deadline: float | None = None  # set by drain
@@ -113,16 +115,16 @@ class BackgroundLog:
             try:
                 self.apply(method, record)
                 if self.down_since is not None:
-                    print(f"note: MLflow reachable again after {time.monotonic() - self.down_since:.0f} s; "
-                          f"{self.queue.qsize()} queued calls to go", file=sys.stderr, flush=True)
+                    self.say(f"note: MLflow reachable again after {time.monotonic() - self.down_since:.0f} s; "
+                             f"{self.queue.qsize()} queued calls to go")
                     self.down_since = None
                 return
             except Exception as err:  # noqa: BLE001 - every failure is either retried or kept
                 down = unreachable(err)
                 if down and self.down_since is None:
                     self.down_since = time.monotonic()
-                    print(f"warning: MLflow unreachable ({cut(str(err), 160)}); the sweep goes on, its reports "
-                          "are queued and logged when the server answers", file=sys.stderr, flush=True)
+                    self.say(f"warning: MLflow unreachable ({cut(str(err), 160)}); the sweep goes on, its reports "
+                             "are queued and logged when the server answers")
                 attempt += 1
                 wait = BACKOFF_S[min(attempt - 1, len(BACKOFF_S) - 1)]
                 out_of_time = self.deadline is not None and time.monotonic() + wait > self.deadline

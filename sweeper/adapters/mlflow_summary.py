@@ -24,7 +24,7 @@ def finish(tracker: SweepTracker, records: list[TrialRecord], baselines: list[di
     """Best-trial tags, summary tables and sweep plots on the parent run; returns the plot files.
     Retried while the store is unreachable, for at most `timeout_s`."""
     return retrying(lambda: _finish(tracker, records, baselines, interrupted), time.monotonic() + timeout_s,
-                    "finishing the sweep's run")
+                    "finishing the sweep's run", tracker.say)
 
 
 def _finish(tracker: SweepTracker, records: list[TrialRecord], baselines: list[dict], interrupted: bool) -> list[Path]:

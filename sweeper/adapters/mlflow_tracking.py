@@ -24,7 +24,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -39,19 +39,22 @@ DRAIN_S = 60.0  # at the end of a sweep: how long the queue may take to empty be
 RUN_STATUS = {"completed": "FINISHED", "stopped": "FINISHED", "diverged": "FINISHED", "failed": "FAILED"}
 
 
-def artifact_root(uri: str) -> str:
+def artifact_root(uri: str, cwd: Path) -> str:
     """Where an embedded store's artifacts go: `mlartifacts` beside its database file (for the
-    default ./mlflow.db, ./mlartifacts), wherever the process that logs them runs."""
+    default ./mlflow.db, ./mlartifacts), else in the caller's folder `cwd`."""
     if uri.startswith("sqlite:///"):
         return (Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts").resolve().as_uri()
-    return (Path.cwd() / "mlartifacts").resolve().as_uri()
+    return (cwd / "mlartifacts").resolve().as_uri()
 
 
 class SweepTracker:
     """Mirrors a sweep into MLflow; `ledger` keeps the parent run's uid (None: a new one each time)."""
 
-    def __init__(self, uri: str, spec: SearchSpace, sweep_dir: Path, experiment: str | None = None, ledger=None):
+    def __init__(self, uri: str, spec: SearchSpace, sweep_dir: Path, experiment: str | None = None, ledger=None,
+                 say: Callable[[str], None] | None = None, cwd: str | Path | None = None):
         self.uri, self.spec, self.sweep_dir = uri, spec, Path(sweep_dir)
+        self.say = say  # where notes on an unreachable store go (the sweep's caller)
+        self.cwd = Path(cwd) if cwd is not None else Path.cwd()  # a file store's artifacts go beside the caller
         self.experiment = experiment or spec.name
         self.ledger = ledger
         self._client = None
@@ -68,7 +71,7 @@ class SweepTracker:
 
     def start(self, space_file: str | Path, timeout_s: float = DRAIN_S) -> str:
         """Create (or find again, on resume) the experiment and the sweep's parent run."""
-        return retrying(lambda: self._start(space_file), time.monotonic() + timeout_s, "starting the sweep's run")
+        return retrying(lambda: self._start(space_file), time.monotonic() + timeout_s, "starting the sweep's run", self.say)
 
     def _start(self, space_file: str | Path) -> str:
         st = self.state
@@ -84,7 +87,7 @@ class SweepTracker:
             st.update(tracking_uri=self.uri, parent_uid=uid)
         exp = self.client.get_experiment_by_name(self.experiment)
         if exp is None:
-            artifacts = None if "://" in self.uri and not self.uri.startswith("sqlite") else artifact_root(self.uri)
+            artifacts = None if "://" in self.uri and not self.uri.startswith("sqlite") else artifact_root(self.uri, self.cwd)
             # the UI opens an experiment of this kind on its training-runs view
             exp_id = self.client.create_experiment(self.experiment, artifact_location=artifacts,
                                                    tags={"mlflow.experimentKind": "custom_model_development"})
@@ -196,8 +199,7 @@ class SweepTracker:
 
     def _queue(self, method: str, record: TrialRecord) -> None:
         if self._log is None:
-            self._log = BackgroundLog(self._apply)
-            _LIVE.append(self)
+            self._log = BackgroundLog(self._apply, self.say)
         self._log.put(method, record)
 
     def _apply(self, method: str, record: TrialRecord) -> None:
@@ -209,8 +211,6 @@ class SweepTracker:
         if self._log is None:
             return []
         left, self._log = self._log.drain(timeout_s), None
-        if self in _LIVE:
-            _LIVE.remove(self)
         return left
 
     def reconcile(self, records: list[TrialRecord], timeout_s: float = DRAIN_S) -> int:
@@ -228,7 +228,7 @@ class SweepTracker:
             return {r.data.tags.get("trial_id"): r for r in runs}
 
         deadline = time.monotonic() + timeout_s
-        runs = retrying(children, deadline, "reading the sweep's runs")
+        runs = retrying(children, deadline, "reading the sweep's runs", self.say)
         made = 0
         for record in records:
             run = runs.get(record.trial_id)
@@ -243,9 +243,9 @@ class SweepTracker:
                 entry["last_step"] = max(entry["last_step"], logged)
             reports = trial_reports(record.path)  # the views' step may lag the trial's folder: read every trial's
             if reports:
-                made += retrying(lambda: self._fill_gaps(record, reports, run), deadline, "logging a trial's reports")
+                made += retrying(lambda: self._fill_gaps(record, reports, run), deadline, "logging a trial's reports", self.say)
             if record.status in FINAL and (run is None or run.info.status == "RUNNING" or run.data.tags.get("status") != record.status):
-                retrying(lambda: self._on_end(record), deadline, "logging a trial's end")
+                retrying(lambda: self._on_end(record), deadline, "logging a trial's end", self.say)
                 made += 1
         return made
 
@@ -315,17 +315,6 @@ def trial_reports(trial_dir: str) -> list[tuple[int, dict]]:
         return []
     return [(int(r["step"]), {k: v for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
             for r in RunDir(trial_dir).reports()]
-
-
-_LIVE: list[SweepTracker] = []  # trackers of this process whose background log runs (a resumed sweep's is Ray's copy)
-
-
-def drain_all(timeout_s: float = DRAIN_S) -> list[tuple[str, TrialRecord, str]]:
-    """Drain every live tracker of this driver (see SweepTracker.drain)."""
-    left = []
-    for tracker in list(_LIVE):
-        left += tracker.drain(timeout_s)
-    return left
 
 
 def describe_unlogged(left: list[tuple[str, TrialRecord, str]]) -> str:

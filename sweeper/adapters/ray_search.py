@@ -15,7 +15,7 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
 from sweeper.adapters.optuna_ledger import Ledger
-from sweeper.faults import fault_point
+from sweeper.faults import Faults
 from sweeper.stopping import RungStopper
 
 STEP = "step"  # the time axis: the training step the trainer reports
@@ -37,6 +37,7 @@ class LedgerSearcher(Searcher):
         super().__init__(metric=metric, mode=mode)
         self.ledger, self.views = ledger, views
         self.num_samples, self.max_steps = num_samples, max_steps
+        self.fault = views.faults.point
         self.numbers: dict[str, int] = {}  # Ray's trial id -> the ledger's trial number
         self.to_resume = deque(ledger.unfinished())
 
@@ -66,7 +67,7 @@ class LedgerSearcher(Searcher):
         value = result.get(self.metric)
         if isinstance(value, (int, float)):
             self.ledger.report(number, int(result[STEP]), float(value))
-        fault_point("report")
+        self.fault("report")
         self.views.on_report(number, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
@@ -75,7 +76,7 @@ class LedgerSearcher(Searcher):
             return
         if error:
             self.ledger.end(number, "failed", None)
-            fault_point("end")
+            self.fault("end")
             self.views.on_end(number)
             return
         if not result or STEP not in result:
@@ -86,16 +87,16 @@ class LedgerSearcher(Searcher):
             return  # cut off by an interrupt: the next launch continues it
         value = result.get(self.metric)
         self.ledger.end(number, status, float(value) if isinstance(value, (int, float)) else None)
-        fault_point("stop" if status == "stopped" else "end")
+        self.fault("stop" if status == "stopped" else "end")
         self.views.on_end(number)
 
 
 class LedgerASHA(FIFOScheduler):
     """Ray Tune's side of the sweep's early stopping (sweeper/stopping.py): a STOP when it says so."""
 
-    def __init__(self, stopper: RungStopper):
+    def __init__(self, stopper: RungStopper, faults: Faults):
         super().__init__()
-        self.stopper = stopper
+        self.stopper, self.fault = stopper, faults.point
 
     def set_search_properties(self, metric, mode, **spec) -> bool:
         return True
@@ -104,5 +105,5 @@ class LedgerASHA(FIFOScheduler):
         number = trial.config.get("number")
         if number is None or STEP not in result or not self.stopper.on_report(number, result):
             return TrialScheduler.CONTINUE
-        fault_point("verdict")
+        self.fault("verdict")
         return TrialScheduler.STOP

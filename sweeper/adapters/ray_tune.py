@@ -16,6 +16,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import uuid
 import warnings
 from typing import Any
 
@@ -184,15 +185,23 @@ class EventStopper(tune.Stopper):
         return (EventStopper, ())
 
 
+def registry_name(sweep: str) -> str:
+    """The name this launch's trainable is registered under in Ray Tune's registry, which is the
+    Ray cluster's (a key-value table of its GCS): the function's name unless set. Two sweeps on one
+    Ray (the service's, or a cluster) each register their own, so neither runs the other's."""
+    return f"sweeper-{sweep[:60]}-{uuid.uuid4().hex[:12]}"
+
+
 def build_tuner(spec: SearchSpace, ledger: Ledger, views, trials_root: str, scratch: str,
                 stop: threading.Event | None = None, workers: list | None = None) -> tune.Tuner:
     """A Tuner that runs `spec`'s trials from the ledger: those a resumed sweep left unended, then new
     ones until num_samples. Ray's experiment files go to `scratch` (nothing reads them back). On the
-    resident service: `stop` ends the sweep when set, and trials train on the warm `workers`."""
+    resident service: `stop` ends the sweep when set, and trials train on the warm `workers`. The
+    trainable's name is this launch's own (`registry_name`)."""
     budget, sch = spec.budget, spec.scheduler
     searcher = LedgerSearcher(ledger, views, budget.num_samples, budget.max_steps, spec.metric, spec.mode)
     if sch.type == "asha":
-        scheduler = LedgerASHA(stopper_for(spec, ledger))
+        scheduler = LedgerASHA(stopper_for(spec, ledger), views.faults)
     else:
         scheduler = FIFOScheduler()
     threads = max(1, int(spec.resources.cpu))
@@ -203,6 +212,7 @@ def build_tuner(spec: SearchSpace, ledger: Ledger, views, trials_root: str, scra
         trainable = make_warm_trainable(workers, to_config, threads, trials_root)
     else:
         trainable = make_trainable(to_config, threads, trials_root)
+    trainable.__name__ = trainable.__qualname__ = registry_name(spec.name)
     return tune.Tuner(
         tune.with_resources(trainable, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}),
         tune_config=tune.TuneConfig(

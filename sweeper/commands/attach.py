@@ -10,32 +10,31 @@ second Ctrl-C leaves at once, the sweep still stopping on the service.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
 from pathlib import Path
 
+from sweeper.events import Fitted, Running, Say
+from sweeper.live_events import Terminal
+from sweeper.request import SweepRequest
 from sweeper.service_link import Messages, code_hash, connect, project_root, send, service_dir
+from sweeper.sweep_checks import check_request
 from trainables.errors import ConfigError, one_line
 
 
-def attach(args: argparse.Namespace) -> int | None:
+def attach(sweep: SweepRequest, progress: str, every_s: float) -> int | None:
     """The sweep's exit code, run on the service; None when no service answers (or it runs older
     code than this checkout's and cannot restart now): the caller runs the sweep itself."""
     conn = connect()
     if conn is None:
         return None
-    from sweeper.commands.launch import check_launch
-
-    spec, experiment_dir, sweep_dir, uri = check_launch(args)
-    request = {"verb": "launch", "code": code_hash(), "root": project_root(), "file": str(Path(args.file).resolve()),
-               "storage": str(Path(experiment_dir).parent), "tracking_uri": uri, "experiment": args.experiment,
-               "restart": bool(args.restart), "progress_every": float(args.progress_every)}
+    name = check_request(sweep).spec.name
+    request = {"verb": "launch", "code": code_hash(), "root": project_root(), **sweep.message()}
     for _ in range(2):  # a second time after the service restarted on this checkout's code
         with conn:
             send(conn, request)
-            code = _follow(conn, args, spec.name)
+            code = _follow(conn, Terminal(progress, every_s), name)
         if code != RESTARTED:
             return code
         conn = _wait_for_restart(request["code"])
@@ -64,9 +63,8 @@ def _wait_for_restart(code: str):
     return None
 
 
-def _follow(conn, args: argparse.Namespace, name: str) -> int | None:
-    from sweeper import live
-
+def _follow(conn, terminal: Terminal, name: str) -> int | None:
+    """The service's messages about the sweep, shown as the events they carry, until its exit code."""
     interrupts = []
 
     def on_interrupt(*_) -> None:
@@ -81,17 +79,14 @@ def _follow(conn, args: argparse.Namespace, name: str) -> int | None:
             pass
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
-    view = None
     try:
         for message in Messages(conn):
-            if "out" in message:
-                print(message["out"], end="", flush=True)
-            elif "err" in message:
-                print(message["err"], end="", file=sys.stderr, flush=True)
-            elif "sweep_dir" in message and view is None and args.progress != "none":
-                view = live.LiveView(Path(message["sweep_dir"]), live.plan_of(Path(message["sweep_dir"])), args.progress,
-                                     args.progress_every)
-                view.__enter__()
+            if "out" in message or "err" in message:
+                terminal(Say(str(message.get("out", message.get("err"))).rstrip("\n"), "info" if "out" in message else "note"))
+            elif "sweep_dir" in message:
+                terminal(Running(Path(message["sweep_dir"])))
+            elif "fitted" in message:
+                terminal(Fitted())
             elif "stale" in message:
                 print(f"note: {message['stale']}", file=sys.stderr)
                 return None
@@ -100,14 +95,10 @@ def _follow(conn, args: argparse.Namespace, name: str) -> int | None:
                 return RESTARTED
             elif "error" in message:
                 raise ConfigError(str(message["error"]))
-            elif "fitted" in message and view is not None:
-                view.__exit__(None, None, None)
-                view = None
             elif "exit" in message:
                 return int(message["exit"])
     finally:
-        if view is not None:
-            view.__exit__(None, None, None)
+        terminal.close()
         signal.signal(signal.SIGINT, previous)
     print(f"error: the service stopped while running sweep {one_line(name, 80)} (killed?); the same command resumes "
           f"the sweep (service log: {service_dir() / 'service.log'})", file=sys.stderr)

@@ -1,0 +1,141 @@
+"""What a caller asks of one sweep: a typed, frozen request, every path resolved against its folder.
+
+`sweeper launch` builds one from its flags and its own process (`from_caller`); the resident
+service builds one from an attached launch's message (`from_message`), whose fields the launch
+filled the same way in its own folder and environment. A sweep (sweeper/sweep.py) reads nothing
+else of its caller: not the process's working folder, umask or environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from sweeper.sweep_dir import DEFAULT_STORAGE, is_uri
+from sweeper.tracking_uri import resolve_uri, uri_source
+from trainables.errors import ConfigError, brief
+
+MAX_FIELD = 4096  # characters of a path or URI in a request
+
+
+class SweepRequest(BaseModel):
+    """One sweep as its caller asked for it; paths absolute, the tracking URI resolved."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    file: str  # the search-space file, absolute
+    storage: str  # the folder of the sweep's folder (absolute), or a URI (refused by the checks)
+    tracking_uri: str  # MLflow's store, a relative SQLite or file path made absolute
+    tracking_source: str = "--tracking-uri"  # where the URI came from, as an error line names it
+    experiment: str | None = None  # MLflow experiment (default: the sweep's name)
+    restart: bool = False
+    address: str | None = None  # an existing Ray cluster; None: local
+    shared_storage: bool = False  # the caller confirmed every node sees `storage`
+    cwd: str  # the caller's folder
+    umask: int  # the caller's umask: what the sweep creates is no more open than it allows
+
+    @field_validator("file", "storage", "tracking_uri", "cwd")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        if not value or len(value) > MAX_FIELD or "\0" in value:
+            raise ValueError(f"must be a non-empty text of at most {MAX_FIELD} characters with no NUL")
+        return value
+
+    @field_validator("file", "cwd")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not os.path.isabs(value):
+            raise ValueError("must be an absolute path")
+        return value
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, value: str) -> str:
+        if not is_uri(value) and not os.path.isabs(value):
+            raise ValueError("must be an absolute path")
+        return value
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _resolved(cls, value: str) -> str:
+        if resolve_uri(value, "/", {}) != value:  # a relative path would be the service's, not the caller's
+            raise ValueError("must be resolved (an absolute path for a SQLite or file store)")
+        return value
+
+    @field_validator("experiment")
+    @classmethod
+    def _experiment(cls, value: str | None) -> str | None:
+        from sweeper.space import check_name
+
+        return None if value is None else check_name(value)
+
+    @field_validator("umask")
+    @classmethod
+    def _umask(cls, value: int) -> int:
+        if not 0 <= value <= 0o777:
+            raise ValueError("must be a umask (0 to 0o777)")
+        return value
+
+    @classmethod
+    def from_caller(cls, file: str, storage: str | None = None, tracking_uri: str | None = None,
+                    experiment: str | None = None, restart: bool = False, address: str | None = None,
+                    shared_storage: bool = False, cwd: str | Path | None = None, umask: int | None = None,
+                    environ: Mapping[str, str] | None = None) -> "SweepRequest":
+        """A request as `sweeper launch` makes it: paths against `cwd` (default: this process's),
+        the URI from the flag, else `environ`'s $MLFLOW_TRACKING_URI, else `<cwd>/mlflow.db`."""
+        where = Path(cwd if cwd is not None else os.getcwd())
+        environ = os.environ if environ is None else environ
+        storage = storage or DEFAULT_STORAGE
+        return cls.checked({
+            "file": str(_against(where, file)),
+            "storage": storage if is_uri(storage) else str(_against(where, storage)),
+            "tracking_uri": resolve_uri(tracking_uri, where, environ),
+            "tracking_source": uri_source(tracking_uri, environ),
+            "experiment": experiment, "restart": restart, "address": address, "shared_storage": shared_storage,
+            "cwd": str(where), "umask": current_umask() if umask is None else umask,
+        }, "sweeper launch")
+
+    @classmethod
+    def from_message(cls, message: Mapping[str, Any]) -> "SweepRequest":
+        """The request an attached launch sent (its `verb`, `code` and `root` are the service's)."""
+        fields = {k: v for k, v in message.items() if k not in ("verb", "code", "root", "progress_every")}
+        return cls.checked(fields, "launch request")
+
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any], source: str) -> "SweepRequest":
+        """The request, or one ConfigError line naming the first field that breaks a rule."""
+        try:
+            return cls(**fields)
+        except ValidationError as err:
+            first = err.errors()[0]
+            key = ".".join(str(p) for p in first["loc"]) or "request"
+            rule = first["msg"].removeprefix("Value error, ")
+            raise ConfigError(f"{source}: {key}: {rule}, got {brief(first.get('input'), 60)}") from None
+        except TypeError as err:  # a message that is not a mapping of names
+            raise ConfigError(f"{source}: {err}") from None
+
+    def message(self) -> dict[str, Any]:
+        """The request as the attached launch sends it to the service."""
+        return self.model_dump()
+
+
+def _against(cwd: Path, path: str) -> Path:
+    """`path` (a user's `~` expanded) made absolute against `cwd`, not against this process's folder."""
+    return Path(os.path.normpath(cwd / Path(path).expanduser()))
+
+
+def current_umask() -> int:
+    """This process's umask, read without setting it (Linux: /proc); elsewhere set and restored."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old

@@ -1,0 +1,130 @@
+"""Every check of a sweep's request before anything starts or is written, and its folder.
+
+`check_request` runs in the caller's own process (also a launch that then attaches to the service)
+and again where the sweep runs; each refusal is one ConfigError line (file, key, rule, value).
+`prepare_sweep_dir` creates a new sweep's folder or checks a resumed one. Stdlib and the space
+only: no Ray, Optuna or MLflow is imported here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from sweeper.fs import check_writable
+from sweeper.request import SweepRequest
+from sweeper.space import SearchSpace, SpaceError
+from sweeper.space_file import load_space
+from sweeper.status import SPACE_FILE
+from sweeper.sweep_dir import OPTUNA_DB, folder_kind, is_uri, sweep_dir_for
+from sweeper.tracking_uri import hide_password, preflight
+from trainables.errors import cut
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A request that passed every check: its space and where the sweep lives."""
+
+    spec: SearchSpace
+    experiment_dir: str  # the storage folder of its trials
+    sweep_dir: Path
+
+
+def check_request(request: SweepRequest) -> Checked:
+    """Every check of the request's input, before anything starts or is written."""
+    spec = load_space(request.file)  # every user mistake in the file surfaces here, before Ray starts
+    experiment_dir, sweep_dir = sweep_dir_for(spec.name, request.storage)
+    if is_uri(experiment_dir):
+        raise SpaceError(f"--storage {request.storage}: trials keep their checkpoints in folders of their own, so the "
+                         "storage must be a path every node sees (a local folder, NFS, a shared volume)")
+    check_writable(sweep_dir, "--storage")
+    if request.address is None:
+        check_local_resources(spec, request.file)
+    else:
+        check_address(request.address)
+    preflight(request.tracking_uri, source=request.tracking_source)
+    return Checked(spec, experiment_dir, sweep_dir)
+
+
+def space_digest(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def prepare_sweep_dir(spec: SearchSpace, space_file: str, sweep_dir: Path, restart: bool,
+                      say: Callable[[str], None]) -> bool:
+    """Create or check the sweep's folder. Returns True when the sweep resumes. A folder is deleted
+    only on --restart and only when it is a sweep's (`say` hears of it); anything else is refused."""
+    kind = folder_kind(sweep_dir)
+    if kind == "foreign":
+        raise SpaceError(f"{sweep_dir}: holds files that are not a sweep's; nothing there was touched. Choose another "
+                         "`name` or --storage, or move that folder away")
+    if restart and kind in ("sweep", "started", "lost"):
+        say(f"--restart: removing {sweep_dir}")
+        shutil.rmtree(sweep_dir)
+    elif kind == "lost":
+        raise SpaceError(f"{sweep_dir / OPTUNA_DB}: missing: the sweep's study (its ledger: every trial's point, "
+                         "reports and end) is gone; put it back, or pass --restart to start the sweep over")
+    elif kind == "sweep":
+        saved = sweep_dir / SPACE_FILE
+        if saved.exists() and space_digest(saved) != space_digest(space_file):
+            raise SpaceError(
+                f"{space_file}: differs from the file sweep `{spec.name}` was started with ({saved}); "
+                f"pass --restart to start over, or change `name` to keep both"
+            )
+        return True
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(space_file, sweep_dir / SPACE_FILE)
+    return False
+
+
+def local_gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_local_resources(spec: SearchSpace, source: str) -> None:
+    """A local sweep whose trial asks for more than this machine has would wait forever: refuse it."""
+    cpus = os.cpu_count() or 1
+    if spec.resources.cpu > cpus:
+        raise SpaceError(f"{source}: resources.cpu: a trial asks for {spec.resources.cpu:g} CPUs, this machine has {cpus} "
+                         "(no trial could ever start); lower it, or run on a cluster with --address")
+    if spec.resources.gpu > 0:
+        gpus = local_gpu_count()
+        if spec.resources.gpu > gpus:
+            raise SpaceError(f"{source}: resources.gpu: a trial asks for {spec.resources.gpu:g} GPUs, this machine has {gpus} "
+                             "(no trial could ever start); set it to 0, or run on a cluster with --address")
+
+
+RAY_ADDRESS = re.compile(r"(?P<client>ray://)?(?P<host>[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(:(?P<port>[0-9]{1,5}))?")
+RAY_CLIENT_PORT = 10001  # of ray://HOST with no port
+
+
+def check_address(address: str) -> None:
+    """--address: `auto`, or a host and port in a form Ray reads where something accepts a connection."""
+    if address == "auto":
+        return
+    match = RAY_ADDRESS.fullmatch(address)
+    if match is None or not (match["port"] or match["client"]) or not 0 < int(match["port"] or RAY_CLIENT_PORT) < 65536:
+        raise SpaceError(f"--address {cut(address, 80)}: not a Ray address; use auto, ray://HOST:10001 (the head's "
+                         "Ray client server) or HOST:6379 (its GCS)")
+    host, port = match["host"].strip("[]"), int(match["port"] or RAY_CLIENT_PORT)
+    try:
+        socket.create_connection((host, port), timeout=5.0).close()
+    except OSError as err:
+        raise SpaceError(f"--address {cut(address, 80)}: nothing answers at {cut(host, 60)}:{port} "
+                         f"({err.strerror or err}); is the cluster up, and is that its Ray client or GCS port?") from None
+
+
+def check_same_store(sweep_dir: Path, uri: str, source: str, started_with: str | None) -> None:
+    """A resumed sweep logs to the store it started with: its parent and child runs are there."""
+    if started_with and hide_password(started_with) != hide_password(uri):  # kept without its password
+        shown, theirs = hide_password(uri), hide_password(started_with)
+        raise SpaceError(f"{source} {shown}: sweep `{sweep_dir.name}` logs to {theirs} (its runs are there); "
+                         f"resume with --tracking-uri {theirs}, or pass --restart to start over")
