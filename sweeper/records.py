@@ -69,3 +69,8 @@ def ranked(records: list[TrialRecord], metric: str, mode: str) -> list[TrialReco
     """Trials with a score, best first."""
     scored = [r for r in records if score(r, metric) is not None]
     return sorted(scored, key=lambda r: score(r, metric), reverse=(mode == "max"))
+
+
+def trial_name(number: int) -> str:
+    """A trial's name in every view (status, MLflow, the trial's folder): stable across launches."""
+    return f"t{number:04d}"

@@ -39,42 +39,42 @@ class SweepRequest(BaseModel):
 
     @field_validator("file", "storage", "tracking_uri", "cwd")
     @classmethod
-    def _text(cls, value: str) -> str:
+    def no_empty_or_huge_text(cls, value: str) -> str:
         if not value or len(value) > MAX_FIELD or "\0" in value:
             raise ValueError(f"must be a non-empty text of at most {MAX_FIELD} characters with no NUL")
         return value
 
     @field_validator("file", "cwd")
     @classmethod
-    def _absolute(cls, value: str) -> str:
+    def an_absolute_path(cls, value: str) -> str:
         if not os.path.isabs(value):
             raise ValueError("must be an absolute path")
         return value
 
     @field_validator("storage")
     @classmethod
-    def _storage(cls, value: str) -> str:
+    def storage_absolute_unless_a_uri(cls, value: str) -> str:
         if not is_uri(value) and not os.path.isabs(value):
             raise ValueError("must be an absolute path")
         return value
 
     @field_validator("tracking_uri")
     @classmethod
-    def _resolved(cls, value: str) -> str:
+    def uri_resolved(cls, value: str) -> str:
         if resolve_uri(value, "/", {}) != value:  # a relative path would be the service's, not the caller's
             raise ValueError("must be resolved (an absolute path for a SQLite or file store)")
         return value
 
     @field_validator("experiment")
     @classmethod
-    def _experiment(cls, value: str | None) -> str | None:
+    def experiment_named_as_a_sweep(cls, value: str | None) -> str | None:
         from sweeper.space import check_name
 
         return None if value is None else check_name(value)
 
     @field_validator("umask")
     @classmethod
-    def _umask(cls, value: int) -> int:
+    def a_umask(cls, value: int) -> int:
         if not 0 <= value <= 0o777:
             raise ValueError("must be a umask (0 to 0o777)")
         return value

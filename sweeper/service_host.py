@@ -38,11 +38,12 @@ import time
 from pathlib import Path
 
 from sweeper import orphans
-from sweeper.events import Event, Fitted, Running, Say
+from sweeper.events import Event, Running, Say
 from sweeper.faults import Faults
 from sweeper.local_ray import LATE_NOTE, loopback_only
 from sweeper.lock import open_lock_file
 from sweeper.request import SweepRequest
+from sweeper.service_session import LaunchSink, Served, watch_client
 from sweeper.sweep import Sweep, SweepHost
 from sweeper.service_link import (LOG, SOCKET, STATE, Messages, code_hash, ensure_private_dir, peer,
                                   project_root, send, service_dir)
@@ -52,37 +53,6 @@ LOCK = "service.lock"
 JOIN_S = 120.0  # at the end, how long each sweep may take to write itself down
 
 log = logging.getLogger(__name__)
-
-
-class _LaunchSink:
-    """A sweep's events as messages to the launch attached to it (sweeper/commands/attach.py)."""
-
-    def __init__(self, conn: socket.socket):
-        self.conn, self.lock = conn, threading.Lock()
-
-    def __call__(self, event: Event) -> None:
-        if isinstance(event, Say):
-            self.send({"out" if event.level == "info" else "err": event.text})
-        elif isinstance(event, Running):
-            self.send({"sweep_dir": str(event.sweep_dir)})
-        elif isinstance(event, Fitted):
-            self.send({"fitted": True})
-
-    def send(self, message: dict) -> None:
-        try:
-            with self.lock:
-                send(self.conn, message)
-        except OSError:
-            pass  # the launch left; its sweep is being stopped
-
-
-class Served:
-    """A sweep the service runs for one attached launch."""
-
-    def __init__(self, name: str, client_pid: int):
-        self.name, self.client_pid, self.since = name, client_pid, time.time()
-        self.stop = threading.Event()
-        self.sweep_dir: Path | None = None
 
 
 class Service:
@@ -224,8 +194,8 @@ class Service:
             self.ending.set()
             return
         served = Served(Path(request.file).name, peer(conn)[0])
-        sink = _LaunchSink(conn)
-        reader = threading.Thread(target=_watch_client, args=(rest, served.stop), name="sweeper-service-client", daemon=True)
+        sink = LaunchSink(conn)
+        reader = threading.Thread(target=watch_client, args=(rest, served.stop), name="sweeper-service-client", daemon=True)
         me = threading.get_ident()
         with self.sweeps_lock:
             self.sweeps[me] = served
@@ -251,7 +221,7 @@ class Service:
             sink.send({"exit": code})
             log.info(f"sweep {served.name}: ended with {code}")
 
-    def _announcing(self, sink: _LaunchSink, served: Served):
+    def _announcing(self, sink: LaunchSink, served: Served):
         """The launch's sink, which also notes in the service's status where the sweep runs."""
 
         def forward(event: Event) -> None:
@@ -297,22 +267,11 @@ def _reply_error(conn: socket.socket, text: str) -> None:
         pass
 
 
-def _watch_client(messages, stop: threading.Event) -> None:
-    """The rest of the launch's messages: an interrupt, or the connection closing, stops its sweep."""
-    try:
-        for message in messages:
-            if message.get("verb") == "interrupt":
-                stop.set()
-    except ConfigError:
-        pass
-    stop.set()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sweeper.service_host", description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=None, help="warm trial workers (default: this machine's CPUs)")
     args = parser.parse_args(argv)
-    from sweeper.cli import usable_cpus
+    from sweeper.cli_types import usable_cpus
 
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s", force=True)
     try:

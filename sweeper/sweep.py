@@ -205,7 +205,7 @@ class Sweep:
                       lambda: self.faults.point("state_write"))
         self.faults.point("finish")
         if unlogged := self.tracker.drain():  # this sweep's reports still queued for MLflow
-            from sweeper.adapters.mlflow_tracking import describe_unlogged
+            from sweeper.adapters.mlflow_store import describe_unlogged
 
             self.say.warning(describe_unlogged(unlogged))
         try:

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
-from typing import TextIO
 
 from sweeper.events import Speaker, discard
 from sweeper.faults import Faults
@@ -44,7 +42,7 @@ class SweepViews:
     # -- records -------------------------------------------------------------------------------
 
     def _dir(self, number: int) -> str:
-        from sweeper.adapters.optuna_ledger import trial_name
+        from sweeper.records import trial_name
 
         return str(Path(self.trials_root) / trial_name(number))
 
@@ -188,18 +186,18 @@ def ensure_status(sweep_dir: Path) -> bool:
     return True
 
 
-def print_status(sweep_dir: Path, out: TextIO = sys.stdout) -> None:
+def status_lines(sweep_dir: Path) -> list[str]:
+    """What `sweeper status NAME` shows: state, counts, best, progress, the table."""
     data, records = load_records(sweep_dir)
     state = data["state"]
     if state == "running" and not driver_alive(data):
         state = "interrupted (driver gone; run `sweeper launch` with the same file to resume)"
     age = time.time() - data["updated"]
-    print(f"sweep {data['name']}: {state}, updated {age:.0f}s ago", file=out)
-    print(f"trials: {counts_line(records, data['num_samples'])}", file=out)
-    print(best_line(records, data["metric"], data["mode"], data.get("best")), file=out)
+    lines = [f"sweep {data['name']}: {state}, updated {age:.0f}s ago", f"trials: {counts_line(records, data['num_samples'])}",
+             best_line(records, data["metric"], data["mode"], data.get("best"))]
     if data["state"] == "running" or any(r.status in ("running", "pending", "interrupted") for r in records):
-        print(_progress_line(sweep_dir, records, running=state == "running"), file=out)
-    print(format_table(records, data["metric"], data["mode"]), file=out)
+        lines.append(_progress_line(sweep_dir, records, running=state == "running"))
+    return lines + [format_table(records, data["metric"], data["mode"])]
 
 
 def _progress_line(sweep_dir: Path, records: list[TrialRecord], running: bool) -> str:

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sweeper.cli import main as sweeper_main
-from sweeper.cli import usable_cpus
+from sweeper.cli_types import usable_cpus
 from sweeper.commands.trial import check_resume, parse_reports
 from tests.hostile import assert_refused, snapshot, sweeper
 from trainables.config import load_trial_config, with_overrides

@@ -40,7 +40,7 @@ def test_only_the_adapters_import_ray_optuna_or_mlflow():
 
 def test_each_adapter_imports_its_framework():
     expected = {"ray_tune": "ray", "ray_search": "ray", "ray_trainable": "ray", "ray_jobs": "ray", "ray_warm": "ray",
-                "optuna_search": "optuna",
+                "optuna_search": "optuna", "optuna_trial": "optuna",
                 "optuna_ledger": "optuna", "mlflow_store": "mlflow", "mlflow_tracking": "mlflow",
                 "mlflow_summary": "mlflow"}
     found = {p.stem: imported_roots(p) for p in ADAPTERS.glob("*.py") if p.stem != "__init__"}
@@ -160,3 +160,110 @@ def test_the_private_part_scan_finds_what_it_looks_for(tmp_path):
     found = " ".join(private_uses([planted], own_private_names(SOURCE_FILES)))
     for expected in ("._storage", "_node_ip_address=", "ray._private", "SELECT study_id", "tuner.pkl"):
         assert expected in found, expected
+
+
+SWEEPER_FILES = sorted((ROOT / "sweeper").rglob("*.py"))
+CLI_LAYER = ("cli.py", "commands")  # where a verb talks to the terminal
+
+
+def _in_cli_layer(path: Path) -> bool:
+    rel = path.relative_to(ROOT / "sweeper").parts
+    return rel[0] in CLI_LAYER
+
+
+def test_no_module_of_the_service_is_over_300_lines():
+    long = [f"{p.relative_to(ROOT)}: {n}" for p in SWEEPER_FILES if (n := len(p.read_text().splitlines())) > 300]
+    assert not long, long
+
+
+def import_graph(files: list[Path], package: str) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, at module level or inside functions."""
+    names = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p for p in files}
+    graph = {}
+    for name, path in names.items():
+        graph[name] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            graph[name] |= {t for t in targets if t in names and t != name and t.startswith(package)}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of `graph`: each a path that comes back to where it started."""
+    found, done = [], set()
+
+    def visit(node: str, path: list[str]) -> None:
+        for nxt in sorted(graph[node]):
+            if nxt in path:
+                found.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in done:
+                visit(nxt, path + [nxt])
+        done.add(node)
+
+    for start in sorted(graph):
+        if start not in done:
+            visit(start, [start])
+    return found
+
+
+def test_no_import_circle_in_the_service_counting_imports_inside_functions():
+    assert cycles(import_graph(SWEEPER_FILES, "sweeper")) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_library_code_neither_prints_nor_swaps_the_process_streams_nor_takes_a_namespace():
+    """A sweep speaks through events; only the command line (cli.py, commands/) and the terminal
+    views (live*.py) write to the terminal, and only the command line holds argparse's Namespace."""
+    found = []
+    for path in SWEEPER_FILES:
+        terminal = _in_cli_layer(path) or path.name.startswith("live")
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print" and not terminal:
+                found.append(f"{where}: print")
+            elif isinstance(node, (ast.Assign, ast.AugAssign)):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    if isinstance(target, ast.Attribute) and target.attr in ("stdout", "stderr"):
+                        found.append(f"{where}: sys.{target.attr} reassigned")
+            elif isinstance(node, ast.Attribute) and node.attr == "Namespace" and not _in_cli_layer(path):
+                found.append(f"{where}: argparse.Namespace")
+    assert not found, found
+
+
+def test_no_module_level_mutable_state_in_the_service():
+    """Nothing one sweep could leave for another in the same process: no `global`, and no
+    module-level list, dict or set that is not a constant (an UPPER_CASE name never mutated)."""
+    found = []
+    for path in SWEEPER_FILES:
+        tree = ast.parse(path.read_text())
+        constants = set()
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            value = getattr(node, "value", None)
+            container = isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)) or (
+                isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in ("list", "dict", "set"))
+            for target in targets:
+                if isinstance(target, ast.Name) and container:
+                    if not target.id.isupper():
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {target.id}")
+                    constants.add(target.id)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Global):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: global {', '.join(node.names)}")
+            mutated = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                       and node.func.attr in ("append", "extend", "update", "clear", "pop", "setdefault", "add", "remove")
+                       and isinstance(node.func.value, ast.Name) and node.func.value.id in constants)
+            stored = (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+                      and isinstance(node.value, ast.Name) and node.value.id in constants)
+            if mutated or stored:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: a module-level container mutated")
+    assert not found, found

@@ -1,5 +1,5 @@
 """The resident sweep service with a real service process: `sweeper serve --detach`, real Ray, warm
-workers, real attached launches (sweeper/service_host.py, sweeper/attach.py)."""
+workers, real attached launches (sweeper/service_host.py, sweeper/commands/attach.py)."""
 
 from __future__ import annotations
 

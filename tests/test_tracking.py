@@ -11,7 +11,7 @@ from sweeper.status import summary_csv
 from sweeper.adapters.optuna_ledger import Ledger
 from sweeper.records import TrialRecord
 from sweeper.space_file import load_space
-from sweeper.commands.launch import check_same_store
+from sweeper.sweep_checks import check_same_store
 from trainables.errors import ConfigError
 
 from conftest import ROOT, start_mlflow_server, stop

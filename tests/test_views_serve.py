@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from sweeper.serve import exposure_warning, is_loopback, url_of
+from sweeper.commands.web_server import exposure_warning, is_loopback, url_of
 from tests.conftest import free_port, sweeper_cmd, sweeper_env
 
 STARTUP_S = 180  # what a server may take to start on a loaded machine before the test calls it hung

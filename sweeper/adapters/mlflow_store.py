@@ -216,3 +216,38 @@ def fetch_trial_runs(uri: str, sweep_name: str, experiment: str | None = None) -
         "searched": [s for s in r.data.tags.get("searched", "").split(",") if s],
         "params": dict(r.data.params), "metrics": dict(r.data.metrics),
     } for r in runs]
+
+
+def trial_reports(trial_dir: str) -> list[tuple[int, dict]]:
+    """(step, metrics) of every report in a trial's folder (trainables/run_dir.py); [] where there is none."""
+    from trainables.run_dir import RunDir
+
+    if not trial_dir:
+        return []
+    return [(int(r["step"]), {k: v for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+            for r in RunDir(trial_dir).reports()]
+
+
+def describe_unlogged(left: list[tuple[str, TrialRecord, str]]) -> str:
+    """One line for the end of a sweep: what MLflow did not take (the next launch logs it)."""
+    trials = sorted({record.trial_id for _, record, _ in left})
+    return (f"warning: MLflow did not take {len(left)} calls of {len(trials)} trials ({cut(', '.join(trials), 80)}; "
+            f"last error: {left[-1][2]}); the trials' folders keep them: the next launch of this sweep logs them")
+
+
+def sweep_params(spec) -> dict[str, str]:
+    """The parent run's params: the budget, scheduler, searcher, fixed settings and the space."""
+    from sweeper.adapters.optuna_search import describe_space
+    from sweeper.space import flatten
+
+    params = {
+        "budget.num_samples": spec.budget.num_samples, "budget.max_concurrent": spec.budget.max_concurrent,
+        "budget.max_steps": spec.budget.max_steps, "budget.eval_every": spec.budget.eval_every,
+        "scheduler": spec.scheduler.type, "searcher.sampler": spec.searcher.sampler, "searcher.seed": spec.searcher.seed,
+        **({"searcher.startup_trials": spec.searcher.startup_trials} if spec.searcher.startup_trials else {}),
+        **{f"fixed.{k}": v for k, v in flatten(spec.fixed).items()},
+    }
+    for line in describe_space(spec):
+        name, dist = line.strip().split(None, 1)
+        params[f"space.{name}"] = dist[:500]
+    return {k: str(v)[:6000] for k, v in params.items()}

@@ -14,7 +14,8 @@ from mlflow.entities import Metric, RunTag
 
 from sweeper import plots
 from sweeper.adapters.mlflow_store import retrying
-from sweeper.adapters.mlflow_tracking import DRAIN_S, SweepTracker, trial_reports
+from sweeper.adapters.mlflow_store import trial_reports
+from sweeper.adapters.mlflow_tracking import DRAIN_S, SweepTracker
 from sweeper.records import TrialRecord, ranked, score
 from sweeper.space import trial_config_for
 from sweeper.status import format_table, summary_csv

@@ -29,10 +29,9 @@ from typing import Any, Callable
 import yaml
 
 from sweeper import plots
-from sweeper.adapters.mlflow_store import VIEW_TAG, BackgroundLog, client, retrying, trials_view, view_key
+from sweeper.adapters.mlflow_store import VIEW_TAG, BackgroundLog, client, retrying, sweep_params, trial_reports, trials_view, view_key
 from sweeper.records import TrialRecord, trainer_metrics
 from sweeper.space import SearchSpace, flatten, iter_params, trial_config_for
-from trainables.errors import cut
 
 PARENT_UID = "sweeper.mlflow_uid"  # the ledger's attribute naming the sweep's parent run (its tag parent_uid)
 DRAIN_S = 60.0  # at the end of a sweep: how long the queue may take to empty before what is left is set aside
@@ -93,7 +92,7 @@ class SweepTracker:
                                                    tags={"mlflow.experimentKind": "custom_model_development"})
         else:
             exp_id = exp.experiment_id
-        spec, params = self.spec, self._sweep_params()
+        spec, params = self.spec, sweep_params(self.spec)
         self.client.set_experiment_tag(exp_id, VIEW_TAG + view_key(spec.name),  # the runs table `sweeper ui` opens
                                        trials_view(spec.metric, spec.mode, sorted({p for p, _, _ in iter_params(spec.space)})))
         made = self.client.search_runs([exp_id], filter_string=f"tags.parent_uid = '{st['parent_uid']}'", max_results=1)
@@ -113,23 +112,6 @@ class SweepTracker:
             self.client.log_artifact(run.info.run_id, str(space_file))
         st.update({"tracking_uri": self.uri, "experiment_id": exp_id, "parent_run_id": run.info.run_id, "trials": {}})
         return run.info.run_id
-
-    def _sweep_params(self) -> dict[str, str]:
-        """The parent run's params: the budget, scheduler, searcher, fixed settings and the space."""
-        from sweeper.adapters.optuna_search import describe_space
-
-        spec = self.spec
-        params = {
-            "budget.num_samples": spec.budget.num_samples, "budget.max_concurrent": spec.budget.max_concurrent,
-            "budget.max_steps": spec.budget.max_steps, "budget.eval_every": spec.budget.eval_every,
-            "scheduler": spec.scheduler.type, "searcher.sampler": spec.searcher.sampler, "searcher.seed": spec.searcher.seed,
-            **({"searcher.startup_trials": spec.searcher.startup_trials} if spec.searcher.startup_trials else {}),
-            **{f"fixed.{k}": v for k, v in flatten(spec.fixed).items()},
-        }
-        for line in describe_space(spec):
-            name, dist = line.strip().split(None, 1)
-            params[f"space.{name}"] = dist[:500]
-        return {k: str(v)[:6000] for k, v in params.items()}
 
     def _adopt_stale_parent(self, exp_id: str, params: dict[str, str]):
         """A fresh start of this sweep directory: a parent run of it still RUNNING has no driver (this one
@@ -305,20 +287,3 @@ class SweepTracker:
                 png = plots.trial_lengths(record.metrics, cfg.task.max_len, title, Path(tmp) / "accuracy_vs_length.png")
                 self.client.log_artifact(run_id, str(png))
         self.client.set_terminated(run_id, RUN_STATUS.get(record.status, "FINISHED"))
-
-
-def trial_reports(trial_dir: str) -> list[tuple[int, dict]]:
-    """(step, metrics) of every report in a trial's folder (trainables/run_dir.py); [] where there is none."""
-    from trainables.run_dir import RunDir
-
-    if not trial_dir:
-        return []
-    return [(int(r["step"]), {k: v for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
-            for r in RunDir(trial_dir).reports()]
-
-
-def describe_unlogged(left: list[tuple[str, TrialRecord, str]]) -> str:
-    """One line for the end of a sweep: what MLflow did not take (the next launch logs it)."""
-    trials = sorted({record.trial_id for _, record, _ in left})
-    return (f"warning: MLflow did not take {len(left)} calls of {len(trials)} trials ({cut(', '.join(trials), 80)}; "
-            f"last error: {left[-1][2]}); the trials' folders keep them: the next launch of this sweep logs them")

@@ -21,13 +21,13 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
+from sweeper.adapters.optuna_trial import LedgerTrial
 from sweeper.adapters.optuna_search import DefineByRun, baseline_points, make_sampler, read_only_url
 from sweeper.space import SearchSpace
 from trainables.config import ConfigError
@@ -37,51 +37,6 @@ FORMAT = 2  # the sweep folder's layout: the study is the ledger, the trainer ow
 FORMAT_ATTR = "sweeper.format"
 MAX_REDRAWS = 20  # draws per new trial before a point that already ran is trained again
 FINAL_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-
-
-def trial_name(number: int) -> str:
-    """A trial's name in every view (status, MLflow, the trial's folder): stable across launches."""
-    return f"t{number:04d}"
-
-
-@dataclass
-class LedgerTrial:
-    """What the ledger holds of one trial (a copy kept current by the ledger's writes)."""
-
-    number: int
-    params: dict[str, Any]
-    state: TrialState
-    values: dict[int, float] = field(default_factory=dict)  # step -> the metric's value
-    attrs: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return trial_name(self.number)
-
-    @property
-    def last_step(self) -> int:
-        return max(self.values, default=0)
-
-    @property
-    def duplicate(self) -> bool:
-        return "duplicate_of" in self.attrs
-
-    @property
-    def status(self) -> str:
-        """The trial's status as every view shows it (sweeper/records.py)."""
-        if self.state == TrialState.COMPLETE:
-            return self.attrs.get("status", "completed")
-        if self.state == TrialState.PRUNED:
-            return "stopped"
-        if self.state == TrialState.FAIL:
-            return "failed"
-        if self.attrs.get("interrupted"):
-            return "interrupted"
-        return "running" if self.values else "pending"
-
-    def rungs(self) -> dict[int, float]:
-        """The values this trial was judged with, by rung step."""
-        return {int(k.split(".", 1)[1]): float(v) for k, v in self.attrs.items() if k.startswith("rung.")}
 
 
 INTERRUPTED_NOTE = ("**Interrupted** at step {step}: its sweep's driver stopped before the trial ended. Optuna "

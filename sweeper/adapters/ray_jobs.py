@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 from trainables.errors import ConfigError, cut, one_line
 
@@ -112,11 +112,11 @@ def client_for(address: str):
 AGENT_WAIT_S = 60.0  # a head that just started answers before its job agent is up
 
 
-def submit_job(client, timeout_s: float = AGENT_WAIT_S, **kwargs) -> str:
+def submit_job(client, timeout_s: float = AGENT_WAIT_S, say: Callable[[str], None] = lambda text: None, **kwargs) -> str:
     """`client.submit_job(**kwargs)`, retried while the head says its job agent is not up yet
     (Ray's HTTP 500 "No available agent to submit job": the dashboard answers a few seconds before
     the agent that runs jobs is ready, longer on a loaded head). Nothing was submitted on such an
-    answer, so the retry with the same submission id cannot make a second job."""
+    answer, so the retry with the same submission id cannot make a second job. `say` hears of the wait."""
     deadline, pause, said = time.monotonic() + timeout_s, 0.5, False
     while True:
         try:
@@ -128,7 +128,7 @@ def submit_job(client, timeout_s: float = AGENT_WAIT_S, **kwargs) -> str:
                 raise ConfigError(f"the cluster's job agent did not come up in {timeout_s:.0f} s (Ray: "
                                   f"{str(err).splitlines()[0][:160]}); check the head's dashboard agent and submit again") from None
             if not said:
-                print("waiting for the head's job agent (it starts a few seconds after the head)", file=sys.stderr, flush=True)
+                say("waiting for the head's job agent (it starts a few seconds after the head)")
                 said = True
         time.sleep(pause)
         pause = min(pause * 2, 5.0)
@@ -141,22 +141,23 @@ def alive_nodes(address: str) -> int:
     return len(nodes)
 
 
-def follow(client, job_id: str, address: str) -> int:
-    """Print the job's logs as they come until it ends; its outcome is the exit code."""
+def follow(client, job_id: str, address: str, show: Callable[[str], None], say: Callable[[str], None]) -> int:
+    """Hand the job's logs to `show` as they come until it ends, then `say` its outcome, which is
+    the exit code."""
 
     async def tail() -> None:
         async for chunk in client.tail_job_logs(job_id):
-            print(chunk, end="", flush=True)
+            show(chunk)
 
     try:
         asyncio.run(tail())
     except KeyboardInterrupt:
-        print(f"\nstopped following; the job runs on (sweeper job stop {job_id} to stop it)", file=sys.stderr)
+        say(f"\nstopped following; the job runs on (sweeper job stop {job_id} to stop it)")
         return 130
     except Exception as err:  # noqa: BLE001  (the log stream's own errors: websocket, HTTP, a cut connection)
         raise describe(address, "the log stream", err) from None
     info = wait(client, job_id, 30, address)
-    print(f"job {job_id}: {info.status.value}", file=sys.stderr)
+    say(f"job {job_id}: {info.status.value}")
     if info.status.value == "SUCCEEDED":
         return 0
     return 2 if info.driver_exit_code == 2 else 1  # 2: the launch on the cluster refused its input

@@ -51,7 +51,7 @@ class SystemMetrics:
 
 
 def trial_dir(trials_root: str | Path, number: int) -> Path:
-    from sweeper.adapters.optuna_ledger import trial_name
+    from sweeper.records import trial_name
 
     return Path(trials_root) / trial_name(number)
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from sweeper.adapters.optuna_ledger import study_id
-from sweeper.serve import Server, check_address, exposure_warning, url_of
+from sweeper.commands.web_server import Server, check_address, exposure_warning, url_of
 from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
 from trainables.errors import ConfigError
 

@@ -12,6 +12,7 @@ import os
 from trainables.errors import ConfigError, one_line
 
 from sweeper.adapters.ray_jobs import TERMINAL, ask, client_for, follow, known_job, wait
+from sweeper.commands.submit import show, to_stderr
 
 
 def address(args: argparse.Namespace) -> str:
@@ -33,7 +34,7 @@ def logs(args: argparse.Namespace) -> int:
     client = client_for(where)
     known_job(client, args.job, where)
     if args.follow:
-        return follow(client, args.job, where)
+        return follow(client, args.job, where, show, to_stderr)
     text = ask(where, "the job's logs", client.get_job_logs, args.job)
     if not isinstance(text, str):
         raise ConfigError(f"--address {where}: the answer to the job's logs is not text")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from sweeper.status import SPACE_FILE, STATUS_FILE, load_records
-from sweeper.views import ensure_status, print_status
+from sweeper.views import ensure_status, status_lines
 from sweeper.sweep_dir import find_sweep_dir
 from trainables.errors import ConfigError
 
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         print(f"(rebuilt {sweep_dir / STATUS_FILE} from the sweep's study and its trials' folders)")
     if not args.watch:
-        print_status(sweep_dir)
+        print("\n".join(status_lines(sweep_dir)))
         return 0
     from sweeper.live import LiveView
 

@@ -77,13 +77,22 @@ def submit(args: argparse.Namespace) -> int:
         shutil.copyfile(args.file, Path(upload) / Path(args.file).name)
         job_id = ask(args.address, "the submission", submit_job, client, bound_s=AGENT_WAIT_S + CALL_TIMEOUT_S,
                      entrypoint=entrypoint, runtime_env={"working_dir": upload},
-                     submission_id=f"sweep-{spec.name}-{uuid.uuid4().hex[:8]}", metadata={"sweep": spec.name})
+                     submission_id=f"sweep-{spec.name}-{uuid.uuid4().hex[:8]}", metadata={"sweep": spec.name},
+                     say=to_stderr)
     print(job_id)
     print(f"submitted sweep {spec.name} to {args.address} ({nodes} node{'s' * (nodes != 1)}): {entrypoint}", file=sys.stderr)
     if not args.follow:
         print(f"follow it: sweeper job logs {job_id} --follow --address {args.address}", file=sys.stderr)
         return 0
-    return follow(client, job_id, args.address)
+    return follow(client, job_id, args.address, show, to_stderr)
+
+
+def show(chunk: str) -> None:
+    print(chunk, end="", flush=True)
+
+
+def to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sweeper.serve import Server, check_address, exposure_warning, url_of
+from sweeper.commands.web_server import Server, check_address, exposure_warning, url_of
 
 
 def run(args: argparse.Namespace) -> int:

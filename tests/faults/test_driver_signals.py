@@ -70,11 +70,11 @@ def test_a_bad_fault_cue_is_one_line_and_exit_2_before_ray(tmp_path):
 
 
 COUNT_TO_FIVE = """
-from sweeper import faults
-faults.arm()
+from sweeper.faults import Faults
+faults = Faults.from_env()
 for i in range(1, 6):
-    faults.fault_point("stop")  # another event: never counted
-    faults.fault_point("report")
+    faults.point("stop")  # another event: never counted
+    faults.point("report")
     print(i, flush=True)
 """
 

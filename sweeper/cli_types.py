@@ -1,0 +1,60 @@
+"""The command line's value types: each parses one flag's text or says, in one line, what it must be.
+
+Stdlib only (argparse raises their ArgumentTypeError as the usage error `sweeper` prints).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from trainables.errors import brief
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {brief(text, 40)}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number >= 0."""
+    return 0 if text.strip() == "0" else positive_int(text)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, which a container's cpuset narrows)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cpus(text: str) -> int:
+    """A whole number from 1 to the CPUs this machine gives the process (threads, worker processes)."""
+    value = positive_int(text)
+    have = usable_cpus()
+    if value > have:
+        raise argparse.ArgumentTypeError(f"must be at most the {have} CPU{'s' * (have != 1)} of this machine, got {value}")
+    return value
+
+
+def experiment_name(text: str) -> str:
+    """An MLflow experiment name under the sweep-name rules (it lands in folders and search filters)."""
+    from sweeper.space import check_name
+
+    try:
+        return check_name(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def port(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (1-65535), got {value}")
+    return value

@@ -1,0 +1,56 @@
+"""One attached launch's sweep on the service: its events as messages to the launch, and the
+launch's messages (an interrupt, or the connection closing) as the sweep's stop.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+from sweeper.events import Event, Fitted, Running, Say
+from sweeper.service_link import send
+from trainables.errors import ConfigError
+
+
+class LaunchSink:
+    """A sweep's events as messages to the launch attached to it (sweeper/commands/attach.py)."""
+
+    def __init__(self, conn: socket.socket):
+        self.conn, self.lock = conn, threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, Say):
+            self.send({"out" if event.level == "info" else "err": event.text})
+        elif isinstance(event, Running):
+            self.send({"sweep_dir": str(event.sweep_dir)})
+        elif isinstance(event, Fitted):
+            self.send({"fitted": True})
+
+    def send(self, message: dict) -> None:
+        try:
+            with self.lock:
+                send(self.conn, message)
+        except OSError:
+            pass  # the launch left; its sweep is being stopped
+
+
+class Served:
+    """A sweep the service runs for one attached launch."""
+
+    def __init__(self, name: str, client_pid: int):
+        self.name, self.client_pid, self.since = name, client_pid, time.time()
+        self.stop = threading.Event()
+        self.sweep_dir: Path | None = None
+
+
+def watch_client(messages, stop: threading.Event) -> None:
+    """The rest of the launch's messages: an interrupt, or the connection closing, stops its sweep."""
+    try:
+        for message in messages:
+            if message.get("verb") == "interrupt":
+                stop.set()
+    except ConfigError:
+        pass
+    stop.set()
