@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean, stdev
 
-from trainables.errors import ConfigError, brief, cut, one_line, short_path
+from core.errors import ConfigError, brief, cut, one_line, short_path
 from trainables.run_dir import is_number
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -95,7 +95,7 @@ def _import_pack(exp: Experiment, path: Path) -> tuple[int, list[str]]:
     import yaml
 
     from experiments.device_runs import MACHINE
-    from sweeper.commands.trial import parse_reports
+    from trainables.run_dir import strict_reports
     from trainables.config import ConfigError, trial_config_from_dict
     from trainables.run_dir import is_number
 
@@ -121,7 +121,7 @@ def _import_pack(exp: Experiment, path: Path) -> tuple[int, list[str]]:
                 try:
                     config = yaml.safe_load(read(f"{run}/config.yaml"))
                     valid = trial_config_from_dict(config, f"{run}/config.yaml").model_dump(mode="json")
-                    reports = [r.metrics for r in parse_reports(read(f"{run}/metrics.jsonl"), f"{run}/metrics.jsonl")[0]]
+                    reports = [r.metrics for r in strict_reports(read(f"{run}/metrics.jsonl"), f"{run}/metrics.jsonl")[0]]
                 except KeyError:
                     skipped.append(f"{run}: no config.yaml or metrics.jsonl")
                     continue

@@ -26,7 +26,7 @@ from pathlib import Path
 from statistics import mean
 
 from trainables.config import MAX_SEED, ConfigError, TrialConfig, load_trial_config, with_overrides
-from trainables.errors import brief, cut, short_path
+from core.errors import brief, cut, short_path
 
 SYSTEMS = {"lstm": "pure LSTM", "transformer": "pure Transformer", "hybrid_joint": "hybrid, joint", "hybrid_dat": "hybrid + DAT"}
 # the order the pool takes the runs in (higher first; on a quiet 2-core machine, 2026-11-23: Transformer
@@ -362,3 +362,26 @@ def run(args: argparse.Namespace) -> int:
         save(out, args.quick, results, table, write_rest)
         print(f"wrote {md}")
     return 0
+
+
+def add_verb(sub: argparse._SubParsersAction) -> None:
+    """`sweeper reproduce`, added to the command line through the `sweeper.verbs` entry point."""
+    from sweeper.cli_types import cpus, positive_int
+
+    p = sub.add_parser("reproduce", help="train the DAT paper's four systems over seeds and write the results table",
+                       description="Train the DAT paper's four systems (DAT hybrid, joint hybrid, pure LSTM, pure "
+                                   "Transformer) over seeds, check the old bar, write the table, plot and JSON "
+                                   "(dat_reproduction_4systems.md). The pre-registered factorial reproduction "
+                                   "is `python -m experiments.dat_reproduction run|report`.")
+    p.add_argument("--seeds", type=positive_int, default=3, help="training seeds per system (default 3)")
+    p.add_argument("--workers", type=cpus, default=None, help="processes at once, at most this machine's CPUs (default: all of them)")
+    p.add_argument("--systems", nargs="+", choices=list(SYSTEMS), help="a subset of the systems")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a trial-config field for every system (dat.* only for the DAT hybrid)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"], help="where the runs train (default cpu)")
+    p.add_argument("--quick", action="store_true", help="a tiny budget that checks the plumbing, not the science")
+    p.add_argument("--out", default="docs/results", help="where the markdown, plot and JSON go ('' for nowhere)")
+    p.add_argument("--gap-every", type=positive_int, default=1000, metavar="STEPS",
+                   help="the hybrids' acc at 3x is tabled every STEPS training steps (default 1000)")
+    p.add_argument("--reuse", metavar="JSON", help="take the systems not run now from an earlier run's JSON")
+    p.set_defaults(func=run)

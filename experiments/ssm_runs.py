@@ -31,6 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from core.files import write_atomic  # noqa: E402
 from trainables.config import load_trial_config, with_overrides  # noqa: E402
 from trainables.train import train  # noqa: E402
 
@@ -99,9 +100,7 @@ def load(name: str) -> dict:
 
 def save(name: str, results: dict) -> None:
     path = results_path(name)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)  # never a half-written file
+    write_atomic(path, json.dumps(results, indent=1, sort_keys=True) + "\n")  # never a half-written file
 
 
 REPRODUCTION_RUNS = ROOT / "docs" / "results" / "dat_reproduction_runs.json"

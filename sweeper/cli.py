@@ -13,7 +13,7 @@ import sys
 from typing import Callable, NoReturn
 
 from trainables.config import ConfigError, preset_names
-from trainables.errors import one_line
+from core.errors import one_line
 from sweeper.cli_types import count, cpus, experiment_name, port, positive_int
 from sweeper.sweep_dir import DEFAULT_STORAGE
 
@@ -162,28 +162,6 @@ def _add_dashboard(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_lazy("sweeper.commands.dashboard"))
 
 
-def _add_reproduce(sub: argparse._SubParsersAction) -> None:
-    from experiments.reproduce import SYSTEMS  # stdlib + config only at import
-
-    p = sub.add_parser("reproduce", help="train the DAT paper's four systems over seeds and write the results table",
-                       description="Train the DAT paper's four systems (DAT hybrid, joint hybrid, pure LSTM, pure "
-                                   "Transformer) over seeds, check the old bar, write the table, plot and JSON "
-                                   "(dat_reproduction_4systems.md). The pre-registered factorial reproduction "
-                                   "is `python -m experiments.dat_reproduction run|report`.")
-    p.add_argument("--seeds", type=positive_int, default=3, help="training seeds per system (default 3)")
-    p.add_argument("--workers", type=cpus, default=None, help="processes at once, at most this machine's CPUs (default: all of them)")
-    p.add_argument("--systems", nargs="+", choices=list(SYSTEMS), help="a subset of the systems")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a trial-config field for every system (dat.* only for the DAT hybrid)")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"], help="where the runs train (default cpu)")
-    p.add_argument("--quick", action="store_true", help="a tiny budget that checks the plumbing, not the science")
-    p.add_argument("--out", default="docs/results", help="where the markdown, plot and JSON go ('' for nowhere)")
-    p.add_argument("--gap-every", type=positive_int, default=1000, metavar="STEPS",
-                   help="the hybrids' acc at 3x is tabled every STEPS training steps (default 1000)")
-    p.add_argument("--reuse", metavar="JSON", help="take the systems not run now from an earlier run's JSON")
-    p.set_defaults(func=_lazy("experiments.reproduce"))
-
-
 def _add_report(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="compare a sweep's trials from MLflow: top trials, parameter effects, importances")
     p.add_argument("name", help="the sweep's name, or a path to its directory")
@@ -204,9 +182,18 @@ def _add_ui(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_lazy("sweeper.commands.ui"))
 
 
-PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [
+PARSERS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_trial, _add_validate, _add_launch, _add_serve, _add_status, _add_report, _add_ui, _add_dashboard, _add_submit,
-    _add_job, _add_reproduce]
+    _add_job)
+VERB_PLUGINS = "sweeper.verbs"  # entry points that add verbs (the project's experiments add `reproduce`)
+
+
+def plugin_verbs() -> list[Callable[[argparse._SubParsersAction], None]]:
+    """The `add(sub)` functions installed packages declare under VERB_PLUGINS, by name; the sweeper
+    imports no package of theirs itself."""
+    from importlib.metadata import entry_points
+
+    return [entry.load() for entry in sorted(entry_points(group=VERB_PLUGINS), key=lambda e: e.name)]
 
 
 def version() -> str:
@@ -226,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"sweeper {version()}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for add in PARSERS:
+    for add in (*PARSERS, *plugin_verbs()):
         add(sub)
     return parser
 

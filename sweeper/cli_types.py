@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from trainables.errors import brief
+from core.errors import brief
 
 
 def positive_int(text: str) -> int:

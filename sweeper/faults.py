@@ -54,7 +54,7 @@ class Faults:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Faults":
         """The cues of $SWEEPER_FAULT (none when unset); a bad value raises ConfigError."""
-        from trainables.errors import ConfigError
+        from core.errors import ConfigError
 
         value = (os.environ if environ is None else environ).get(ENV)
         try:

@@ -15,7 +15,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from trainables.errors import ConfigError, cut
+from core.errors import ConfigError, cut
 
 PROBE_BYTES = 64 * 1024  # more than a file system's reserve of a few blocks; what a first report needs
 

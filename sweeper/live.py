@@ -27,7 +27,7 @@ from sweeper.eta import Plan
 from sweeper.live_table import plain_line, table
 from sweeper.records import TrialRecord
 from sweeper.status import counts_line, load_records
-from trainables.errors import ConfigError
+from core.errors import ConfigError
 
 
 # -- following a sweep's status.json ----------------------------------------------------------

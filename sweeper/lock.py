@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import IO, Iterator
 
-from trainables.errors import ConfigError, cut
+from core.errors import ConfigError, cut
 
 def open_lock_file(path: Path) -> IO:
     """`path` opened for reading and writing, created if missing, never through a link; one

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import psutil
 
+from core.files import write_atomic
+
 PROCESSES_FILE = "ray_processes.json"
 MAX_FILE_BYTES = 1 << 20
 
@@ -59,11 +61,10 @@ def record(sweep_dir: Path) -> int:
             procs.append({"pid": p.pid, "started": p.create_time(), "name": p.name()})
         except psutil.Error:
             continue
-    tmp = Path(sweep_dir) / (PROCESSES_FILE + ".tmp")
     driver = {"pid": os.getpid(), "started": psutil.Process().create_time()}
-    tmp.write_text(json.dumps({"driver": os.getpid(), "driver_started": driver["started"], "processes": procs,
-                               "signature": _signature([driver, *procs])}))
-    os.replace(tmp, Path(sweep_dir) / PROCESSES_FILE)
+    write_atomic(Path(sweep_dir) / PROCESSES_FILE, json.dumps({
+        "driver": os.getpid(), "driver_started": driver["started"], "processes": procs,
+        "signature": _signature([driver, *procs])}))
     return len(procs)
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from sweeper.sweep_dir import DEFAULT_STORAGE, is_uri
 from sweeper.tracking_uri import resolve_uri, uri_source
-from trainables.errors import ConfigError, brief
+from core.errors import ConfigError, brief
 
 MAX_FIELD = 4096  # characters of a path or URI in a request
 

@@ -47,7 +47,8 @@ from sweeper.service_session import LaunchSink, Served, watch_client
 from sweeper.sweep import Sweep, SweepHost
 from sweeper.service_link import (LOG, SOCKET, STATE, Messages, code_hash, ensure_private_dir, peer,
                                   project_root, send, service_dir)
-from trainables.errors import ConfigError, brief, cut, one_line
+from core.files import write_atomic
+from core.errors import ConfigError, brief, cut, one_line
 
 LOCK = "service.lock"
 JOIN_S = 120.0  # at the end, how long each sweep may take to write itself down
@@ -117,9 +118,7 @@ class Service:
     def _write_state(self) -> None:
         state = {"pid": os.getpid(), "started": self.started, "code": self.code, "workers": len(self.workers),
                  "socket": str(self.dir / SOCKET), "log": str(self.dir / LOG)}
-        tmp = self.dir / (STATE + ".tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, self.dir / STATE)
+        write_atomic(self.dir / STATE, json.dumps(state))
 
     # -- serving -------------------------------------------------------------------------------
 

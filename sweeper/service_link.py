@@ -27,7 +27,7 @@ import struct
 from pathlib import Path
 from typing import Iterator
 
-from trainables.errors import ConfigError, cut
+from core.errors import ConfigError, cut
 
 SOCKET, STATE, LOG = "service.sock", "service.json", "service.log"
 MAX_MESSAGE = 1 << 20
@@ -148,9 +148,9 @@ def project_root() -> str:
 
 
 def code_hash() -> str:
-    """The project's modules as they are on disk now (every .py of sweeper/ and trainables/)."""
+    """The project's modules as they are on disk now (every .py of core/, sweeper/ and trainables/)."""
     digest = hashlib.sha256()
-    for package in ("sweeper", "trainables"):
+    for package in ("core", "sweeper", "trainables"):
         root = Path(project_root()) / package
         for path in sorted(root.rglob("*.py")):
             digest.update(str(path.relative_to(root.parent)).encode() + b"\0")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sweeper.events import Event, Fitted, Running, Say
 from sweeper.service_link import send
-from trainables.errors import ConfigError
+from core.errors import ConfigError
 
 
 class LaunchSink:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from sweeper.asha import milestones
 from trainables.config import MAX_SEED, MAX_STEPS, ConfigError, TrialConfig, set_dotted, trial_config_from_dict
-from trainables.errors import brief
+from core.errors import brief
 from trainables.metrics import direction
 
 MAX_INT = 10**15  # ends of an int range; beyond any sensible setting, within a float's exact range

@@ -18,7 +18,7 @@ from sweeper.space import (CategoricalParam, SearchSpace, SpaceError, base_trial
                            trial_config_for, trial_config_paths)
 from trainables import footprint
 from trainables.config import ConfigError, TrialConfig, format_validation_error, read_yaml
-from trainables.errors import brief, cut, short_path
+from core.errors import brief, cut, short_path
 from trainables.metrics import direction, reported_metrics
 
 N_VALIDATION_SAMPLES = 200

@@ -21,7 +21,8 @@ from typing import Callable
 
 from sweeper.fs import read_json_limited
 from sweeper.records import TrialRecord, is_per_length, length_metrics, ranked, score
-from trainables.errors import ConfigError, cut
+from core.files import write_atomic
+from core.errors import ConfigError, cut
 
 STATUS_FILE, SUMMARY_FILE, SPACE_FILE = "status.json", "summary.json", "space.yaml"
 MAX_STATE_BYTES = 64 * 2**20  # status.json and summary.json: ~2 KB a trial, 30,000 trials
@@ -33,12 +34,8 @@ def write_json_atomic(path: Path, data: dict, between: Callable[[], None] | None
 
 
 def write_text_atomic(path: Path, text: str, between: Callable[[], None] | None = None) -> None:
-    """`text` into `path` through a temporary file beside it; `between` is called with both on disk."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    if between is not None:
-        between()
-    os.replace(tmp, path)
+    """`text` into `path`, whole or not at all (core/files.py); `between` is called with both on disk."""
+    write_atomic(path, text, between)
 
 
 def read_json(path: Path) -> dict:

@@ -85,7 +85,7 @@ class TrialPhases:
 def planned_not_before(spec, params: dict) -> int:
     """The first step a trial at `params` may be judged at, as planned before it runs."""
     from sweeper.space import trial_config_for
-    from trainables.errors import ConfigError
+    from core.errors import ConfigError
     from trainables.phases import planned_phase_change
 
     try:

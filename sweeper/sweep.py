@@ -37,7 +37,7 @@ from sweeper.status import SPACE_FILE, format_table, write_summary
 from sweeper.sweep_checks import check_request, check_same_store, prepare_sweep_dir
 from sweeper.sweep_dir import OPTUNA_DB
 from sweeper.tracking_uri import hide_password, store_failure
-from trainables.errors import ConfigError
+from core.errors import ConfigError
 
 TRIALS_DIR = "trials"  # in the sweep's folder: one folder per trial, the trainer's own (trainables/run_dir.py)
 
@@ -192,7 +192,6 @@ class Sweep:
 
     def finish(self) -> int:
         """Write the sweep down: 0 when all its trials ended, 130 when it was interrupted (resumable)."""
-        from sweeper.adapters.optuna_search import baseline_points
         from sweeper.records import FINAL
 
         spec, ledger, views = self.spec, self.ledger, self.views
@@ -208,10 +207,11 @@ class Sweep:
             from sweeper.adapters.mlflow_store import describe_unlogged
 
             self.say.warning(describe_unlogged(unlogged))
+        pictures = self._draw(records)
         try:
             from sweeper.adapters.mlflow_summary import finish
 
-            finish(self.tracker, records, baseline_points(spec), interrupted)
+            finish(self.tracker, records, pictures, interrupted)
         except Exception as err:  # noqa: BLE001 - the sweep's results are safe on disk; only MLflow's view is behind
             self.say.warning(f"warning: could not finish the sweep's MLflow run ({type(err).__name__}: {str(err)[:160]}); "
                              "run the same command again to finish it")
@@ -222,6 +222,18 @@ class Sweep:
             return 130
         self.say.info(f"summary: {self.sweep_dir / 'summary.json'}")
         return 0
+
+    def _draw(self, records) -> list[Path]:
+        """The sweep's plots in its folder, from the ledger and the trials' folders, whatever MLflow does."""
+        from sweeper import plots
+        from sweeper.adapters.mlflow_store import trial_reports
+        from sweeper.adapters.optuna_search import baseline_points
+
+        try:
+            return plots.sweep_plots(self.spec, self.sweep_dir, records, baseline_points(self.spec), trial_reports)
+        except Exception as err:  # noqa: BLE001 - a plot is a view: the sweep's results are on disk
+            self.say.warning(f"warning: could not draw the sweep's plots ({type(err).__name__}: {str(err)[:160]})")
+            return []
 
     # -- the caller's umask ----------------------------------------------------------------------
 

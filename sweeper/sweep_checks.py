@@ -24,7 +24,7 @@ from sweeper.space_file import load_space
 from sweeper.status import SPACE_FILE
 from sweeper.sweep_dir import OPTUNA_DB, folder_kind, is_uri, sweep_dir_for
 from sweeper.tracking_uri import hide_password, preflight
-from trainables.errors import cut
+from core.errors import cut
 
 
 @dataclass(frozen=True)

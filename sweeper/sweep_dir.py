@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainables.errors import ConfigError
+from core.errors import ConfigError
 
 DEFAULT_STORAGE = "sweeps"
 OPTUNA_DB = "optuna.db"  # the sweep's Optuna study (SQLite), in its directory

@@ -19,7 +19,7 @@ from typing import Mapping
 
 from sweeper.fs import check_writable
 from trainables.config import ConfigError
-from trainables.errors import brief, cut
+from core.errors import brief, cut
 
 DEFAULT_DB = "mlflow.db"
 

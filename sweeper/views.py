@@ -15,7 +15,7 @@ from sweeper.faults import Faults
 from sweeper.records import TrialRecord, trainer_metrics
 from sweeper.status import (SPACE_FILE, STATUS_FILE, best_line, counts_line, driver_alive, driver_record, format_table,
                             load_records, write_text_atomic)
-from trainables.errors import ConfigError, cut
+from core.errors import ConfigError, cut
 
 STATUS_EVERY_S = 0.5  # status.json after a report: at most this often (it holds every trial: O(N) to write)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT, sweeper_env
 from tests.forked_cli import ForkedCli
-from trainables.errors import MAX_LINE
+from core.errors import MAX_LINE
 
 SWEEPER = Path(sys.executable).with_name("sweeper")  # the installed entry point, as a user runs it
 ENV = sweeper_env()

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import ROOT, sweeper_cmd, sweeper_env
 from tests.forked_cli import ForkedCli
-from trainables.errors import MAX_LINE
+from core.errors import MAX_LINE
 
 CORPUS = Path(__file__).parent / "malformed"
 SPACES = sorted((CORPUS / "spaces").glob("*.yaml"))

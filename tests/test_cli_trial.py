@@ -73,7 +73,7 @@ def test_resume_without_a_checkpoint_is_an_error_and_a_finished_run_appends_noth
 
 
 def test_a_kill_between_copy_and_swap_leaves_a_complete_checkpoint(tmp_path):
-    from sweeper.commands.trial import keep_checkpoint
+    from trainables.run_dir import RunDir
 
     out = tmp_path / "run"
     out.mkdir()
@@ -81,7 +81,7 @@ def test_a_kill_between_copy_and_swap_leaves_a_complete_checkpoint(tmp_path):
         src = tmp_path / f"src{step}"
         src.mkdir()
         (src / "state.pt").write_text(str(step))
-        keep_checkpoint(out, str(src), step)
+        RunDir(out).keep_checkpoint(str(src), step)
     assert (out / "checkpoint" / "state.pt").read_text() == "20"
     # a kill after the copy of step 30 but before the swap: the link still names step 20, complete
     (out / "checkpoint-30").mkdir()

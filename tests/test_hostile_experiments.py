@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from experiments import dat_reproduction as rep
 from tests.hostile import assert_refused, module, snapshot
-from trainables.errors import MAX_LINE, ConfigError
+from core.errors import MAX_LINE, ConfigError
 
 PAGE = "# t\n\n## Results\n\nPending.\n"
 

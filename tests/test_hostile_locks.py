@@ -10,7 +10,7 @@ import pytest
 
 from sweeper.lock import file_lock, hold_sweep_lock, sweep_lock_path
 from tests.hostile import ROOT, assert_refused, snapshot, sweeper
-from trainables.errors import ConfigError
+from core.errors import ConfigError
 
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 

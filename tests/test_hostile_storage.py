@@ -16,7 +16,7 @@ import pytest
 
 from sweeper.fs import PROBE_BYTES, check_writable
 from tests.hostile import ROOT, assert_refused, snapshot, sweeper
-from trainables.errors import ConfigError
+from core.errors import ConfigError
 
 QUICK = ("reproduce", "--quick", "--seeds", "1", "--systems", "lstm")
 

@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 
 from sweeper.cli import main as sweeper_main
 from sweeper.cli_types import usable_cpus
-from sweeper.commands.trial import check_resume, parse_reports
+from sweeper.commands.trial import check_resume
+from trainables.run_dir import strict_reports
 from tests.hostile import assert_refused, snapshot, sweeper
 from trainables.config import load_trial_config, with_overrides
-from trainables.errors import MAX_LINE, ConfigError
+from core.errors import MAX_LINE, ConfigError
 
 RESUME = ("trial", "tiny", "--steps", "60", "--out", "run", "--resume", "--threads", "1")
 
@@ -231,7 +232,7 @@ def test_a_report_cut_short_by_a_kill_is_left_out(run_dir, tmp_path):
 def test_metrics_lines_parse_into_increasing_whole_steps_or_one_line(lines):
     data = b"\n".join(lines)
     try:
-        reports, _ = parse_reports(data, "metrics.jsonl")
+        reports, _ = strict_reports(data, "metrics.jsonl")
     except ConfigError as err:
         assert "\n" not in str(err) and len(str(err)) <= MAX_LINE
         return

@@ -28,7 +28,7 @@ def imported_roots(path: Path) -> set[str]:
 
 def test_only_the_adapters_import_ray_optuna_or_mlflow():
     offenders = []
-    for package in ("sweeper", "trainables", "experiments"):
+    for package in ("core", "sweeper", "trainables", "experiments"):
         for path in sorted((ROOT / package).rglob("*.py")):
             if ADAPTERS in path.parents:
                 continue
@@ -104,7 +104,7 @@ FOREIGN_LIBRARIES = ("ray", "optuna", "mlflow")
 PRIVATE_FILES = ("tuner.pkl", "experiment_state", "searcher-state", "search_gen_state", "driver_artifacts",
                  "alembic_version", "trial_values", "trial_intermediate_values", "study_user_attributes")
 RAW_SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b.+\b(FROM|INTO|SET)\b", re.IGNORECASE | re.DOTALL)
-SOURCE_FILES = sorted(p for folder in ("sweeper", "trainables", "experiments", "bench", "docker", "docs", "k8s")
+SOURCE_FILES = sorted(p for folder in ("core", "sweeper", "trainables", "experiments", "bench", "docker", "docs", "k8s")
                       for p in (ROOT / folder).rglob("*.py"))
 
 
@@ -267,3 +267,12 @@ def test_no_module_level_mutable_state_in_the_service():
             if mutated or stored:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: a module-level container mutated")
     assert not found, found
+
+
+def test_the_service_imports_no_experiment_and_the_core_imports_neither_of_its_users():
+    """experiments/ build on the service (and add their verbs through the `sweeper.verbs` entry
+    point), never the other way round; core/ sits below sweeper/ and trainables/."""
+    wrong = [f"{p.relative_to(ROOT)}" for p in SWEEPER_FILES if "experiments" in imported_roots(p)]
+    wrong += [f"{p.relative_to(ROOT)}" for p in (ROOT / "core").rglob("*.py")
+              if imported_roots(p) & {"sweeper", "trainables", "experiments"}]
+    assert not wrong, wrong

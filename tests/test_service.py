@@ -203,7 +203,7 @@ def test_a_killed_service_loses_nothing(tmp_path, service_dir):
 
 def test_a_changed_module_restarts_the_warm_workers(tmp_path, service_dir):
     project = tmp_path / "project"
-    for package in ("sweeper", "trainables", "experiments"):
+    for package in ("core", "sweeper", "trainables", "experiments"):
         shutil.copytree(ROOT / package, project / package, ignore=shutil.ignore_patterns("__pycache__"))
     env = env_of(service_dir, pythonpath=project)
     start_service(service_dir, tmp_path, env)
@@ -283,7 +283,7 @@ def test_a_launch_with_no_service_runs_in_its_own_process(tmp_path, service_dir)
 def test_a_launch_from_another_checkout_runs_in_its_own_process(tmp_path, service_dir):
     start_service(service_dir, tmp_path, env_of(service_dir))
     other = tmp_path / "other"
-    for package in ("sweeper", "trainables", "experiments"):
+    for package in ("core", "sweeper", "trainables", "experiments"):
         shutil.copytree(ROOT / package, other / package, ignore=shutil.ignore_patterns("__pycache__"))
     done = subprocess.run(sweeper_cmd("launch", write_space(tmp_path, "a", 100), "--progress", "none"), cwd=tmp_path,
                           env=env_of(service_dir, pythonpath=other), capture_output=True, text=True, timeout=400)

@@ -26,7 +26,7 @@ from sweeper.space import trial_config_for
 from sweeper.space_file import load_space
 from trainables import footprint
 from trainables.config import ConfigError
-from trainables.errors import MAX_LINE
+from core.errors import MAX_LINE
 from trainables.metrics import reported_metrics
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, sweeper_cmd
-from trainables.errors import ConfigError
+from core.errors import ConfigError
 from test_cluster import ENV, ray_cluster
 
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"

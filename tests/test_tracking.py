@@ -12,7 +12,7 @@ from sweeper.adapters.optuna_ledger import Ledger
 from sweeper.records import TrialRecord
 from sweeper.space_file import load_space
 from sweeper.sweep_checks import check_same_store
-from trainables.errors import ConfigError
+from core.errors import ConfigError
 
 from conftest import ROOT, start_mlflow_server, stop
 

@@ -153,7 +153,7 @@ def test_markdown_in_a_read_only_folder_is_refused_first(tmp_path):
 
 def test_report_reads_the_store_the_sweep_logged_to_whose_password_the_study_does_not_keep(tmp_path):
     from sweeper.commands.report import report_uri
-    from trainables.errors import ConfigError
+    from core.errors import ConfigError
 
     study = tmp_path / "optuna.db"
     kept = "postgresql://me:***@db:5432/mlflow"

@@ -25,7 +25,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from trainables.errors import ConfigError, brief, cut, short_path
+from core.errors import ConfigError, brief, cut, short_path
 from trainables.safe_yaml import read_yaml
 
 __all__ = ["ConfigError", "TrialConfig", "read_yaml", "load_trial_config", "trial_config_from_dict", "with_overrides"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from trainables.errors import ConfigError
+from core.errors import ConfigError
 
 FLOAT = 4  # bytes of a float32
 LONG = 8  # bytes of an int64 token

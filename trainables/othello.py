@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainables.config import MAX_SEED, TaskConfig
-from trainables.errors import brief, one_line
+from core.errors import brief, one_line
 from trainables.othello_game import MAX_MOVES, START_BLACK, START_WHITE, Games, game_notation, generate_games, unpack
 from trainables.set_complement import SetBatch, evaluate_set_complement
 

@@ -14,16 +14,24 @@ import json
 import math
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
-REPORTS = "metrics.jsonl"
-CHECKPOINT = "checkpoint"
-MAX_REPORTS_BYTES = 64 * 2**20  # metrics.jsonl read back: a larger file is not a run's reports
+from core.errors import ConfigError, brief, cut
+from core.files import write_atomic
+from trainables.config import MAX_STEPS
+
+CONFIG, REPORTS, CHECKPOINT = "config.yaml", "metrics.jsonl", "checkpoint"
+MAX_REPORTS_BYTES = 64 * 2**20  # metrics.jsonl read back: ~30,000 reports of ~2 KB; a larger file is not a run's
 
 
 class RunDir:
+    """One run's folder, the only code that reads or writes its format (the trainer through a sweep's
+    trial, `sweeper trial --out`, the sweep's views)."""
+
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._last_step: int | None = None  # the newest report's step, once read (appends keep it)
 
     def checkpoint(self) -> Path | None:
         """The newest whole checkpoint, or None."""
@@ -43,13 +51,21 @@ class RunDir:
         return reports[-1] if reports else None
 
     def append(self, metrics: dict) -> None:
-        """Add a report, unless the run already holds one at or after its step."""
-        last = self.last_report()
-        if last is not None and metrics["step"] <= last["step"]:
+        """Add a report, unless the run already holds one at or after its step (a resumed finished
+        run reports its end again). The file is read once, not at every report; a link planted in
+        its place is not followed."""
+        if self._last_step is None:
+            last = self.last_report()
+            self._last_step = int(last["step"]) if last is not None else -1
+        if metrics["step"] <= self._last_step:
             return
         self.path.mkdir(parents=True, exist_ok=True)
-        with open(self.path / REPORTS, "a") as f:
-            f.write(json.dumps(metrics) + "\n")
+        fd = os.open(self.path / REPORTS, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, (json.dumps(metrics) + "\n").encode())
+        finally:
+            os.close(fd)
+        self._last_step = int(metrics["step"])
 
     def drop_reports_after(self, step: int) -> None:
         """A run killed between a report and its checkpoint logged reports the resume trains again."""
@@ -57,9 +73,8 @@ class RunDir:
         reports = self.reports()
         kept = [r for r in reports if r["step"] <= step]
         if len(kept) != len(reports) and path.is_file():
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-            os.replace(tmp, path)
+            write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+        self._last_step = None
 
     def keep_checkpoint(self, checkpoint_dir: str | Path, step: int) -> None:
         """Make `checkpoint` the newest checkpoint, atomically: its files are copied to their own
@@ -100,3 +115,52 @@ def parse_reports(data: bytes) -> list[dict]:
 def is_number(value) -> bool:
     """A finite int or float (not a bool): what a report's metric must be."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class Report:
+    """One line of metrics.jsonl: its step, its metrics, and its bytes as they were written."""
+
+    step: int
+    metrics: dict[str, float]
+    line: bytes
+
+
+def strict_reports(data: bytes, source: str) -> tuple[list[Report], bool]:
+    """metrics.jsonl as typed records, and whether a last line was cut short (the reader of a run a
+    user asks to continue, `sweeper trial --resume`; `RunDir.reports` is the lenient one). A last line
+    without its newline that does not parse is a write a kill cut short, and is left out; any
+    other line that is not a report is refused."""
+    lines = data.split(b"\n")
+    last = lines.pop()  # b"" when the file ends with a newline
+    reports: list[Report] = []
+    for number, raw in enumerate(lines, 1):
+        reports.append(_report(raw, f"{source} line {number}", reports[-1].step if reports else -1))
+    if last:
+        try:  # whole but without its newline: kept (and written again with one)
+            reports.append(_report(last, f"{source} line {len(lines) + 1}", reports[-1].step if reports else -1))
+        except ConfigError:
+            return reports, True  # cut short by a kill: not a report
+    return reports, False
+
+
+def _report(raw: bytes, where: str, previous: int) -> Report:
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        raise ConfigError(f"{where}: not a JSON report: {brief(raw.decode('utf-8', 'replace'), 40)}") from None
+    if not isinstance(obj, dict) or not obj:
+        raise ConfigError(f"{where}: a report must be a JSON object of metrics, got {brief(obj, 40)}")
+    step = obj.get("step")
+    if isinstance(step, float) and math.isfinite(step) and step == int(step):
+        step = int(step)
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise ConfigError(f"{where}: step: must be a whole number, got {brief(step, 40)}")
+    for key, value in obj.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{where}: {cut(key, 40)}: a metric must be a number, got {brief(value, 40)}")
+    if not 0 <= step <= MAX_STEPS:
+        raise ConfigError(f"{where}: step: must be within [0, {MAX_STEPS:,}], got {brief(step, 40)}")
+    if step <= previous:
+        raise ConfigError(f"{where}: step: must be above the line before's {previous}, got {step}")
+    return Report(step, obj, raw + b"\n")

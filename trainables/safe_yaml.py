@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from trainables.errors import ConfigError, brief, cut, short_path
+from core.errors import ConfigError, brief, cut, short_path
 
 MAX_BYTES = 256 * 1024
 MAX_DEPTH = 32

@@ -32,7 +32,7 @@ import yaml
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from trainables.config import ConfigError, EMAConfig, OptimConfig, TrialConfig
-from trainables.errors import brief, cut
+from core.errors import brief, cut
 from trainables.dat import DATSchedule, curriculum_state_only, enable_attention, hold_attention, release_attention
 from trainables.memory import release_free_memory
 from trainables.model import HybridLM

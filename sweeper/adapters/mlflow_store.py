@@ -19,7 +19,7 @@ from typing import Callable
 from sweeper.tracking_uri import hide_password
 from sweeper.records import TrialRecord, is_per_length, length_metrics
 from trainables.config import ConfigError
-from trainables.errors import cut
+from core.errors import cut
 
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # between tries of a call the tracking server failed; then 15 s each
 PERMANENT_TRIES = 3  # a call that fails for another reason than an unreachable store: given up after this many

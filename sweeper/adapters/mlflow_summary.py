@@ -12,23 +12,22 @@ from pathlib import Path
 import yaml
 from mlflow.entities import Metric, RunTag
 
-from sweeper import plots
 from sweeper.adapters.mlflow_store import retrying
-from sweeper.adapters.mlflow_store import trial_reports
 from sweeper.adapters.mlflow_tracking import DRAIN_S, SweepTracker
 from sweeper.records import TrialRecord, ranked, score
 from sweeper.space import trial_config_for
 from sweeper.status import format_table, summary_csv
 
 
-def finish(tracker: SweepTracker, records: list[TrialRecord], baselines: list[dict], interrupted: bool, timeout_s: float = DRAIN_S) -> list[Path]:
-    """Best-trial tags, summary tables and sweep plots on the parent run; returns the plot files.
-    Retried while the store is unreachable, for at most `timeout_s`."""
-    return retrying(lambda: _finish(tracker, records, baselines, interrupted), time.monotonic() + timeout_s,
+def finish(tracker: SweepTracker, records: list[TrialRecord], pictures: list[Path], interrupted: bool,
+           timeout_s: float = DRAIN_S) -> None:
+    """Best-trial tags, summary tables and the sweep's plots (`pictures`, drawn already) on the parent
+    run. Retried while the store is unreachable, for at most `timeout_s`."""
+    retrying(lambda: _finish(tracker, records, pictures, interrupted), time.monotonic() + timeout_s,
                     "finishing the sweep's run", tracker.say)
 
 
-def _finish(tracker: SweepTracker, records: list[TrialRecord], baselines: list[dict], interrupted: bool) -> list[Path]:
+def _finish(tracker: SweepTracker, records: list[TrialRecord], pictures: list[Path], interrupted: bool) -> None:
     client, spec, parent = tracker.client, tracker.spec, tracker.state["parent_run_id"]
     trials = tracker.state.get("trials", {})
     top = ranked(records, spec.metric, spec.mode)
@@ -46,8 +45,7 @@ def _finish(tracker: SweepTracker, records: list[TrialRecord], baselines: list[d
         client.log_text(parent, yaml.safe_dump(cfg, sort_keys=False), "best_config.yaml")
     client.log_text(parent, summary_csv(records), "summary.csv")
     client.log_text(parent, "```\n" + format_table(records, spec.metric, spec.mode, top=len(records)) + "\n```\n", "summary.md")
-    written = plots.sweep_plots(spec, tracker.sweep_dir, records, baselines, trial_reports)
-    for png in written:
+    for png in pictures:
         client.log_artifact(parent, str(png), "plots")
     for r in records:  # trials an interrupt cut off: say so; a resume continues the same run
         if r.status == "interrupted" and r.trial_id in trials:
@@ -55,4 +53,3 @@ def _finish(tracker: SweepTracker, records: list[TrialRecord], baselines: list[d
             client.set_terminated(trials[r.trial_id]["run_id"], "KILLED")
             trials[r.trial_id]["interrupted"] = True
     client.set_terminated(parent, "KILLED" if interrupted else "FINISHED")
-    return written

@@ -31,7 +31,7 @@ from sweeper.adapters.optuna_trial import LedgerTrial
 from sweeper.adapters.optuna_search import DefineByRun, baseline_points, make_sampler, read_only_url
 from sweeper.space import SearchSpace
 from trainables.config import ConfigError
-from trainables.errors import cut
+from core.errors import cut
 
 FORMAT = 2  # the sweep folder's layout: the study is the ledger, the trainer owns each trial's folder
 FORMAT_ATTR = "sweeper.format"

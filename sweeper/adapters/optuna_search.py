@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import optuna
 
 from trainables.config import ConfigError
-from trainables.errors import brief, cut
+from core.errors import brief, cut
 from sweeper.space import CategoricalParam, FloatParam, IntParam, Param, SearchSpace, SpaceError, grid_points, param_names, trial_config_for
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from trainables.errors import ConfigError, cut, one_line
+from core.errors import ConfigError, cut, one_line
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 CALL_TIMEOUT_S = 15.0  # one request to the job server; a head under load answers within a few seconds

@@ -37,7 +37,7 @@ from sweeper.adapters.ray_search import LedgerASHA, LedgerSearcher  # noqa: E402
 from sweeper.adapters.ray_trainable import make_trainable  # noqa: E402
 from sweeper.space import SearchSpace, trial_config_for  # noqa: E402
 from sweeper.stopping import stopper_for  # noqa: E402
-from trainables.errors import ConfigError, cut, one_line  # noqa: E402
+from core.errors import ConfigError, cut, one_line  # noqa: E402
 
 
 def init_ray(address: str | None, quiet: bool = True) -> None:

@@ -20,7 +20,7 @@ from sweeper.live_events import Terminal
 from sweeper.request import SweepRequest
 from sweeper.service_link import Messages, code_hash, connect, project_root, send, service_dir
 from sweeper.sweep_checks import check_request
-from trainables.errors import ConfigError, one_line
+from core.errors import ConfigError, one_line
 
 
 def attach(sweep: SweepRequest, progress: str, every_s: float) -> int | None:

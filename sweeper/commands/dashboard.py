@@ -17,7 +17,7 @@ from pathlib import Path
 from sweeper.adapters.optuna_ledger import study_id
 from sweeper.commands.web_server import Server, check_address, exposure_warning, url_of
 from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
-from trainables.errors import ConfigError
+from core.errors import ConfigError
 
 def study_file(name: str, storage: str | None) -> Path:
     """The sweep's study: NAME under --storage, or a sweep directory given as a path."""

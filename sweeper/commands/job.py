@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from trainables.errors import ConfigError, one_line
+from core.errors import ConfigError, one_line
 
 from sweeper.adapters.ray_jobs import TERMINAL, ask, client_for, follow, known_job, wait
 from sweeper.commands.submit import show, to_stderr

@@ -24,7 +24,7 @@ from sweeper.records import length_metrics
 from sweeper.sweep_dir import OPTUNA_DB
 from sweeper.fs import check_output_file
 from trainables.config import ConfigError
-from trainables.errors import cut
+from core.errors import cut
 
 
 def _ranks(xs: list[float]) -> list[float]:

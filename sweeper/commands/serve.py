@@ -16,7 +16,7 @@ import sys
 import time
 
 from sweeper.service_link import LOG, connect, ensure_private_dir, read_state, request, service_dir
-from trainables.errors import ConfigError
+from core.errors import ConfigError
 
 START_TIMEOUT_S = 180.0  # until a detached service answers (Ray and the workers' imports; slow on 2 busy cores)
 STOP_TIMEOUT_S = 150.0  # until a stopped service's process has ended (its sweeps write themselves down first)

@@ -7,7 +7,7 @@ import argparse
 from sweeper.status import SPACE_FILE, STATUS_FILE, load_records
 from sweeper.views import ensure_status, status_lines
 from sweeper.sweep_dir import find_sweep_dir
-from trainables.errors import ConfigError
+from core.errors import ConfigError
 
 
 def run(args: argparse.Namespace) -> int:

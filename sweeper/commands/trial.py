@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import stat
 from pathlib import Path
@@ -31,9 +30,10 @@ import yaml
 from sweeper.fs import check_writable, read_limited
 from sweeper.space import flatten
 from trainables import footprint
-from trainables.config import MAX_STEPS, ConfigError, TrialConfig, load_trial_config, with_overrides
-from trainables.errors import brief, cut, short_path
-from trainables.run_dir import RunDir
+from trainables.config import ConfigError, TrialConfig, load_trial_config, with_overrides
+from core.files import write_atomic
+from core.errors import brief, cut, short_path
+from trainables.run_dir import CHECKPOINT, CONFIG, MAX_REPORTS_BYTES, REPORTS, Report, RunDir, strict_reports
 from trainables.safe_yaml import load_yaml_text
 
 
@@ -51,25 +51,6 @@ def parse_overrides(items: list[str]) -> dict:
     return out
 
 
-def keep_checkpoint(out: Path, checkpoint_dir: str, step: int) -> None:
-    """Make `out/checkpoint` the newest checkpoint, atomically (trainables/run_dir.py: a kill at any
-    point leaves `checkpoint` naming a complete checkpoint, the previous one or the new one)."""
-    RunDir(out).keep_checkpoint(checkpoint_dir, step)
-
-
-CONFIG, REPORTS, CHECKPOINT = "config.yaml", "metrics.jsonl", "checkpoint"
-MAX_REPORTS_BYTES = 64 * 2**20  # metrics.jsonl read back: ~30,000 reports of ~2 KB
-
-
-@dataclass(frozen=True)
-class Report:
-    """One line of metrics.jsonl: its step, its metrics, and its bytes as they were written."""
-
-    step: int
-    metrics: dict[str, float]
-    line: bytes
-
-
 @dataclass(frozen=True)
 class Resume:
     """What `--resume` continues: the checkpoint folder and its step, and the reports kept."""
@@ -78,45 +59,6 @@ class Resume:
     step: int
     reports: list[Report]  # those up to the checkpoint's step
     rewrite: bool  # metrics.jsonl holds more: a report after the checkpoint (trained again) or a line cut short
-
-
-def parse_reports(data: bytes, source: str) -> tuple[list[Report], bool]:
-    """metrics.jsonl as typed records, and whether a last line was cut short. A last line
-    without its newline that does not parse is a write a kill cut short, and is left out; any
-    other line that is not a report is refused."""
-    lines = data.split(b"\n")
-    last = lines.pop()  # b"" when the file ends with a newline
-    reports: list[Report] = []
-    for number, raw in enumerate(lines, 1):
-        reports.append(_report(raw, f"{source} line {number}", reports[-1].step if reports else -1))
-    if last:
-        try:  # whole but without its newline: kept (and written again with one)
-            reports.append(_report(last, f"{source} line {len(lines) + 1}", reports[-1].step if reports else -1))
-        except ConfigError:
-            return reports, True  # cut short by a kill: not a report
-    return reports, False
-
-
-def _report(raw: bytes, where: str, previous: int) -> Report:
-    try:
-        obj = json.loads(raw)
-    except ValueError:
-        raise ConfigError(f"{where}: not a JSON report: {brief(raw.decode('utf-8', 'replace'), 40)}") from None
-    if not isinstance(obj, dict) or not obj:
-        raise ConfigError(f"{where}: a report must be a JSON object of metrics, got {brief(obj, 40)}")
-    step = obj.get("step")
-    if isinstance(step, float) and math.isfinite(step) and step == int(step):
-        step = int(step)
-    if not isinstance(step, int) or isinstance(step, bool):
-        raise ConfigError(f"{where}: step: must be a whole number, got {brief(step, 40)}")
-    for key, value in obj.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise ConfigError(f"{where}: {cut(key, 40)}: a metric must be a number, got {brief(value, 40)}")
-    if not 0 <= step <= MAX_STEPS:
-        raise ConfigError(f"{where}: step: must be within [0, {MAX_STEPS:,}], got {brief(step, 40)}")
-    if step <= previous:
-        raise ConfigError(f"{where}: step: must be above the line before's {previous}, got {step}")
-    return Report(step, obj, raw + b"\n")
 
 
 def _regular_or_absent(path: Path, what: str) -> bool:
@@ -166,7 +108,7 @@ def check_resume(out: Path, cfg: TrialConfig) -> Resume:
     data, reports, cut_short = b"", [], False
     if _regular_or_absent(out / REPORTS, "--resume"):
         data = read_limited(out / REPORTS, "--resume", MAX_REPORTS_BYTES)
-        reports, cut_short = parse_reports(data, short_path(out / REPORTS, 100))
+        reports, cut_short = strict_reports(data, short_path(out / REPORTS, 100))
     kept = [r for r in reports if r.step <= step]
     after = [r.step for r in reports if r.step > step]
     if (after and step not in {r.step for r in kept}) or len(after) + cut_short > 1:
@@ -183,27 +125,6 @@ def _same_run(saved: TrialConfig, asked: TrialConfig, source: str) -> None:
         if key != "steps" and a.get(key) != b.get(key):
             raise ConfigError(f"--resume: {source}: {key}: the run was trained with {brief(a.get(key), 40)}, this "
                               f"command asks {brief(b.get(key), 40)}; a resumed run may change only `steps`")
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """`path` holds `data` whole, or is as it was: a temporary file beside it, fsync, rename."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
-def append_line(path: Path, line: bytes) -> None:
-    """Append one report; a link planted in its place is not followed."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
 
 
 def format_progress(m: dict) -> str:
@@ -243,23 +164,20 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         try:
             out.mkdir(parents=True, exist_ok=True)
-            write_atomic(out / CONFIG, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False).encode())
+            write_atomic(out / CONFIG, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), fsync=True)
             if resume is not None and resume.rewrite:
-                write_atomic(out / REPORTS, b"".join(r.line for r in resume.reports))
+                write_atomic(out / REPORTS, b"".join(r.line for r in resume.reports), fsync=True)
         except OSError as err:
             raise ConfigError(f"--out {cut(str(out), 80)}: cannot write there: {err.strerror or err}") from None
-    last_step = resume.reports[-1].step if resume is not None and resume.reports else -1
+    run = RunDir(out) if out is not None else None
 
     def report(metrics: dict, checkpoint_dir: str | None) -> None:
-        nonlocal last_step
         print(format_progress(metrics) if not metrics.get("diverged") else f"step {metrics['step']}: diverged (non-finite loss)", flush=True)
-        if out is None:
+        if run is None:
             return
-        if metrics["step"] > last_step:  # a resumed finished run re-reports its end
-            append_line(out / REPORTS, json.dumps(metrics).encode() + b"\n")
-            last_step = metrics["step"]
+        run.append(metrics)  # not a report at or before the last one (a resumed finished run re-reports its end)
         if checkpoint_dir is not None:
-            keep_checkpoint(out, checkpoint_dir, int(metrics["step"]))
+            run.keep_checkpoint(checkpoint_dir, int(metrics["step"]))
 
     if resume is not None:
         print(f"resuming from {resume.checkpoint} (step {resume.step})")
@@ -267,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     summary = {"status": result.status, "step": result.step, "metrics": result.metrics}
     if out is not None:
         try:  # the reports and the checkpoint are already in the folder; only the summary is missing
-            write_atomic(out / "result.json", json.dumps(summary, indent=2).encode())
+            write_atomic(out / "result.json", json.dumps(summary, indent=2), fsync=True)
         except OSError as err:
             raise ConfigError(f"--out {cut(str(out), 80)}: result.json: cannot write it ({err.strerror or err}); "
                               "the reports and the checkpoint are kept") from None

@@ -28,7 +28,7 @@ import time
 import urllib.request
 from typing import Callable
 
-from trainables.errors import ConfigError, cut
+from core.errors import ConfigError, cut
 
 START_TIMEOUT_S = 120.0  # until the server answers (MLflow's first start migrates its store: slow on 2 cores)
 STOP_TIMEOUT_S = 10.0  # after SIGTERM, before SIGKILL
