@@ -155,7 +155,7 @@ class Sweep:
                 with store_lock(uri):  # an embedded store is created (schema migrations) by one process at a time
                     self.tracker.start(self.sweep_dir / SPACE_FILE)
                 # what the ledger and the trial folders hold that MLflow lacks (a kill cut the last driver's log short)
-                return self.tracker.reconcile(records) if records else 0
+                return self.tracker.sync_all(records) if records else 0
             except ConfigError:
                 raise
             except Exception as err:  # noqa: BLE001 - a store that passed the preflight and then failed: one line
@@ -173,7 +173,8 @@ class Sweep:
             if self.host is None:
                 ray_tune.init_ray(req.address)
             if made := tracking_started.result():
-                self.say.info(f"MLflow: {made} reports and trial ends the last run of this sweep did not log, logged now")
+                self.say.info(f"MLflow: {made} calls logged what the last run of this sweep left out (from the "
+                              "trials' folders)")
         self.say.info(f"tracking: {hide_password(uri)} (experiment {self.tracker.experiment}); `sweeper ui` opens it")
         if req.address is None:
             orphans.record(self.sweep_dir)  # so that a next launch can end them if this driver (or the service) is SIGKILLed

@@ -85,13 +85,13 @@ class SweepViews:
 
     def on_report(self, number: int, result: dict) -> None:
         self._metrics[number] = {**_numbers(trainer_metrics(result)), **_numbers({"time_total_s": result.get("time_total_s")})}
-        self._track("on_result", self.record(number))
+        self._track(self.record(number))
         self.faults.point("logged")
         self._dirty = True
         self.flush()
 
     def on_end(self, number: int) -> None:
-        self._track("on_end", self.record(number))
+        self._track(self.record(number))
         self.write("running")
 
     def on_error(self, number: int | None, message: str) -> None:
@@ -106,12 +106,12 @@ class SweepViews:
         if self._dirty and self.clock() - self._written >= STATUS_EVERY_S:
             self.write("running")
 
-    def _track(self, method: str, record: TrialRecord) -> None:
+    def _track(self, record: TrialRecord) -> None:
         """Tracking trouble (a server gone mid-sweep) is reported, never allowed to stop the sweep."""
         if self.tracker is None:
             return
         try:
-            getattr(self.tracker, method)(record)
+            self.tracker.sync(record)
         except Exception as err:  # noqa: BLE001
             if not self.tracking_failed:
                 self.say.warning(f"warning: MLflow tracking failed ({type(err).__name__}: {str(err)[:200]}); "

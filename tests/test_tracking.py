@@ -36,15 +36,15 @@ def test_a_resumed_sweep_s_tracker_takes_the_last_logged_step_from_mlflow(tmp_pa
     ledger = _ledger(sweep_dir, spec)
     live = SweepTracker(uri, spec, sweep_dir, ledger=ledger)
     live.start(sweep_dir / "space.yaml")
-    live.on_result(_record(20))
-    live.on_result(_record(40))
+    live.sync(_record(20))
+    live.sync(_record(40))
     assert live.drain() == []
     run_id = live.state["trials"]["t0"]["run_id"]
 
     resumed = SweepTracker(uri, spec, sweep_dir, ledger=ledger)  # the next launch: nothing on disk but the ledger
     assert resumed.start(sweep_dir / "space.yaml") == live.state["parent_run_id"]
-    resumed.on_result(_record(40))  # the trial re-reports the step its checkpoint holds
-    resumed.on_result(_record(60))
+    resumed.sync(_record(40))  # the trial re-reports the step its checkpoint holds
+    resumed.sync(_record(60))
     assert resumed.drain() == []
     assert resumed.state["trials"]["t0"]["run_id"] == run_id
     history = client(uri).get_metric_history(run_id, "acc_3x")
@@ -100,12 +100,12 @@ def test_a_server_outage_neither_blocks_the_driver_nor_loses_a_report(tmp_path):
     ledger = _ledger(sweep_dir, spec)
     tracker = SweepTracker(url, spec, sweep_dir, ledger=ledger)
     tracker.start(sweep_dir / "space.yaml")
-    tracker.on_result(_record(10))
+    tracker.sync(_record(10))
     time.sleep(1)
     stop(proc)
     t0 = time.monotonic()
     for step in (20, 30):
-        tracker.on_result(_record(step))
+        tracker.sync(_record(step))
     assert time.monotonic() - t0 < 0.5  # the driver does not wait for the server
     time.sleep(3)  # retried meanwhile
     url2, proc = start_mlflow_server(root, f"sqlite:///{root / 'mlflow.db'}", port=port)
@@ -115,10 +115,10 @@ def test_a_server_outage_neither_blocks_the_driver_nor_loses_a_report(tmp_path):
         assert [m.step for m in client(url).get_metric_history(run_id, "acc_3x")] == [10, 20, 30]
 
         # down at the end of a sweep: what is left is listed, and the next launch logs it from the trial's folder
-        tracker.on_result(_record(40))
+        tracker.sync(_record(40))
         time.sleep(1)
         stop(proc)
-        tracker.on_result(_record(50))
+        tracker.sync(_record(50))
         left = tracker.drain(timeout_s=2)
         assert [r.step for _, r, _ in left] == [50]
         url2, proc = start_mlflow_server(root, f"sqlite:///{root / 'mlflow.db'}", port=port)
@@ -126,13 +126,13 @@ def test_a_server_outage_neither_blocks_the_driver_nor_loses_a_report(tmp_path):
         _reports(trial_dir, (10, 20, 30, 40, 50))
         nxt = SweepTracker(url, spec, sweep_dir, ledger=ledger)
         nxt.start(sweep_dir / "space.yaml")
-        assert nxt.reconcile([TrialRecord("t0", _record(0).params, "running", 50, {"step": 50}, str(trial_dir))]) == 1
+        assert nxt.sync_all([TrialRecord("t0", _record(0).params, "running", 50, {"step": 50}, str(trial_dir))]) == 1
         assert [m.step for m in client(url).get_metric_history(run_id, "acc_3x")] == [10, 20, 30, 40, 50]
     finally:
         stop(proc)
 
 
-def test_reconcile_logs_what_a_killed_driver_never_logged(tmp_path):
+def test_a_sync_logs_what_a_killed_driver_never_logged_and_a_second_writes_nothing(tmp_path):
     """The ledger and each trial's folder (metrics.jsonl) ahead of MLflow after a SIGKILL:
     the missing reports (below MLflow's last step too, and beyond status.json's lagging step) and
     the missing end are logged, nothing twice."""
@@ -141,20 +141,21 @@ def test_reconcile_logs_what_a_killed_driver_never_logged(tmp_path):
     ledger = _ledger(sweep_dir, spec)
     tracker = SweepTracker(uri, spec, sweep_dir, ledger=ledger)
     tracker.start(sweep_dir / "space.yaml")
-    tracker.on_result(_record(20))  # the report of step 10 was lost with a killed driver's queue
+    tracker.sync(_record(20))  # the report of step 10 was lost with a killed driver's queue
     assert tracker.drain() == []
     trial_dir = tmp_path / "trial_t0"
     _reports(trial_dir, (10, 20, 30), cut='{"step": 40, "acc')  # a line cut by the kill
     ended = TrialRecord("t0", _record(0).params, "completed", 20, {"step": 20, "acc_3x": 0.02}, str(trial_dir))  # status.json lags
     fresh = SweepTracker(uri, spec, sweep_dir, ledger=ledger)
     fresh.start(sweep_dir / "space.yaml")
-    assert fresh.reconcile([ended]) == 3  # steps 10 (a gap below the last logged) and 30, and the end
+    assert fresh.sync_all([ended]) == 2  # steps 10 (a gap below the last logged) and 30 in one call, and the end
     run = client(uri).get_run(fresh.state["trials"]["t0"]["run_id"])
     assert run.info.status == "FINISHED" and run.data.tags["status"] == "completed"
     assert sorted(m.step for m in client(uri).get_metric_history(run.info.run_id, "acc_3x")) == [10, 20, 30]  # each once
     again = SweepTracker(uri, spec, sweep_dir, ledger=ledger)
     again.start(sweep_dir / "space.yaml")
-    assert again.reconcile([ended]) == 0  # nothing left to do
+    assert again.sync_all([ended]) == 0  # nothing left to do
+    assert again.sync_all([ended]) == 0 and len(client(uri).search_runs(["1"], "tags.role = 'trial'")) == 1
 
 
 def test_resuming_with_another_tracking_store_is_refused(tmp_path):
@@ -169,7 +170,7 @@ def test_resuming_with_another_tracking_store_is_refused(tmp_path):
         raise AssertionError("a changed tracking URI was accepted")
 
 
-def test_reconcile_logs_whole_reports_so_a_failed_call_loses_none(tmp_path):
+def test_a_sync_logs_whole_reports_so_a_failed_call_loses_none(tmp_path):
     """Many missing reports take several calls (MLflow: at most 1000 metrics each). The second call
     fails; the retry must log every metric of every report: a call never holds half of a report,
     whose `step` alone would make the retry take that step as logged."""
@@ -194,7 +195,7 @@ def test_reconcile_logs_whole_reports_so_a_failed_call_loses_none(tmp_path):
         return log_batch(run_id, metrics=metrics, **kwargs)
 
     tracker.client.log_batch = second_call_fails
-    tracker.reconcile([ended])
+    tracker.sync_all([ended])
     assert len(calls) >= 3 and all(n % 31 == 0 for n in calls if n), calls  # whole reports only
     run_id = tracker.state["trials"]["t0"]["run_id"]
     for name in ("step", "m00", "m29"):
@@ -231,7 +232,7 @@ def test_a_fresh_start_ends_the_runs_a_cleared_sweep_directory_left_running(tmp_
     spec, sweep_dir = _sweep(tmp_path, uri)
     old = SweepTracker(uri, spec, sweep_dir, ledger=_ledger(sweep_dir, spec))
     old_id = old.start(sweep_dir / "space.yaml")
-    old.on_result(_record(10))
+    old.sync(_record(10))
     old.drain()
     (sweep_dir / "optuna.db").unlink()  # the directory started afresh: a new ledger
     new_id = SweepTracker(uri, spec, sweep_dir, ledger=_ledger(sweep_dir, spec)).start(sweep_dir / "space.yaml")

@@ -28,6 +28,7 @@ def finish(tracker: SweepTracker, records: list[TrialRecord], pictures: list[Pat
 
 
 def _finish(tracker: SweepTracker, records: list[TrialRecord], pictures: list[Path], interrupted: bool) -> None:
+    tracker.sync_all(records)  # every trial as its folder and the ledger have it (a second sync writes nothing)
     client, spec, parent = tracker.client, tracker.spec, tracker.state["parent_run_id"]
     trials = tracker.state.get("trials", {})
     top = ranked(records, spec.metric, spec.mode)
@@ -51,5 +52,5 @@ def _finish(tracker: SweepTracker, records: list[TrialRecord], pictures: list[Pa
         if r.status == "interrupted" and r.trial_id in trials:
             client.set_tag(trials[r.trial_id]["run_id"], "status", "interrupted")
             client.set_terminated(trials[r.trial_id]["run_id"], "KILLED")
-            trials[r.trial_id]["interrupted"] = True
+            trials[r.trial_id].update(status="interrupted", open=False)
     client.set_terminated(parent, "KILLED" if interrupted else "FINISHED")

@@ -7,15 +7,16 @@
         │                          step, tags trial_id / status / best, config YAML, length plot
         └── ...
 
-MLflow is a view of the ledger: runs are found again by their tags (the parent by the uid the
-ledger keeps for it, written there before the run is made; each child by its trial's name), so a
-resumed sweep logs into the same parent and the same children, and `reconcile` logs once each
-report a trial's folder holds that MLflow lacks: a trial never gets a second run.
+MLflow is a view of the ledger and the trials' folders, kept by one idempotent `sync` per trial:
+runs are found again by their tags (the parent by the uid the ledger keeps for it, written there
+before the run is made; each child by its trial's name), the trial's run is made if MLflow has
+none, every report its folder holds that MLflow lacks is logged, and its end once it ended. A
+second sync writes nothing, and a trial never gets a second run.
 
-Logging is off the sweep's critical path: the driver's callbacks put each report on a queue that
-one background thread logs in order (`mlflow_store.BackgroundLog`), retrying a tracking server that
-is down with backoff (the trials train on meanwhile). What is still unlogged when the sweep stops is
-listed; the next launch logs it from the trials' folders.
+Syncs run as reports come, off the sweep's critical path: the driver's callbacks queue them for one
+background thread (`mlflow_store.BackgroundLog`), which retries a tracking server that is down with
+backoff (the trials train on meanwhile); every trial is synced again at the start of a launch and
+at its end, so what a kill or an outage left out is logged from the folders.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import yaml
 
@@ -57,7 +58,7 @@ class SweepTracker:
         self.experiment = experiment or spec.name
         self.ledger = ledger
         self._client = None
-        self.state: dict = {}  # experiment_id, parent_run_id, trials: {trial name: {run_id, last_step}}
+        self.state: dict = {}  # experiment_id, parent_run_id, trials: {name: {run_id, steps, caught_up, status, open}}
         self._log: BackgroundLog | None = None  # the driver's background thread, started by the first report
 
     @property
@@ -96,10 +97,11 @@ class SweepTracker:
         self.client.set_experiment_tag(exp_id, VIEW_TAG + view_key(spec.name),  # the runs table `sweeper ui` opens
                                        trials_view(spec.metric, spec.mode, sorted({p for p, _, _ in iter_params(spec.space)})))
         made = self.client.search_runs([exp_id], filter_string=f"tags.parent_uid = '{st['parent_uid']}'", max_results=1)
-        run = made[0] if made else self._adopt_stale_parent(exp_id, params)
+        run = made[0] if made else None
         if run is not None and run.info.status != "RUNNING":
             self.client.update_run(run.info.run_id, status="RUNNING")
         if run is None:
+            self._end_abandoned(exp_id)
             run = self.client.create_run(exp_id, run_name=spec.name, tags={
                 "sweep": spec.name, "role": "sweep", "metric": spec.metric, "mode": spec.mode,
                 "sweep_dir": str(self.sweep_dir.resolve()), "parent_uid": st["parent_uid"],
@@ -110,41 +112,91 @@ class SweepTracker:
         if not run.data.params:  # params are immutable in MLflow: logged once (a retry after a failed call
             self.client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])  # finds none)
             self.client.log_artifact(run.info.run_id, str(space_file))
-        st.update({"tracking_uri": self.uri, "experiment_id": exp_id, "parent_run_id": run.info.run_id, "trials": {}})
+        st.update({"tracking_uri": self.uri, "experiment_id": exp_id, "parent_run_id": run.info.run_id})
+        st.pop("trials", None)  # read from MLflow at the first sync
         return run.info.run_id
 
-    def _adopt_stale_parent(self, exp_id: str, params: dict[str, str]):
-        """A fresh start of this sweep directory: a parent run of it still RUNNING has no driver (this one
-        holds the sweep's lock). Such a run is left by a start killed before Ray wrote anything to resume
-        from, whose relaunch cleared the directory and the run mapping with it. The newest one without
-        trials whose params agree with ours becomes this sweep's parent (so a kill there never leaves a
-        second one); any other is ended as KILLED, so none stays RUNNING forever."""
-        stale = self.client.search_runs([exp_id], order_by=["attributes.start_time DESC"], filter_string=(
+    def _end_abandoned(self, exp_id: str) -> None:
+        """A fresh start of this sweep's folder: a parent run of the folder still RUNNING belongs to a
+        start whose ledger is gone (--restart, or a folder removed by hand) and can never finish: it
+        is ended as KILLED, tagged abandoned."""
+        stale = self.client.search_runs([exp_id], filter_string=(
             f"tags.role = 'sweep' and tags.sweep = '{self.spec.name}' and tags.sweep_dir = '{self.sweep_dir.resolve()}' "
             "and attributes.status = 'RUNNING'"))
-        adopted = None
         for run in stale:
-            has_trials = self.client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'",
-                                                 max_results=1)
-            agrees = all(params.get(k) == v for k, v in run.data.params.items())
-            if adopted is None and not has_trials and agrees:
-                adopted = run
-                self.client.set_tag(run.info.run_id, "parent_uid", self.state["parent_uid"])
-            else:
-                self.client.set_tag(run.info.run_id, "status", "abandoned: its sweep directory was started afresh")
-                self.client.set_terminated(run.info.run_id, "KILLED")
-        return adopted
+            self.client.set_tag(run.info.run_id, "status", "abandoned: its sweep directory was started afresh")
+            self.client.set_terminated(run.info.run_id, "KILLED")
 
-    # -- child runs --------------------------------------------------------------------
+    # -- child runs: one idempotent sync per trial -------------------------------------------
 
-    def _child(self, record: TrialRecord) -> dict:
-        trials = self.state.setdefault("trials", {})
-        if record.trial_id in trials:
-            return trials[record.trial_id]
-        found = self._find_child(record.trial_id)  # a kill between creating the run and saving the mapping
-        if found is not None:
-            trials[record.trial_id] = found
-            return found
+    def sync(self, record: TrialRecord) -> None:
+        """Bring the trial's child run up to `record` and its folder, in the background (queued in
+        order, off the sweep's critical path)."""
+        if self._log is None:
+            self._log = BackgroundLog(lambda method, rec: self._sync(rec), self.say)
+        self._log.put("sync", record)
+
+    def drain(self, timeout_s: float = DRAIN_S) -> list[tuple[str, TrialRecord, str]]:
+        """Wait for the background syncs (see BackgroundLog.drain). Returns what was not logged (the
+        next sync of those trials logs it from their folders)."""
+        if self._log is None:
+            return []
+        left, self._log = self._log.drain(timeout_s), None
+        return left
+
+    def sync_all(self, records: list[TrialRecord], timeout_s: float = DRAIN_S) -> int:
+        """Sync every trial now (at the start of a launch, and at its end): what a killed driver or an
+        unreachable server left out is logged from the trials' folders. Returns the calls that wrote."""
+        deadline = time.monotonic() + timeout_s
+        self._known(deadline)
+        return sum(retrying(lambda r=record: self._sync(r), deadline, "logging the trials", self.say) for record in records)
+
+    def _known(self, deadline: float) -> None:
+        """Every child run this sweep's parent has, by trial name: one search, once per launch."""
+        if "trials" in self.state:
+            return
+
+        def children() -> list:
+            return self.client.search_runs([self.state["experiment_id"]], max_results=50_000,
+                                           filter_string=f"tags.mlflow.parentRunId = '{self.state['parent_run_id']}'")
+
+        trials: dict[str, dict] = {}
+        for run in sorted(retrying(children, deadline, "reading the sweep's runs", self.say), key=lambda r: r.info.start_time):
+            name = run.data.tags.get("trial_id")
+            if name and name not in trials:  # the oldest run of a name is the trial's
+                trials[name] = {"run_id": run.info.run_id, "steps": None, "caught_up": False,
+                                "status": run.data.tags.get("status"), "open": run.info.status == "RUNNING"}
+        self.state["trials"] = trials
+
+    def _sync(self, record: TrialRecord) -> int:
+        """Create the trial's run if MLflow has none, log every report of its folder (and `record`'s)
+        that MLflow lacks, and its end once it ended. Idempotent: a second call writes nothing."""
+        from sweeper.records import FINAL
+
+        self._known(time.monotonic() + DRAIN_S)
+        entry, writes = self.state["trials"].get(record.trial_id), 0
+        if entry is None:
+            if not record.metrics and record.status not in FINAL:
+                return 0  # nothing to show yet: a run is made with the trial's first report
+            entry, writes = self._create(record), 1
+        reports = [(int(record.metrics["step"]), record.metrics)] if "step" in record.metrics else []
+        if entry["steps"] is None:  # the first sync of this trial in this launch: what MLflow holds
+            entry["steps"] = {int(m.step) for m in self.client.get_metric_history(entry["run_id"], "step")}
+        if not entry["caught_up"]:  # until MLflow has its folder's reports (whole: they win over the record's)
+            reports += trial_reports(record.path)
+        writes += self._log_reports(entry, reports)
+        entry["caught_up"] = True  # from here on each report comes with its record
+        if record.status == "running" and not entry["open"]:  # an interrupted trial trains again: the same run
+            self.client.update_run(entry["run_id"], status="RUNNING")
+            self.client.set_tag(entry["run_id"], "status", "running")
+            entry.update(open=True, status="running")
+            writes += 1
+        if record.status in FINAL and (entry["status"] != record.status or entry["open"]):
+            self._end(entry, record)
+            writes += 1
+        return writes
+
+    def _create(self, record: TrialRecord) -> dict:
         from mlflow.entities import Param
 
         run = self.client.create_run(self.state["experiment_id"], run_name=record.trial_id, tags={
@@ -153,130 +205,33 @@ class SweepTracker:
         })
         cfg = trial_config_for(self.spec, record.params).model_dump(mode="json")
         self.client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in flatten(cfg).items()])
-        trials[record.trial_id] = {"run_id": run.info.run_id, "last_step": 0}
-        return trials[record.trial_id]
-
-    def _find_child(self, trial_id: str) -> dict | None:
-        """The child run MLflow already holds for this trial under this sweep's parent, if any:
-        MLflow is the record of which runs exist; the mapping file is only a cache of it."""
-        runs = self.client.search_runs([self.state["experiment_id"]], filter_string=f"tags.trial_id = '{trial_id}'",
-                                       max_results=50)
-        mine = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == self.state["parent_run_id"]]
-        if not mine:
-            return None
-        run = min(mine, key=lambda r: r.info.start_time)
-        steps = [m.step for m in self.client.get_metric_history(run.info.run_id, "step")]
-        entry = {"run_id": run.info.run_id, "last_step": max(steps, default=0)}
-        if run.info.status != "RUNNING" and run.data.tags.get("status") == "interrupted":
-            entry["interrupted"] = True  # continued now: the same run goes on
+        entry = self.state["trials"][record.trial_id] = {"run_id": run.info.run_id, "steps": set(), "caught_up": False,
+                                                        "status": "running", "open": True}
         return entry
 
-    # -- the driver's callbacks: queued, logged by the background thread ---------------------
-
-    def on_result(self, record: TrialRecord) -> None:
-        self._queue("on_result", record)
-
-    def on_end(self, record: TrialRecord) -> None:
-        self._queue("on_end", record)
-
-    def _queue(self, method: str, record: TrialRecord) -> None:
-        if self._log is None:
-            self._log = BackgroundLog(self._apply, self.say)
-        self._log.put(method, record)
-
-    def _apply(self, method: str, record: TrialRecord) -> None:
-        {"on_result": self._on_result, "on_end": self._on_end}[method](record)
-
-    def drain(self, timeout_s: float = DRAIN_S) -> list[tuple[str, TrialRecord, str]]:
-        """Wait for the background log (see BackgroundLog.drain). Returns what was not logged (the
-        next launch logs it from the trials' folders, `reconcile`)."""
-        if self._log is None:
-            return []
-        left, self._log = self._log.drain(timeout_s), None
-        return left
-
-    def reconcile(self, records: list[TrialRecord], timeout_s: float = DRAIN_S) -> int:
-        """Before Ray starts: bring MLflow up to the ledger where a kill of the driver, or a tracking
-        server that was down, cut its background log short: reports a trial made (its folder's
-        metrics.jsonl) that MLflow lacks, and ends it never heard of. One search for the sweep's runs, then per trial
-        with reports one read of its logged steps (`_fill_gaps`: a call per trial, so a resume of a
-        sweep of hundreds of trials against a remote server makes hundreds), and a write only for
-        what is missing. Returns the number of calls made."""
-        from sweeper.records import FINAL
-
-        def children() -> dict[str, Any]:
-            runs = self.client.search_runs([self.state["experiment_id"]], max_results=50_000,
-                                           filter_string=f"tags.mlflow.parentRunId = '{self.state['parent_run_id']}'")
-            return {r.data.tags.get("trial_id"): r for r in runs}
-
-        deadline = time.monotonic() + timeout_s
-        runs = retrying(children, deadline, "reading the sweep's runs", self.say)
-        made = 0
-        for record in records:
-            run = runs.get(record.trial_id)
-            logged = int(run.data.metrics.get("step", 0)) if run is not None else 0
-            trials = self.state.setdefault("trials", {})
-            if run is not None and record.trial_id not in trials:  # known from here on: no second run, no search
-                trials[record.trial_id] = {"run_id": run.info.run_id, "last_step": logged}
-                if run.info.status != "RUNNING" and run.data.tags.get("status") == "interrupted":
-                    trials[record.trial_id]["interrupted"] = True
-            entry = trials.get(record.trial_id)
-            if entry is not None:
-                entry["last_step"] = max(entry["last_step"], logged)
-            reports = trial_reports(record.path)  # the views' step may lag the trial's folder: read every trial's
-            if reports:
-                made += retrying(lambda: self._fill_gaps(record, reports, run), deadline, "logging a trial's reports", self.say)
-            if record.status in FINAL and (run is None or run.info.status == "RUNNING" or run.data.tags.get("status") != record.status):
-                retrying(lambda: self._on_end(record), deadline, "logging a trial's end", self.say)
-                made += 1
-        return made
-
-    def _fill_gaps(self, record: TrialRecord, reports: list[tuple[int, dict]], run) -> int:
-        """Log each report of `reports` whose step MLflow lacks for this trial (gaps below its last
-        logged step too: a killed driver's queue can lose an early report). Returns how many."""
+    def _log_reports(self, entry: dict, reports: list[tuple[int, dict]]) -> int:
+        """The reports MLflow lacks, whole reports per call (a report is logged entirely or not at all,
+        so a retry after a failed call never takes a half-logged step as logged). Returns the calls."""
         from mlflow.entities import Metric
 
-        have = {m.step for m in self.client.get_metric_history(run.info.run_id, "step")} if run is not None else set()
-        missing = [(step, metrics) for step, metrics in reports if step not in have]
-        if not missing:
-            return 0
-        entry = self._child(TrialRecord(record.trial_id, record.params, record.status, missing[0][0], missing[0][1], record.path))
-        now = int(time.time() * 1000)
-        batch: list = []
-        for step, metrics in missing:  # whole reports per call: a report is logged entirely or not at all, so a
-            report = [Metric(k, float(v), now, step) for k, v in trainer_metrics(metrics).items()  # retry after a
-                      if isinstance(v, (int, float)) and v == v]  # failed call never takes a half-logged step as logged
+        missing = {step: metrics for step, metrics in reports if step not in entry["steps"]}
+        now, batch, calls, steps = int(time.time() * 1000), [], 0, []
+        for step in sorted(missing):
+            report = [Metric(k, float(v), now, step) for k, v in trainer_metrics(missing[step]).items()
+                      if isinstance(v, (int, float)) and v == v]
             if batch and len(batch) + len(report) > 1000:  # MLflow takes at most 1000 metrics per call
                 self.client.log_batch(entry["run_id"], metrics=batch)
-                batch = []
-            batch += report
+                entry["steps"].update(steps)
+                batch, steps, calls = [], [], calls + 1
+            batch, steps = batch + report, steps + [step]
         if batch:
             self.client.log_batch(entry["run_id"], metrics=batch)
-        entry["last_step"] = max(entry["last_step"], max(step for step, _ in missing))
-        return len(missing)
+            entry["steps"].update(steps)
+            calls += 1
+        return calls
 
-    def _on_result(self, record: TrialRecord) -> None:
-        """Log one report of a trial at its training step (skipped if already logged)."""
-        from mlflow.entities import Metric
-
-        entry = self._child(record)
-        resumed = entry.pop("interrupted", False)
-        if resumed:  # the first report after an interrupt: the same run goes on
-            self.client.update_run(entry["run_id"], status="RUNNING")
-            self.client.set_tag(entry["run_id"], "status", "running")
-        if record.step <= entry["last_step"]:
-            return
-        now = int(time.time() * 1000)
-        metrics = [Metric(k, float(v), now, record.step) for k, v in trainer_metrics(record.metrics).items()
-                   if isinstance(v, (int, float)) and v == v]
-        self.client.log_batch(entry["run_id"], metrics=metrics)
-        entry["last_step"] = record.step  # saved with the mapping at the next new run or at the end; a resume
-        # finds the last logged step in MLflow itself (_find_child), so nothing on disk follows every report
-
-    def _on_end(self, record: TrialRecord) -> None:
+    def _end(self, entry: dict, record: TrialRecord) -> None:
         """A trial ended: its status, its config and its accuracy-vs-length plot."""
-        self._on_result(record)  # Ray skips on_trial_result for the report that ends a trial
-        entry = self._child(record)
         run_id = entry["run_id"]
         self.client.set_tag(run_id, "status", record.status)
         cfg = trial_config_for(self.spec, record.params)
@@ -287,3 +242,4 @@ class SweepTracker:
                 png = plots.trial_lengths(record.metrics, cfg.task.max_len, title, Path(tmp) / "accuracy_vs_length.png")
                 self.client.log_artifact(run_id, str(png))
         self.client.set_terminated(run_id, RUN_STATUS.get(record.status, "FINISHED"))
+        entry.update(status=record.status, open=False)
