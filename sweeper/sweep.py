@@ -87,8 +87,8 @@ class Sweep:
                               "multi-node cluster every node must see it (NFS, a shared volume; pass --shared-storage "
                               "to confirm it is shared)")
         self._created += [p for p in (first_missing(sweep_dir.parent),) if p is not None]
-        self._narrow_at_close(sweep_dir)
         lock = hold_sweep_lock(sweep_dir, spec.name, on_service=host is not None)  # one driver per sweep
+        self._narrow_at_close(sweep_dir)  # runs last: after the trials and the MLflow thread have stopped
         self._resources.callback(release_sweep_lock, lock)
         if ended := orphans.end_orphans(sweep_dir):  # a SIGKILLed driver's local Ray: ours to end
             self.say.note(f"ended {len(ended)} processes of this sweep's earlier local Ray ({', '.join(sorted(set(ended)))})")
@@ -227,7 +227,7 @@ class Sweep:
     def _draw(self, records) -> list[Path]:
         """The sweep's plots in its folder, from the ledger and the trials' folders, whatever MLflow does."""
         from sweeper import plots
-        from sweeper.adapters.mlflow_store import trial_reports
+        from trainables.run_dir import trial_reports
         from sweeper.adapters.optuna_search import baseline_points
 
         try:

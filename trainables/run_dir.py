@@ -98,6 +98,14 @@ class RunDir:
                 shutil.rmtree(old, ignore_errors=True)
 
 
+def trial_reports(trial_dir: str | Path) -> list[tuple[int, dict]]:
+    """(step, numeric metrics) of every report in a run's folder; [] where there is none."""
+    if not trial_dir:
+        return []
+    return [(int(r["step"]), {k: v for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+            for r in RunDir(trial_dir).reports()]
+
+
 def parse_reports(data: bytes) -> list[dict]:
     """The reports in the bytes of a metrics.jsonl (a line cut by a kill, or not a report, is skipped)."""
     out = []

@@ -218,16 +218,6 @@ def fetch_trial_runs(uri: str, sweep_name: str, experiment: str | None = None) -
     } for r in runs]
 
 
-def trial_reports(trial_dir: str) -> list[tuple[int, dict]]:
-    """(step, metrics) of every report in a trial's folder (trainables/run_dir.py); [] where there is none."""
-    from trainables.run_dir import RunDir
-
-    if not trial_dir:
-        return []
-    return [(int(r["step"]), {k: v for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
-            for r in RunDir(trial_dir).reports()]
-
-
 def describe_unlogged(left: list[tuple[str, TrialRecord, str]]) -> str:
     """One line for the end of a sweep: what MLflow did not take (the next launch logs it)."""
     trials = sorted({record.trial_id for _, record, _ in left})

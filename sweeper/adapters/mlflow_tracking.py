@@ -30,9 +30,10 @@ from typing import Callable
 import yaml
 
 from sweeper import plots
-from sweeper.adapters.mlflow_store import VIEW_TAG, BackgroundLog, client, retrying, sweep_params, trial_reports, trials_view, view_key
+from sweeper.adapters.mlflow_store import VIEW_TAG, BackgroundLog, client, retrying, sweep_params, trials_view, view_key
 from sweeper.records import TrialRecord, trainer_metrics
 from sweeper.space import SearchSpace, flatten, iter_params, trial_config_for
+from trainables.run_dir import trial_reports
 
 PARENT_UID = "sweeper.mlflow_uid"  # the ledger's attribute naming the sweep's parent run (its tag parent_uid)
 DRAIN_S = 60.0  # at the end of a sweep: how long the queue may take to empty before what is left is set aside

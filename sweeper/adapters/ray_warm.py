@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import uuid
 from typing import Any, Callable
 
 import ray
@@ -42,7 +43,7 @@ class TrialWorker:
         import trainables.train  # noqa: F401
 
         self._lock = threading.Lock()
-        self._owner: tuple[int, float] | None = None  # the trial that claimed this worker
+        self._owner: tuple[int, float, str] | None = None  # the trial that claimed this worker
         self._training = False
         self._stop = threading.Event()
         self._acked = threading.Event()
@@ -55,9 +56,9 @@ class TrialWorker:
         """This worker's process and how many trials it has trained (the service's status shows them)."""
         return {"pid": os.getpid(), "trained": self._trained, "busy": self._owner is not None}
 
-    def claim(self, owner: tuple[int, float]) -> bool:
-        """Take this worker for the trial `owner` (its process: pid, start time); False while another
-        trial has it (a trial that claimed it and died before training frees it)."""
+    def claim(self, owner: tuple[int, float, str]) -> bool:
+        """Take this worker for the trial `owner` (its process: pid, start time; and a claim of its
+        own); False while another trial has it (a trial that claimed it and died before training frees it)."""
         with self._lock:
             if self._owner is not None and (self._training or not _gone(self._owner)):
                 return False
@@ -65,15 +66,19 @@ class TrialWorker:
             self._stop.clear()
             return True
 
-    def stop(self) -> None:
-        self._stop.set()
+    def stop(self, owner: tuple[int, float, str]) -> None:
+        """The trial `owner` no longer wants this worker. A stop that arrives after another trial
+        claimed the worker (calls to an actor of several threads are not ordered) is not its."""
+        with self._lock:
+            if self._owner == owner:
+                self._stop.set()
 
     def ack(self) -> None:
         """The trial handed the last report to Ray Tune, which asked for more: train on."""
         self._acked.set()
 
     def train(self, config: dict, to_config: Callable[[dict[str, Any]], TrialConfig], threads: int, trials_root: str,
-              owner: tuple[int, float]):
+              owner: tuple[int, float, str]):
         """Train the trial (its reports streamed back), then free the worker. `owner`: the claiming
         trial's process (pid, start time), watched at every report."""
         with self._lock:
@@ -119,8 +124,8 @@ class TrialWorker:
                 self._owner, self._training = None, False
 
 
-def _gone(process: tuple[int, float]) -> bool:
-    """Whether the process (pid, start time) has ended (or its pid is now another process's)."""
+def _gone(process: tuple) -> bool:
+    """Whether the process (pid, start time, ...) has ended (or its pid is now another process's)."""
     import psutil
 
     try:
@@ -145,7 +150,7 @@ def workers_info(workers: list) -> list[dict]:
         return []
 
 
-def claim(workers: list, owner: tuple[int, float]) -> Any | None:
+def claim(workers: list, owner: tuple[int, float, str]) -> Any | None:
     for worker in workers:
         try:
             if ray.get(worker.claim.remote(owner), timeout=10):
@@ -163,7 +168,7 @@ def make_warm_trainable(workers: list, to_config: Callable[[dict[str, Any]], Tri
         import psutil
 
         me = psutil.Process()
-        owner = (me.pid, me.create_time())
+        owner = (me.pid, me.create_time(), uuid.uuid4().hex)  # a trial's process may run the next trial too
         worker = claim(workers, owner)
         if worker is None:
             run_trial(config, to_config, threads, trials_root, tune.report)
@@ -174,6 +179,6 @@ def make_warm_trainable(workers: list, to_config: Callable[[dict[str, Any]], Tri
                 tune.report(ray.get(ref))  # returns once Tune wants the next report
                 worker.ack.remote()
         finally:
-            worker.stop.remote()
+            worker.stop.remote(owner)
 
     return trainable
