@@ -25,7 +25,7 @@ def brief(value: Any, limit: int = 60) -> str:
         kind = type(value).__name__
         return f"<{kind} of {len(value)} item{'s' * (len(value) != 1)}>" if len(repr_cut(value, limit + 1)) > limit else repr(value)
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
-        return f"<integer of {len(str(abs(value)))} digits>"
+        return "<integer of more than 1000 digits>" if abs(value) >= 10**1000 else f"<integer of {len(str(abs(value)))} digits>"
     return repr_cut(value, limit)
 
 

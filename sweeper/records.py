@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 Status = Literal["pending", "running", "interrupted", "completed", "stopped", "diverged", "failed"]
 FINAL = ("completed", "stopped", "diverged", "failed")  # never trained again; everything else resumes
+STATUSES = ("pending", "running", "interrupted", *FINAL)
 
 
 @dataclass
@@ -25,7 +26,18 @@ class TrialRecord:
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrialRecord":
-        return cls(**data)
+        """A record as a status file holds it; a field of the wrong kind is a ValueError naming it."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a trial must be a mapping, got {type(data).__name__}")
+        record = cls(**data)
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in record.metrics.values()) \
+            if isinstance(record.metrics, dict) else False
+        checks = {"trial_id": isinstance(record.trial_id, str), "params": isinstance(record.params, dict),
+                  "status": record.status in STATUSES, "step": isinstance(record.step, int) and not isinstance(record.step, bool),
+                  "metrics": numbers, "path": isinstance(record.path, str)}
+        if wrong := [k for k, ok in checks.items() if not ok]:
+            raise ValueError(f"trial field {wrong[0]}: not a {wrong[0]} of a trial")
+        return record
 
 
 _PER_LENGTH = re.compile(r"(.+)_(\d+)x")  # acc_3x, state_acc_1x, raw_tv_4x: a metric at k x max_len

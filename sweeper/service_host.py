@@ -46,7 +46,7 @@ from sweeper.request import SweepRequest
 from sweeper.service_session import LaunchSink, Served, watch_client
 from sweeper.sweep import Sweep, SweepHost
 from sweeper.service_link import (LOG, SOCKET, STATE, Messages, code_hash, ensure_private_dir, peer,
-                                  project_root, send, service_dir)
+                                  project_root, read_state, send, service_dir)
 from core.files import write_atomic
 from core.errors import ConfigError, brief, cut, one_line
 
@@ -99,7 +99,7 @@ class Service:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.close()
-            pid = json.loads((self.dir / STATE).read_text() or "{}").get("pid", "?") if (self.dir / STATE).exists() else "?"
+            pid = read_state(self.dir).get("pid", "?")  # {} for a state file cut short or damaged
             raise ConfigError(f"a sweep service already runs for this user (pid {cut(str(pid), 20)}, {self.dir}); "
                               "`sweeper serve --status` shows it, `sweeper serve --stop` stops it") from None
         return f

@@ -45,8 +45,16 @@ def service_dir() -> Path:
 def ensure_private_dir(path: Path) -> Path:
     """Create `path` (mode 0700), or check that it is a folder of this user's that no one else may
     enter; one line otherwise (a folder another user planted would let them take the socket's place)."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    info = os.lstat(path)
+    socket_path = path / SOCKET
+    if len(str(socket_path)) > MAX_SOCKET_PATH:  # refused before anything is made
+        raise ConfigError(f"{cut(str(socket_path), 80)}: a socket path longer than {MAX_SOCKET_PATH} characters; "
+                          "set SWEEPER_SERVICE_DIR to a shorter folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = os.lstat(path)
+    except OSError as err:  # a file where the folder (or a folder above it) should be, no permission
+        raise ConfigError(f"{cut(str(path), 120)}: cannot be the service's folder ({err.strerror or err}); "
+                          "set SWEEPER_SERVICE_DIR to a folder of yours") from None
     if not stat.S_ISDIR(info.st_mode):
         raise ConfigError(f"{path}: the service's folder is not a folder (a link?); remove it")
     if info.st_uid != os.getuid():
@@ -55,10 +63,6 @@ def ensure_private_dir(path: Path) -> Path:
     if info.st_mode & 0o077:
         raise ConfigError(f"{path}: the service's folder is open to other users (mode {stat.S_IMODE(info.st_mode):o}); "
                           f"chmod 700 {path}")
-    socket_path = path / SOCKET
-    if len(str(socket_path)) > MAX_SOCKET_PATH:
-        raise ConfigError(f"{cut(str(socket_path), 80)}: a socket path longer than {MAX_SOCKET_PATH} characters; "
-                          "set SWEEPER_SERVICE_DIR to a shorter folder")
     return path
 
 
@@ -114,7 +118,7 @@ class Messages:
                 raise ConfigError(f"a message longer than {MAX_MESSAGE} bytes")
             try:
                 message = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
                 raise ConfigError(f"not a JSON message: {cut(line.decode(errors='replace').strip(), 60)}") from None
             if not isinstance(message, dict):
                 raise ConfigError(f"a message must be a JSON object, got {cut(line.decode(errors='replace').strip(), 60)}")

@@ -24,11 +24,12 @@ from trainables.metrics import direction, reported_metrics
 N_VALIDATION_SAMPLES = 200
 
 
-def load_space(path: str | Path, n_samples: int = N_VALIDATION_SAMPLES) -> SearchSpace:
-    """Read and fully validate a search-space file; raise SpaceError on the first mistake."""
-    source = short_path(path)
+def load_space(path: str | Path, n_samples: int = N_VALIDATION_SAMPLES, shown: str | None = None) -> SearchSpace:
+    """Read and fully validate a search-space file; raise SpaceError on the first mistake. `shown`:
+    the file as its user named it, in error lines (default: `path`)."""
+    source = short_path(shown or path)
     try:
-        data = read_yaml(path)
+        data = read_yaml(path, shown=shown)
     except ConfigError as err:
         raise SpaceError(str(err)) from None
     try:

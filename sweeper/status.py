@@ -22,10 +22,11 @@ from typing import Callable
 from sweeper.fs import read_json_limited
 from sweeper.records import TrialRecord, is_per_length, length_metrics, ranked, score
 from core.files import write_atomic
-from core.errors import ConfigError, cut
+from core.errors import ConfigError, brief, cut
 
 STATUS_FILE, SUMMARY_FILE, SPACE_FILE = "status.json", "summary.json", "space.yaml"
 MAX_STATE_BYTES = 64 * 2**20  # status.json and summary.json: ~2 KB a trial, 30,000 trials
+MAX_CELL = 40  # characters of a table cell: a name or value from a file never makes a line unbounded
 ORDER = ("running", "pending", "interrupted", "completed", "stopped", "diverged", "failed")
 
 
@@ -63,12 +64,13 @@ def best_line(records: list[TrialRecord], metric: str, mode: str, best: dict | N
     """The best judged value (status.json's `best`: at a rung or an end, never going down) when
     known, else the best trial's latest value."""
     if isinstance(best, dict) and isinstance(best.get("value"), (int, float)):
-        return f"best {metric} {best['value']:.3f} ({best.get('trial_id', '?')}, step {best.get('step', '?')})"
+        return (f"best {cut(metric, MAX_CELL)} {best['value']:.3f} ({_fmt(best.get('trial_id', '?'))}, "
+                f"step {_fmt(best.get('step', '?'))})")
     top = ranked(records, metric, mode)
     if not top:
-        return f"best {metric}: -"
+        return f"best {cut(metric, MAX_CELL)}: -"
     b = top[0]
-    return f"best {metric} {score(b, metric):.3f} ({b.trial_id}, step {b.step})"
+    return f"best {cut(metric, MAX_CELL)} {score(b, metric):.3f} ({_fmt(b.trial_id)}, step {_fmt(b.step)})"
 
 
 def mark_state(sweep_dir: Path, state: str) -> None:
@@ -78,13 +80,26 @@ def mark_state(sweep_dir: Path, state: str) -> None:
         write_json_atomic(path, {**read_json(path), "state": state, "updated": time.time()})
 
 
+STATES = ("running", "interrupted", "finished")
+HEAD = {"name": str, "metric": str, "mode": str, "state": str, "updated": (int, float), "num_samples": int,
+        "trials": list}  # the fields of status.json a view reads, and their kinds
+
+
 def load_records(sweep_dir: Path) -> tuple[dict, list[TrialRecord]]:
+    """status.json, every field a view reads checked before use; one ConfigError line otherwise."""
     path = Path(sweep_dir) / STATUS_FILE
     data = read_json(path)
     try:
+        for key, kind in HEAD.items():
+            if key not in data:
+                raise ValueError(f"{key}: missing")
+            if not isinstance(data[key], kind) or isinstance(data[key], bool):
+                raise ValueError(f"{key}: must be a {getattr(kind, '__name__', 'number')}, got {brief(data[key], 30)}")
+        if data["state"] not in STATES or data["mode"] not in ("max", "min"):
+            raise ValueError(f"state/mode: not one of {STATES} / (max, min)")
         return data, [TrialRecord.from_dict(t) for t in data["trials"]]
     except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise ConfigError(f"{path}: not a sweep status file ({cut(repr(err), 80)}); move it away to rebuild it") from None
+        raise ConfigError(f"{path}: not a sweep status file ({cut(str(err), 100)}); move it away to rebuild it") from None
 
 
 def driver_alive(status: dict) -> bool:
@@ -123,12 +138,12 @@ def format_table(records: list[TrialRecord], metric: str, mode: str, top: int = 
         return "(no trial has reported yet)"
     lengths = length_metrics(metric)
     param_keys = sorted({k for r in rows for k in r.params})
-    header = ["trial", *param_keys, *lengths, "steps", "status"]
+    header = ["trial", *(_fmt(k) for k in param_keys), *lengths, "steps", "status"]
     body = []
     for r in rows:
         params = [_fmt(r.params.get(k, "")) for k in param_keys]
         accs = [_fmt(r.metrics.get(m, "")) for m in lengths]
-        body.append([r.trial_id, *params, *accs, str(r.step), r.status])
+        body.append([_fmt(r.trial_id), *params, *accs, _fmt(r.step), r.status])
     widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(header)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
@@ -137,7 +152,7 @@ def format_table(records: list[TrialRecord], metric: str, mode: str, top: int = 
 def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.4g}" if abs(v) < 1e-2 and v != 0 else f"{v:.3f}"
-    return str(v)
+    return cut(v, MAX_CELL) if isinstance(v, str) else brief(v, MAX_CELL)
 
 
 def write_summary(sweep_dir: Path, name: str, metric: str, mode: str, records: list[TrialRecord], best_config: dict | None,

@@ -22,7 +22,7 @@ from sweeper.request import SweepRequest
 from sweeper.space import SearchSpace, SpaceError
 from sweeper.space_file import load_space
 from sweeper.status import SPACE_FILE
-from sweeper.sweep_dir import OPTUNA_DB, folder_kind, is_uri, sweep_dir_for
+from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, folder_kind, is_uri, sweep_dir_for
 from sweeper.tracking_uri import hide_password, preflight
 from core.errors import cut
 
@@ -38,18 +38,25 @@ class Checked:
 
 def check_request(request: SweepRequest) -> Checked:
     """Every check of the request's input, before anything starts or is written."""
-    spec = load_space(request.file)  # every user mistake in the file surfaces here, before Ray starts
+    spec = load_space(request.file, shown=shown_path(request.file, request.cwd))  # every mistake in the file, before Ray
     experiment_dir, sweep_dir = sweep_dir_for(spec.name, request.storage)
     if is_uri(experiment_dir):
         raise SpaceError(f"--storage {request.storage}: trials keep their checkpoints in folders of their own, so the "
                          "storage must be a path every node sees (a local folder, NFS, a shared volume)")
-    check_writable(sweep_dir, "--storage")
+    default = request.storage == os.path.join(request.cwd, DEFAULT_STORAGE)
+    check_writable(sweep_dir, "the sweep directory" if default else "--storage")
     if request.address is None:
-        check_local_resources(spec, request.file)
+        check_local_resources(spec, shown_path(request.file, request.cwd))
     else:
         check_address(request.address)
     preflight(request.tracking_uri, source=request.tracking_source)
     return Checked(spec, experiment_dir, sweep_dir)
+
+
+def shown_path(path: str, cwd: str) -> str:
+    """`path` as its user most likely typed it: relative to their folder when it lies inside it."""
+    relative = os.path.relpath(path, cwd)
+    return path if relative.startswith("..") else relative
 
 
 def space_digest(path: str | Path) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.errors import ConfigError
+from core.errors import ConfigError, short_path
 
 DEFAULT_STORAGE = "sweeps"
 OPTUNA_DB = "optuna.db"  # the sweep's Optuna study (SQLite), in its directory
@@ -32,9 +32,14 @@ def find_sweep_dir(name: str, storage: str | None, marker: str, missing: str | N
     `<storage>/<name>`. With `missing`, a directory without `marker` is a ConfigError that
     says `missing`; without it, the directory is returned as it is."""
     direct = Path(name)
-    sweep_dir = direct if (direct / marker).exists() else sweep_dir_for(name, storage)[1]
-    if missing is not None and not (sweep_dir / marker).exists():
-        raise ConfigError(f"{sweep_dir}: {missing}")
+    try:
+        sweep_dir = direct if (direct / marker).exists() else sweep_dir_for(name, storage)[1]
+        there = (sweep_dir / marker).exists()
+    except (OSError, ValueError) as err:  # a name too long for the file system, a NUL in it
+        raise ConfigError(f"{short_path(name, 80)}: not a sweep's name or folder "
+                          f"({getattr(err, 'strerror', None) or err})") from None
+    if missing is not None and not there:
+        raise ConfigError(f"{short_path(sweep_dir, 120)}: {missing}")
     return sweep_dir
 
 

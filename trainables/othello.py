@@ -53,6 +53,7 @@ standard notation with `pass` where a player had to pass.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import torch
@@ -162,8 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     sample.add_argument("--seed", type=_bounded(0, MAX_SEED), default=0, help="seed of the torch.Generator (default 0)")
     args = parser.parse_args(argv)
     games = generate_games(args.n, torch.Generator().manual_seed(args.seed), MAX_MOVES)
-    for moves, passed, n in zip(games.moves.tolist(), games.passed.tolist(), games.length.tolist()):
-        print(game_notation(moves[:n], passed[:n]))
+    try:
+        for moves, passed, n in zip(games.moves.tolist(), games.passed.tolist(), games.length.tolist()):
+            print(game_notation(moves[:n], passed[:n]))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `... | head -1`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
     return 0
 
 

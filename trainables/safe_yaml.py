@@ -49,9 +49,10 @@ class _Frame:
     seen: set[str] = field(default_factory=set)
 
 
-def read_yaml(path: str | Path, *, root_mapping: bool = True) -> Any:
-    """Read and safe-load a YAML file under the limits above; `{}` for an empty file."""
-    name, path = short_path(path), Path(path)
+def read_yaml(path: str | Path, *, root_mapping: bool = True, shown: str | None = None) -> Any:
+    """Read and safe-load a YAML file under the limits above; `{}` for an empty file. `shown`: the
+    file as its user named it, in error lines (default: `path`)."""
+    name, path = short_path(shown or path), Path(path)
     try:
         if not path.is_file():
             raise ConfigError(f"{name}: no such file" if not path.exists() else f"{name}: not a regular file")

@@ -134,7 +134,7 @@ class SweepTracker:
         """Bring the trial's child run up to `record` and its folder, in the background (queued in
         order, off the sweep's critical path)."""
         if self._log is None:
-            self._log = BackgroundLog(lambda method, rec: self._sync(rec), self.say)
+            self._log = BackgroundLog(lambda method, rec: self._sync(rec, live=True), self.say)
         self._log.put("sync", record)
 
     def drain(self, timeout_s: float = DRAIN_S) -> list[tuple[str, TrialRecord, str]]:
@@ -169,9 +169,11 @@ class SweepTracker:
                                 "status": run.data.tags.get("status"), "open": run.info.status == "RUNNING"}
         self.state["trials"] = trials
 
-    def _sync(self, record: TrialRecord) -> int:
+    def _sync(self, record: TrialRecord, live: bool = False) -> int:
         """Create the trial's run if MLflow has none, log every report of its folder (and `record`'s)
-        that MLflow lacks, and its end once it ended. Idempotent: a second call writes nothing."""
+        that MLflow lacks, and its end once it ended. Idempotent: a second call writes nothing.
+        `live`: `record` is the report that just came; the folder's later ones wait for their own
+        (each record adds what only the driver saw: the trial's system metrics)."""
         from sweeper.records import FINAL
 
         self._known(time.monotonic() + DRAIN_S)
@@ -180,11 +182,14 @@ class SweepTracker:
             if not record.metrics and record.status not in FINAL:
                 return 0  # nothing to show yet: a run is made with the trial's first report
             entry, writes = self._create(record), 1
-        reports = [(int(record.metrics["step"]), record.metrics)] if "step" in record.metrics else []
         if entry["steps"] is None:  # the first sync of this trial in this launch: what MLflow holds
             entry["steps"] = {int(m.step) for m in self.client.get_metric_history(entry["run_id"], "step")}
-        if not entry["caught_up"]:  # until MLflow has its folder's reports (whole: they win over the record's)
-            reports += trial_reports(record.path)
+        reports: dict[int, dict] = {}
+        step = int(record.metrics["step"]) if "step" in record.metrics else None
+        if not entry["caught_up"]:  # until MLflow has its folder's reports (whole reports: a record may be partial)
+            reports = {s: m for s, m in trial_reports(record.path) if not live or step is None or s <= step}
+        if step is not None:
+            reports[step] = {**reports.get(step, {}), **record.metrics}
         writes += self._log_reports(entry, reports)
         entry["caught_up"] = True  # from here on each report comes with its record
         if record.status == "running" and not entry["open"]:  # an interrupted trial trains again: the same run
@@ -210,12 +215,12 @@ class SweepTracker:
                                                         "status": "running", "open": True}
         return entry
 
-    def _log_reports(self, entry: dict, reports: list[tuple[int, dict]]) -> int:
+    def _log_reports(self, entry: dict, reports: dict[int, dict]) -> int:
         """The reports MLflow lacks, whole reports per call (a report is logged entirely or not at all,
         so a retry after a failed call never takes a half-logged step as logged). Returns the calls."""
         from mlflow.entities import Metric
 
-        missing = {step: metrics for step, metrics in reports if step not in entry["steps"]}
+        missing = {step: metrics for step, metrics in reports.items() if step not in entry["steps"]}
         now, batch, calls, steps = int(time.time() * 1000), [], 0, []
         for step in sorted(missing):
             report = [Metric(k, float(v), now, step) for k, v in trainer_metrics(missing[step]).items()

@@ -37,7 +37,7 @@ class LedgerSearcher(Searcher):
         super().__init__(metric=metric, mode=mode)
         self.ledger, self.views = ledger, views
         self.num_samples, self.max_steps = num_samples, max_steps
-        self.fault = views.faults.point
+        self.fault = getattr(views, "faults", Faults()).point  # the sweep's fault cues (tests/faults/), if any
         self.numbers: dict[str, int] = {}  # Ray's trial id -> the ledger's trial number
         self.to_resume = deque(ledger.unfinished())
 
@@ -94,9 +94,9 @@ class LedgerSearcher(Searcher):
 class LedgerASHA(FIFOScheduler):
     """Ray Tune's side of the sweep's early stopping (sweeper/stopping.py): a STOP when it says so."""
 
-    def __init__(self, stopper: RungStopper, faults: Faults):
+    def __init__(self, stopper: RungStopper, faults: Faults | None = None):
         super().__init__()
-        self.stopper, self.fault = stopper, faults.point
+        self.stopper, self.fault = stopper, (faults or Faults()).point
 
     def set_search_properties(self, metric, mode, **spec) -> bool:
         return True

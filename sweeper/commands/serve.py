@@ -16,7 +16,7 @@ import sys
 import time
 
 from sweeper.service_link import LOG, connect, ensure_private_dir, read_state, request, service_dir
-from core.errors import ConfigError
+from core.errors import ConfigError, brief, cut
 
 START_TIMEOUT_S = 180.0  # until a detached service answers (Ray and the workers' imports; slow on 2 busy cores)
 STOP_TIMEOUT_S = 150.0  # until a stopped service's process has ended (its sweeps write themselves down first)
@@ -39,20 +39,33 @@ def status() -> int:
     if answer is None:
         print(f"no sweep service runs for this user ({service_dir()})")
         return 1
-    up = time.time() - float(answer.get("started", time.time()))
-    print(f"sweep service: pid {answer.get('pid')}, up {_duration(up)}, {answer.get('workers')} warm workers, "
-          f"code {answer.get('code')}; log {service_dir() / LOG}")
-    workers = answer.get("worker_info") or []
+    workers, sweeps = answer.get("worker_info") or [], answer.get("sweeps") or []
+    if not isinstance(workers, list) or not isinstance(sweeps, list) or \
+            not all(isinstance(x, dict) for x in workers + sweeps):
+        raise ConfigError(f"the sweep service at {service_dir()} answered a status that is not a service's "
+                          "(`sweeper serve --stop`, then start it again)")
+    up = time.time() - _number(answer.get("started"), time.time())
+    print(f"sweep service: pid {_shown(answer.get('pid'))}, up {_duration(up)}, {_shown(answer.get('workers'))} warm "
+          f"workers, code {_shown(answer.get('code'))}; log {service_dir() / LOG}")
     if workers:
-        print("warm workers: " + ", ".join(f"pid {w.get('pid')} ({w.get('trained')} trials{', busy' if w.get('busy') else ''})"
-                                           for w in workers))
-    sweeps = answer.get("sweeps") or []
+        print("warm workers: " + ", ".join(f"pid {_shown(w.get('pid'))} ({_shown(w.get('trained'))} trials"
+                                           f"{', busy' if w.get('busy') is True else ''})" for w in workers[:64]))
     if not sweeps:
         print("no sweep running")
-    for s in sweeps:
-        print(f"  {s.get('name')}: running {_duration(time.time() - float(s.get('since', time.time())))} for launch pid "
-              f"{s.get('client_pid')} ({s.get('sweep_dir') or 'starting'})")
+    for s in sweeps[:256]:
+        print(f"  {_shown(s.get('name'))}: running {_duration(time.time() - _number(s.get('since'), time.time()))} for "
+              f"launch pid {_shown(s.get('client_pid'))} ({_shown(s.get('sweep_dir') or 'starting', 120)})")
     return 0
+
+
+def _number(value, default: float) -> float:
+    """A time the service sent, or `default` where it sent something else."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e12 else default
+
+
+def _shown(value, limit: int = 40) -> str:
+    """A field the service sent, as one short piece of a line."""
+    return cut(value, limit) if isinstance(value, str) else brief(value, limit)
 
 
 def stop() -> int:

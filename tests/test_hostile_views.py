@@ -1,0 +1,112 @@
+"""Damaged views, long names, the service's folder and raw requests: each is one short line (exit 2,
+nothing written), never a traceback or an unbounded line."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from sweeper.service_host import LOCK as SERVICE_LOCK
+from sweeper.service_link import Messages
+from tests.hostile import ROOT, assert_refused, module, snapshot, sweeper
+
+HEAD = {"name": "s", "metric": "acc_3x", "mode": "max", "state": "finished", "updated": 1.0e9, "num_samples": 1,
+        "trials": [{"trial_id": "t0000", "params": {"seed": 0}, "status": "completed", "step": 10,
+                    "metrics": {"step": 10, "acc_3x": 0.5}, "path": ""}]}
+
+
+def _status(tmp_path, **changes) -> None:
+    folder = tmp_path / "sweeps" / "s"
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {k: v for k, v in {**HEAD, **changes}.items() if v is not None}
+    (folder / "status.json").write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("verb", ["status", "report", "dashboard"])
+@pytest.mark.parametrize("length", [300, 5000])
+def test_a_name_too_long_for_the_file_system_is_one_line(tmp_path, verb, length):
+    before = snapshot(tmp_path)
+    assert_refused(sweeper(verb, "a" * length, cwd=tmp_path), "not a sweep's name or folder", root=tmp_path, before=before)
+
+
+@pytest.mark.parametrize("changes,named", [
+    ({"state": None}, "state: missing"),
+    ({"updated": "yesterday"}, "updated: must be"),
+    ({"state": "dancing"}, "state/mode"),
+    ({"trials": [{**HEAD["trials"][0], "metrics": {"acc_3x": "high"}}]}, "trial field metrics"),
+    ({"trials": [{**HEAD["trials"][0], "step": "ten"}]}, "trial field step"),
+    ({"trials": ["t0000"]}, "a trial must be a mapping"),
+])
+def test_a_status_file_with_a_field_missing_or_of_the_wrong_kind_is_one_line(tmp_path, changes, named):
+    _status(tmp_path, **changes)
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("status", "s", cwd=tmp_path), "not a sweep status file", named, root=tmp_path, before=before)
+
+
+def test_a_huge_trial_id_or_parameter_leaves_every_line_bounded(tmp_path):
+    trial = {**HEAD["trials"][0], "trial_id": "t" * 10_000_000, "params": {"p" * 5000: "v" * 5000}}
+    _status(tmp_path, trials=[trial])
+    r = sweeper("status", "s", cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert max(len(line) for line in r.stdout.splitlines()) < 400, max(len(line) for line in r.stdout.splitlines())
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_a_service_folder_that_is_a_file_or_under_one_is_one_line(tmp_path, where):
+    (tmp_path / "f").write_text("not a folder")
+    target = tmp_path / "f" if where == "a file" else tmp_path / "f" / "service"
+    before = snapshot(tmp_path)
+    r = sweeper("serve", cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(target)}, timeout=120)
+    assert_refused(r, "cannot be the service's folder", root=tmp_path, before=before)
+
+
+def test_a_service_folder_whose_socket_path_is_too_long_is_refused_before_it_is_made(tmp_path):
+    target = tmp_path / ("d" * 120)
+    r = sweeper("serve", cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(target)}, timeout=120)
+    assert_refused(r, "a socket path longer than")
+    assert not target.exists()
+
+
+def test_a_second_service_beside_a_cut_short_state_file_is_one_line(tmp_path):
+    """Another service holds the lock (here: this test), its service.json cut short mid-write."""
+    folder = tmp_path / "sv"
+    folder.mkdir(mode=0o700)
+    (folder / "service.json").write_text('{"pid": 12')
+    with open(folder / SERVICE_LOCK, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        r = sweeper("serve", cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(folder)}, timeout=120)
+    assert_refused(r, "a sweep service already runs for this user (pid ?")
+
+
+def test_a_request_nested_beyond_the_parser_s_stack_is_one_line():
+    ours, theirs = socket.socketpair()
+
+    def send() -> None:  # from a thread: the line is larger than the socket's buffer
+        theirs.sendall(b"[" * 900_000 + b"\n")
+        theirs.shutdown(socket.SHUT_WR)
+
+    with ours, theirs:
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        with pytest.raises(Exception) as refused:
+            next(iter(Messages(ours)))
+        sender.join(timeout=30)
+    assert type(refused.value).__name__ == "ConfigError" and "not a JSON message" in str(refused.value)
+
+
+def test_a_reader_that_leaves_early_is_not_an_error(tmp_path):
+    done = subprocess.run(f"{sys.executable} -m trainables.othello sample --n 3000 | head -1", shell=True, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.count("\n") == 1, done.stderr[-2000:]
+    assert done.stderr == "", done.stderr[-2000:]
+
+
+def test_the_module_entry_point_of_the_games_still_prints_them(tmp_path):
+    r = module("trainables.othello", "sample", "--n", "2", cwd=tmp_path)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 2, r.stderr[-2000:]
