@@ -2,7 +2,7 @@
 
 A sweep (sweeper/sweep.py) never prints: each thing it has to say is an event handed to the sink
 its caller passed. `sweeper launch` in its own process shows them on the terminal
-(sweeper/terminal.py); the resident service sends them to the attached launch, which shows them
+(sweeper/live_events.py); the resident service sends them to the attached launch, which shows them
 the same way. Stdlib only.
 
     Say(text, level)     a line: `info` to stdout; `note` and `warning` to stderr

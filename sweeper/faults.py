@@ -13,7 +13,7 @@ one dict lookup. The events, where the driver calls them:
                 status.json) not yet                                (ray_search.LedgerSearcher)
     logged      the report is queued for MLflow, status.json not yet written   (status.SweepViews)
     state_write inside a write of a view file (status.json, summary.json): the new content is
-                on disk beside the old, not yet in place          (status.write_text_atomic)
+                on disk beside the old, not yet in place          (core/files.write_atomic)
     stop        the scheduler stopped a trial: the ledger has it PRUNED, nothing else yet
     end         a trial ended otherwise (completed, diverged, failed): the ledger has it, the
                 views not yet                                       (ray_search.LedgerSearcher)

@@ -126,12 +126,18 @@ def narrow_modes(paths: list[Path], umask: int) -> None:
     umask &= 0o077
     if not umask:
         return
-    for top in paths:
-        for root, dirs, files in os.walk(top) if os.path.isdir(top) and not os.path.islink(top) else [("", [], [top])]:
-            for name in [root] * bool(root) + [os.path.join(root, n) for n in dirs + files]:
-                try:
-                    st = os.lstat(name)
-                    if not stat.S_ISLNK(st.st_mode) and stat.S_IMODE(st.st_mode) & umask:
-                        os.chmod(name, stat.S_IMODE(st.st_mode) & ~umask)
-                except OSError:
-                    continue
+    for name in (path for top in paths for path in _tree(top)):
+        try:
+            st = os.lstat(name)
+            if not stat.S_ISLNK(st.st_mode) and stat.S_IMODE(st.st_mode) & umask:
+                os.chmod(name, stat.S_IMODE(st.st_mode) & ~umask)
+        except OSError:
+            continue
+
+
+def _tree(top: str | Path):
+    """`top` and, for a folder (not a link to one), every path under it, each once."""
+    yield top
+    if os.path.isdir(top) and not os.path.islink(top):
+        for root, dirs, files in os.walk(top):  # links to folders are not followed
+            yield from (os.path.join(root, name) for name in dirs + files)

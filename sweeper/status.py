@@ -31,12 +31,7 @@ ORDER = ("running", "pending", "interrupted", "completed", "stopped", "diverged"
 
 
 def write_json_atomic(path: Path, data: dict, between: Callable[[], None] | None = None) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, default=str), between)
-
-
-def write_text_atomic(path: Path, text: str, between: Callable[[], None] | None = None) -> None:
-    """`text` into `path`, whole or not at all (core/files.py); `between` is called with both on disk."""
-    write_atomic(path, text, between)
+    write_atomic(path, json.dumps(data, indent=2, default=str), between)
 
 
 def read_json(path: Path) -> dict:

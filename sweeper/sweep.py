@@ -36,7 +36,7 @@ from sweeper.request import SweepRequest, current_umask
 from sweeper.status import SPACE_FILE, format_table, write_summary
 from sweeper.sweep_checks import check_request, check_same_store, prepare_sweep_dir
 from sweeper.sweep_dir import OPTUNA_DB
-from sweeper.tracking_uri import hide_password, store_failure
+from sweeper.tracking_uri import hide_password, sqlite_path, store_failure
 from core.errors import ConfigError
 
 TRIALS_DIR = "trials"  # in the sweep's folder: one folder per trial, the trainer's own (trainables/run_dir.py)
@@ -146,7 +146,7 @@ class Sweep:
         from sweeper.adapters.mlflow_store import store_lock
 
         req, uri = self.request, self.request.tracking_uri
-        store = Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+        store = sqlite_path(uri)
         if store is not None:  # an embedded store this sweep makes: its file, lock and artifacts
             self._created += [p for p in (store, Path(f"{store}.lock"), store.parent / "mlartifacts") if not p.exists()]
 

@@ -42,6 +42,11 @@ def resolve_uri(cli_value: str | None, cwd: str | Path | None = None, environ: M
     return uri
 
 
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of an embedded SQLite store's URI; None for any other store."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
 def uri_source(cli_value: str | None, environ: Mapping[str, str] | None = None) -> str:
     """Where `resolve_uri` took the URI from, as a user would name it in an error."""
     if cli_value:

@@ -14,7 +14,8 @@ from sweeper.events import Speaker, discard
 from sweeper.faults import Faults
 from sweeper.records import TrialRecord, trainer_metrics
 from sweeper.status import (SPACE_FILE, STATUS_FILE, best_line, counts_line, driver_alive, driver_record, format_table,
-                            load_records, write_text_atomic)
+                            load_records)
+from core.files import write_atomic
 from core.errors import ConfigError, cut
 
 STATUS_EVERY_S = 0.5  # status.json after a report: at most this often (it holds every trial: O(N) to write)
@@ -138,7 +139,7 @@ class SweepViews:
             if hit is None or hit[0] != key:
                 hit = self._json[number] = (key, json.dumps(r.to_dict(), default=str))
             trials.append(hit[1])
-        write_text_atomic(self.sweep_dir / STATUS_FILE, head[:-2] + ',\n  "trials": [' + ", ".join(trials) + "]\n}",
+        write_atomic(self.sweep_dir / STATUS_FILE, head[:-2] + ',\n  "trials": [' + ", ".join(trials) + "]\n}",
                           lambda: self.faults.point("state_write"))
 
 

@@ -16,7 +16,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Callable
 
-from sweeper.tracking_uri import hide_password
+from sweeper.tracking_uri import hide_password, sqlite_path
 from sweeper.records import TrialRecord, is_per_length, length_metrics
 from trainables.config import ConfigError
 from core.errors import cut
@@ -30,9 +30,8 @@ def store_lock(uri: str):
     sweeps started at once in one folder would both run MLflow's migrations); no-op otherwise."""
     from sweeper.lock import file_lock
 
-    if uri.startswith("sqlite:///"):
-        return file_lock(Path(uri.removeprefix("sqlite:///") + ".lock"))
-    return contextlib.nullcontext()
+    store = sqlite_path(uri)
+    return file_lock(Path(f"{store}.lock")) if store is not None else contextlib.nullcontext()
 
 
 def client(uri: str, retries: bool = True):

@@ -31,7 +31,7 @@ import yaml
 
 from sweeper import plots
 from sweeper.adapters.mlflow_store import VIEW_TAG, BackgroundLog, client, retrying, sweep_params, trials_view, view_key
-from sweeper.records import TrialRecord, trainer_metrics
+from sweeper.records import FINAL, TrialRecord, trainer_metrics
 from sweeper.space import SearchSpace, flatten, iter_params, trial_config_for
 from trainables.run_dir import trial_reports
 
@@ -174,8 +174,6 @@ class SweepTracker:
         that MLflow lacks, and its end once it ended. Idempotent: a second call writes nothing.
         `live`: `record` is the report that just came; the folder's later ones wait for their own
         (each record adds what only the driver saw: the trial's system metrics)."""
-        from sweeper.records import FINAL
-
         self._known(time.monotonic() + DRAIN_S)
         entry, writes = self.state["trials"].get(record.trial_id), 0
         if entry is None:

@@ -33,11 +33,12 @@ def outcome(ledger: Ledger, number: int, result: dict, max_steps: int) -> str | 
 
 
 class LedgerSearcher(Searcher):
-    def __init__(self, ledger: Ledger, views, num_samples: int, max_steps: int, metric: str, mode: str):
+    def __init__(self, ledger: Ledger, views, num_samples: int, max_steps: int, metric: str, mode: str,
+                 faults: Faults | None = None):
         super().__init__(metric=metric, mode=mode)
         self.ledger, self.views = ledger, views
         self.num_samples, self.max_steps = num_samples, max_steps
-        self.fault = getattr(views, "faults", Faults()).point  # the sweep's fault cues (tests/faults/), if any
+        self.fault = (faults or Faults()).point  # the sweep's fault cues (tests/faults/), if any
         self.numbers: dict[str, int] = {}  # Ray's trial id -> the ledger's trial number
         self.to_resume = deque(ledger.unfinished())
 

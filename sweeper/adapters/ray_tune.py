@@ -199,7 +199,7 @@ def build_tuner(spec: SearchSpace, ledger: Ledger, views, trials_root: str, scra
     resident service: `stop` ends the sweep when set, and trials train on the warm `workers`. The
     trainable's name is this launch's own (`registry_name`)."""
     budget, sch = spec.budget, spec.scheduler
-    searcher = LedgerSearcher(ledger, views, budget.num_samples, budget.max_steps, spec.metric, spec.mode)
+    searcher = LedgerSearcher(ledger, views, budget.num_samples, budget.max_steps, spec.metric, spec.mode, views.faults)
     if sch.type == "asha":
         scheduler = LedgerASHA(stopper_for(spec, ledger), views.faults)
     else:
