@@ -29,8 +29,9 @@ NVIDIA H200 with 16 cores (the 4-block LSTM hybrid of experiments/dat_paper_dept
 transformer, 8 at once, 50-70. To finish runs within one call, start only the groups that can
 (`--groups`); to train the most steps, start them all with `--checkpoints`.
 
-The pack (runs.tar.gz) holds each run's config.yaml, metrics.jsonl, result.json and log, and
-machine.json (accelerator, torch); an experiment imports the finished runs from it.
+The pack (runs.tar.gz) holds each run's config.yaml, metrics.jsonl, result.json, times.json and
+log, and machine.json (accelerator, torch, the commit the configs were written from); an
+experiment imports the finished runs from it.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ from pathlib import Path
 from trainables.run_dir import RunDir, parse_reports
 
 MACHINE = "machine.json"
-KEPT = ("config.yaml", "metrics.jsonl", "result.json")
+PROVENANCE = "provenance.json"  # beside the configs: {"commit": the code they were written from}
+KEPT = ("config.yaml", "metrics.jsonl", "result.json", "times.json")
 CHECKPOINT_TAR_BYTES = 15 * 2**20  # each ckpt-N.tar: a file that comes back from the machine is at most 16 MiB
 CHECKPOINT_BYTES = 52 * 2**20  # all of them: what comes back, and what travels there again, is at most 64 MiB
 
@@ -276,7 +278,16 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def pack(runs: list[Run], path: Path, checkpoints: bool = False) -> list[str]:
+def written_from(configs: Path) -> str | None:
+    """The commit the configs were written from (their provenance.json), or None."""
+    try:
+        commit = json.loads((configs / PROVENANCE).read_text()).get("commit")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return commit if isinstance(commit, str) else None
+
+
+def pack(runs: list[Run], path: Path, checkpoints: bool = False, commit: str | None = None) -> list[str]:
     """The runs' kept files and machine.json in one tar.gz at `path`; with `checkpoints`, each
     unfinished run's newest checkpoint too, in ckpt-N.tar files beside it (whole runs, in order,
     while they fit CHECKPOINT_BYTES), named in machine.json. Returns a line for each unfinished
@@ -310,7 +321,7 @@ def pack(runs: list[Run], path: Path, checkpoints: bool = False) -> list[str]:
                 tar.add(r.out / "checkpoint", arcname=f"{r.config.stem}/checkpoint")  # the link itself
     partial = path.with_name(path.name + ".partial")  # a call killed while packing leaves no cut pack
     with tarfile.open(partial, "w:gz") as tar:
-        _add_bytes(tar, MACHINE, json.dumps({**machine(), "checkpoints": names}, indent=1).encode())
+        _add_bytes(tar, MACHINE, json.dumps({**machine(), "checkpoints": names, "commit": commit}, indent=1).encode())
         for r in runs:
             for name in KEPT:
                 if (r.out / name).is_file():
@@ -364,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.restore is not None and (orphans := sorted(set(restored) - {r.config.stem for r in runs})):
         print(f"restored but not in this call (no config, or a group left out), so neither trained nor packed: "
               f"{', '.join(orphans)}", flush=True)
-    for line in pack(runs, args.pack, args.checkpoints):
+    for line in pack(runs, args.pack, args.checkpoints, written_from(args.configs)):
         print(f"left without a checkpoint: {line}", flush=True)
     print(summary(runs), flush=True)
     return 0

@@ -55,7 +55,7 @@ def export() -> int:
     sp, data = space(), load()
     have = {key(r["params"]) for r in data["runs"]}
     added = 0
-    for config, reports in finished_trials(SWEEPS / sp["name"]):
+    for config, reports, _ in finished_trials(SWEEPS / sp["name"]):
         if config["task"].get("othello_targets") != "played" or config["steps"] != sp["budget"]["max_steps"]:
             continue
         params = {"seed": config["seed"], "ema.decay": config["ema"]["decay"]}

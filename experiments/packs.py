@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from experiments.record import record_lock
-from experiments.sweep_chunks import Chunks, Planned, sweep_cells
+from experiments.record import head_commit, provenance, record_lock
+from experiments.sweep_chunks import ROOT, Chunks, Planned, sweep_cells
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,9 @@ def write_configs(exp: Experiment, folder: Path, seeds: list[int], device: str,
     if not cells:
         return 0, []
     folder.mkdir(parents=True, exist_ok=True)
+    from experiments.device_runs import PROVENANCE
+
+    (folder / PROVENANCE).write_text(json.dumps({"commit": head_commit(ROOT)}))
     for n, c in enumerate(cells):
         (folder / f"s{c['seed']}_{phase}-{n}.yaml").write_text(yaml.safe_dump(trial_config(chunks, p, c, device), sort_keys=False))
     local = chunks.unfinished_sweep(p.budget, p.todo, chunks.folder) if chunks.folder.is_dir() else None
@@ -115,6 +118,7 @@ def _import_pack(exp: Experiment, path: Path) -> tuple[int, list[str]]:
             try:
                 where = json.loads(read(MACHINE))
                 trained_on = f"{where['accelerator']}, torch {where['torch']}"
+                commit = where.get("commit") if isinstance(where.get("commit"), str) else None
             except (KeyError, TypeError, ValueError):
                 raise PackError(f"{MACHINE}: missing, or not a JSON object with accelerator and torch") from None
             for run in sorted({n.split("/")[0] for n in files if "/" in n}):
@@ -141,7 +145,12 @@ def _import_pack(exp: Experiment, path: Path) -> tuple[int, list[str]]:
                 elif k in finished:
                     skipped.append(f"{run}: the same cell as {names[k]}, which is kept")
                 else:
-                    finished[k], names[k] = reports, run
+                    try:
+                        times = json.loads(read(f"{run}/times.json"))
+                    except (KeyError, ValueError):
+                        times = {}
+                    times = {t: v for t, v in times.items() if isinstance(v, str)} if isinstance(times, dict) else {}
+                    finished[k], names[k] = (reports, provenance(config, times, commit)), run
     except (OSError, EOFError, tarfile.TarError, zlib.error) as err:
         raise PackError(f"not a readable tar.gz ({type(err).__name__})") from None
     have = chunks.recorded(data)
@@ -155,7 +164,8 @@ def _import_pack(exp: Experiment, path: Path) -> tuple[int, list[str]]:
                            "runs of a phase train on one machine")
             continue
         for k in group:
-            data["runs"].append({"budget": p.budget, "params": todo[k], "reports": finished[k], "trained_on": trained_on})
+            reports, made = finished[k]
+            data["runs"].append({"budget": p.budget, "params": todo[k], "reports": reports, "trained_on": trained_on, **made})
             added += 1
     if added:
         chunks.save(data)

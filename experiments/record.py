@@ -38,8 +38,33 @@ def write_record(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
-def finished_trials(sweep: Path) -> Iterator[tuple[dict, list[dict]]]:
-    """(config, reports) of each trial in a sweep folder that trained its every configured step."""
+def config_hash(config: dict) -> str:
+    """SHA-256 of a trial config as canonical JSON (sorted keys, no spaces): the same config, the same hash."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(config, separators=(",", ":"), sort_keys=True).encode()).hexdigest()
+
+
+def head_commit(root: Path) -> str | None:
+    """The commit checked out at `root` (with "-dirty" when tracked files differ from it), or None outside git."""
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=root).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=root).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit + ("-dirty" if dirty else "")
+
+
+def provenance(config: dict, times: dict, commit: str | None) -> dict:
+    """What a recorded run carries about its making: when it trained, from which code, which config."""
+    return {"started_utc": times.get("started_utc"), "ended_utc": times.get("ended_utc"), "commit": commit,
+            "config_hash": config_hash(config)}
+
+
+def finished_trials(sweep: Path) -> Iterator[tuple[dict, list[dict], dict]]:
+    """(config, reports, times) of each trial in a sweep folder that trained its every configured step."""
     import yaml
 
     from trainables.run_dir import RunDir
@@ -54,4 +79,4 @@ def finished_trials(sweep: Path) -> Iterator[tuple[dict, list[dict]]]:
         except (OSError, yaml.YAMLError):
             continue
         if isinstance(config, dict) and reports[-1].get("step") == config.get("steps"):
-            yield config, reports
+            yield config, reports, run.times()

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
-from experiments.record import finished_trials, read_record, record_lock, write_record
+from experiments.record import finished_trials, head_commit, provenance, read_record, record_lock, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
+COMMIT_SUFFIX = ".commit"  # beside a sweep's file: the commit it was first launched from
 
 
 class Planned(Protocol):
@@ -61,9 +62,14 @@ class Chunks:
         return {self.key(r["budget"], r["params"]) for r in data["runs"]}
 
     def finished_runs(self, sweep: Path) -> list[dict]:
-        """Each run of a sweep folder that trained its every step: its budget, cell and reports."""
-        return [{"budget": config["steps"], "params": self.params_of(config), "reports": reports}
-                for config, reports in finished_trials(sweep)]
+        """Each run of a sweep folder that trained its every step: its budget, cell, reports and
+        provenance (the commit the sweep was first launched from: COMMIT_SUFFIX beside its file)."""
+        try:
+            commit = (sweep.parent / f"{sweep.name}{COMMIT_SUFFIX}").read_text().strip()[:80] or None
+        except OSError:
+            commit = None
+        return [{"budget": config["steps"], "params": self.params_of(config), "reports": reports,
+                 **provenance(config, times, commit)} for config, reports, times in finished_trials(sweep)]
 
     def export(self) -> int:
         """Copy every finished run of this experiment's sweeps into the record; the number added."""
@@ -137,6 +143,7 @@ class Chunks:
                 name, space = self.space_for(p.phase, p.budget, cells)
                 path = self.folder / f"{name}.yaml"
                 path.write_text(yaml.safe_dump(space, sort_keys=False))
+                (self.folder / f"{name}{COMMIT_SUFFIX}").write_text(f"{head_commit(ROOT) or ''}\n")
             print(f"{self.label}: {p.phase}, budget {p.budget}: {len(cells)} runs, sweep {name}", flush=True)
             rc = subprocess.call([str(Path(sys.executable).with_name("sweeper")), "launch", str(path), "--storage",
                                   str(self.folder), "--progress", "lines", "--progress-every", "600"], cwd=ROOT)

@@ -110,7 +110,7 @@ def space_for(todo: list[dict], concurrent: int) -> tuple[str, dict]:
 def finished_runs(sweep: Path) -> list[dict]:
     """Each run of the sweep folder that trained every step: its cell and every report."""
     out = []
-    for config, reports in finished_trials(sweep):
+    for config, reports, _ in finished_trials(sweep):
         if config["steps"] != MAX_STEPS:
             continue
         cell = {"dat.switch_step": config["dat"]["switch_step"],

@@ -3,6 +3,7 @@
     <run>/config.yaml        the trial config (written by the checkpoint)
     <run>/metrics.jsonl      every report, one JSON object per line, in step order
     <run>/checkpoint         a link to checkpoint-STEP, the newest checkpoint (swapped atomically)
+    <run>/times.json         when its training first began and when its last step was reported (UTC)
 
 A kill at any point leaves `checkpoint` naming a whole checkpoint; reports after it are dropped
 when the run resumes (it trains those steps again). Files read back are read under a size limit.
@@ -21,7 +22,7 @@ from core.errors import ConfigError, brief, cut
 from core.files import write_atomic
 from trainables.config import MAX_STEPS
 
-CONFIG, REPORTS, CHECKPOINT = "config.yaml", "metrics.jsonl", "checkpoint"
+CONFIG, REPORTS, CHECKPOINT, TIMES = "config.yaml", "metrics.jsonl", "checkpoint", "times.json"
 MAX_REPORTS_BYTES = 64 * 2**20  # metrics.jsonl read back: ~30,000 reports of ~2 KB; a larger file is not a run's
 
 
@@ -67,6 +68,27 @@ class RunDir:
             os.close(fd)
         self._last_step = int(metrics["step"])
 
+    def times(self) -> dict:
+        """{"started_utc", "ended_utc"} as far as they are known ({} before the run began)."""
+        try:
+            with open(self.path / TIMES, "rb") as f:
+                times = json.loads(f.read(4096))
+        except (OSError, ValueError):
+            return {}
+        return {k: v for k, v in times.items() if k in ("started_utc", "ended_utc") and isinstance(v, str)} \
+            if isinstance(times, dict) else {}
+
+    def note_started(self) -> None:
+        """Record when training began, unless an earlier start is recorded (a resumed run keeps its first)."""
+        if "started_utc" not in self.times():
+            self.path.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.path / TIMES, json.dumps({"started_utc": utc_now()}))
+
+    def note_ended(self) -> None:
+        """Record when the run's last step was reported."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path / TIMES, json.dumps({**self.times(), "ended_utc": utc_now()}))
+
     def drop_reports_after(self, step: int) -> None:
         """A run killed between a report and its checkpoint logged reports the resume trains again."""
         path = self.path / REPORTS
@@ -96,6 +118,12 @@ class RunDir:
         for old in self.path.glob(f"{CHECKPOINT}-*"):
             if old != target:
                 shutil.rmtree(old, ignore_errors=True)
+
+
+def utc_now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def trial_reports(trial_dir: str | Path) -> list[tuple[int, dict]]:

@@ -74,6 +74,7 @@ def run_trial(config: dict, to_config: Callable[[dict[str, Any]], TrialConfig], 
             report_to(state["metrics"])
     system = SystemMetrics()
     reported = []
+    run.note_started()
 
     def report(metrics: dict, checkpoint_dir: str | None) -> None:
         run.append(metrics)
@@ -83,6 +84,8 @@ def run_trial(config: dict, to_config: Callable[[dict[str, Any]], TrialConfig], 
         reported.append(metrics["step"])
 
     result = train(cfg, report=report, resume_from=resume_from)
+    if result.status == "completed":
+        run.note_ended()
     if not reported and result.metrics and resume_from is None:  # a Ray trial must end with a report
         report_to(result.metrics)
 

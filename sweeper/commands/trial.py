@@ -181,7 +181,11 @@ def run(args: argparse.Namespace) -> int:
 
     if resume is not None:
         print(f"resuming from {resume.checkpoint} (step {resume.step})")
+    if run is not None:
+        run.note_started()
     result = train(cfg, report=report, resume_from=resume.checkpoint if resume is not None else None)
+    if run is not None and result.status == "completed":
+        run.note_ended()
     summary = {"status": result.status, "step": result.step, "metrics": result.metrics}
     if out is not None:
         try:  # the reports and the checkpoint are already in the folder; only the summary is missing
