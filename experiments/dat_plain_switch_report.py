@@ -184,7 +184,7 @@ def write_report(data: dict, p: Plan, out: Path = RESULTS) -> int:
         lines += ["### Every confirmation run (seeds 5301-5315, evaluation seed 20261128)", ""]
         lines += run_rows([(r, entries[id(r)]) for arm in conf for r in sorted(conf[arm].values(), key=lambda r: r.seed)],
                           CONFIRM_COLS)
-        lines += [f"In-range check: " + "; ".join(f"{arm} {rep.in_range_verdict(list(v.values()))}" for arm, v in conf.items()), ""]
+        lines += ["In-range check: " + "; ".join(f"{arm} {rep.in_range_verdict(list(v.values()))}" for arm, v in conf.items()), ""]
         lines += shape_section(conf, "### The cliff by its shape (registered)", "Abruptness per arm over the confirmation seeds.")
         lines += paired_section(conf) + beside_section(conf)
     lines += shape_section(old, "### The paper-depth confirmation's curves by the same measure (post hoc)",

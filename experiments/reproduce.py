@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 
@@ -320,52 +321,68 @@ def save(out: Path, quick: bool, results: list[dict], table: dict, write_rest) -
     return json_path
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class Options:
+    """What the command line gives `sweeper reproduce`."""
+
+    seeds: int
+    workers: int | None
+    systems: list[str] | None
+    overrides: list[str]
+    device: str
+    quick: bool
+    out: str
+    gap_every: int
+    reuse: str | None
+
+
+def run(options: Options) -> int:
     from sweeper.commands.trial import parse_overrides
 
-    overrides = {**(QUICK if args.quick else {}), **parse_overrides(args.overrides)}
-    systems = args.systems or list(SYSTEMS)
+    overrides = {**(QUICK if options.quick else {}), **parse_overrides(options.overrides)}
+    systems = options.systems or list(SYSTEMS)
     for s in systems:
-        system_config(s, 0, overrides, args.device)  # fail fast on a bad override
+        system_config(s, 0, overrides, options.device)  # fail fast on a bad override
     # every input and output is checked before the first run trains (a full run takes 16-26 min)
-    kept = [r for r in read_reuse(args.reuse) if r["system"] not in systems] if args.reuse else []
-    if args.out:
-        check_out(Path(args.out), args.quick)
-    workers = args.workers or os.cpu_count() or 1
-    print(f"reproduce: {len(systems)} systems x {args.seeds} seeds, {workers} workers, overrides {overrides}")
+    kept = [r for r in read_reuse(options.reuse) if r["system"] not in systems] if options.reuse else []
+    if options.out:
+        check_out(Path(options.out), options.quick)
+    workers = options.workers or os.cpu_count() or 1
+    print(f"reproduce: {len(systems)} systems x {options.seeds} seeds, {workers} workers, overrides {overrides}")
     commit = _commit()  # the code the runs start from
     start = time.perf_counter()
-    results = run_all(systems, args.seeds, overrides, workers, args.device)
+    results = run_all(systems, options.seeds, overrides, workers, options.device)
     wall = time.perf_counter() - start
-    if args.reuse:  # the other systems' results from an earlier run, as they were
-        print(f"reusing {len(kept)} results of other systems from {args.reuse}")
+    if options.reuse:  # the other systems' results from an earlier run, as they were
+        print(f"reusing {len(kept)} results of other systems from {options.reuse}")
         results = kept + results
     table = summarise(results)
     print(format_table(table))
     bar = check_bar(table)
-    if not args.quick and not args.reuse and set(systems) == set(SYSTEMS) and args.seeds >= 3:
+    if not options.quick and not options.reuse and set(systems) == set(SYSTEMS) and options.seeds >= 3:
         bar.append(("the full reproduction in <= 45 min of wall time", wall <= 45 * 60, f"{wall / 60:.1f} min on {workers} workers"))
     for row, ok, value in bar:
         print(f"{'PASS' if ok else 'MISS'}  {row}: {value}")
-    gaps = gap_table(results, every=max(1, args.gap_every))
+    gaps = gap_table(results, every=max(1, options.gap_every))
     if gaps:
         print(gaps)
     print(f"wall time {wall / 60:.1f} min")
-    if args.out:
-        out = Path(args.out)
-        _, md, png = output_paths(out, args.quick)
+    if options.out:
+        out = Path(options.out)
+        _, md, png = output_paths(out, options.quick)
 
         def write_rest() -> None:
-            write_markdown(md, table, bar, "sweeper " + " ".join(sys.argv[1:]), wall, overrides, args.seeds, gaps, commit)
+            write_markdown(md, table, bar, "sweeper " + " ".join(sys.argv[1:]), wall, overrides, options.seeds, gaps, commit)
             plot(table, load_trial_config("hybrid_dat").task.max_len, png, training=curves(results))
 
-        save(out, args.quick, results, table, write_rest)
+        save(out, options.quick, results, table, write_rest)
         print(f"wrote {md}")
     return 0
 
 
 def add_verb(sub: argparse._SubParsersAction) -> None:
     """`sweeper reproduce`, added to the command line through the `sweeper.verbs` entry point."""
+    from sweeper.cli import verb
     from sweeper.cli_types import cpus, positive_int
 
     p = sub.add_parser("reproduce", help="train the DAT paper's four systems over seeds and write the results table",
@@ -384,4 +401,4 @@ def add_verb(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gap-every", type=positive_int, default=1000, metavar="STEPS",
                    help="the hybrids' acc at 3x is tabled every STEPS training steps (default 1000)")
     p.add_argument("--reuse", metavar="JSON", help="take the systems not run now from an earlier run's JSON")
-    p.set_defaults(func=run)
+    p.set_defaults(func=verb("experiments.reproduce"))

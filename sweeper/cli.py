@@ -27,13 +27,18 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def _lazy(module: str, function: str = "run") -> Callable[[argparse.Namespace], int]:
-    """The verb's function, imported when the verb runs."""
+def verb(module: str, function: str = "run") -> Callable[[argparse.Namespace], int]:
+    """The verb's function, imported when the verb runs, called with its module's `Options` (a
+    frozen dataclass) filled from the parsed arguments: argparse stays in this module."""
 
     def call(args: argparse.Namespace) -> int:
+        import dataclasses
         import importlib
 
-        return getattr(importlib.import_module(module), function)(args)
+        command = importlib.import_module(module)
+        given = vars(args)
+        options = command.Options(**{f.name: given[f.name] for f in dataclasses.fields(command.Options) if f.name in given})
+        return getattr(command, function)(options)
 
     call.module = module  # type: ignore[attr-defined]  (the layout test reads it)
     return call
@@ -49,14 +54,14 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="directory for metrics.jsonl, result.json and the latest checkpoint")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     p.add_argument("--threads", type=cpus, default=None, help="torch CPU threads, at most this machine's CPUs (default: torch's choice)")
-    p.set_defaults(func=_lazy("sweeper.commands.trial"))
+    p.set_defaults(func=verb("sweeper.commands.trial"))
 
 
 def _add_validate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check a search-space file and show what it searches; runs nothing")
     p.add_argument("file", help="search-space YAML (search_spaces/*.yaml)")
     p.add_argument("--samples", type=count, default=3, help="sampled configs to print (default 3; 0 for none)")
-    p.set_defaults(func=_lazy("sweeper.commands.validate"))
+    p.set_defaults(func=verb("sweeper.commands.validate"))
 
 
 def _add_launch(sub: argparse._SubParsersAction) -> None:
@@ -77,7 +82,7 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--in-process", action="store_true",
                    help="run the sweep in this process even when a sweep service (`sweeper serve`) runs")
     _add_progress(p)
-    p.set_defaults(func=_lazy("sweeper.commands.launch"), exit_at_once=True)
+    p.set_defaults(func=verb("sweeper.commands.launch"), exit_at_once=True)
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
@@ -92,7 +97,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     how.add_argument("--status", action="store_true", help="whether it runs, and the sweeps it runs (exit 1: none)")
     how.add_argument("--stop", action="store_true", help="stop it; its sweeps are interrupted, resumable")
     p.add_argument("--workers", type=cpus, default=None, help="warm trial workers (default: this machine's CPUs)")
-    p.set_defaults(func=_lazy("sweeper.commands.serve"))
+    p.set_defaults(func=verb("sweeper.commands.serve"))
 
 
 def _add_progress(p: argparse.ArgumentParser) -> None:
@@ -118,7 +123,7 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--follow", action="store_true", help="print the job's logs until it ends; exit with its outcome")
     for old in ("status", "logs", "stop"):  # moved to `sweeper job`; kept to say so in one line
         p.add_argument(f"--{old}", dest=f"old_{old}", metavar="JOB", help=argparse.SUPPRESS)
-    p.set_defaults(func=_lazy("sweeper.commands.submit"))
+    p.set_defaults(func=verb("sweeper.commands.submit"))
 
 
 def _add_job(sub: argparse._SubParsersAction) -> None:
@@ -133,7 +138,7 @@ def _add_job(sub: argparse._SubParsersAction) -> None:
         q.add_argument("--address", help="the cluster's Ray dashboard, http://HEAD:8265 (default $RAY_ADDRESS)")
         if name == "logs":
             q.add_argument("--follow", action="store_true", help="keep printing until the job ends; exit with its outcome")
-        q.set_defaults(func=_lazy("sweeper.commands.job", name))
+        q.set_defaults(func=verb("sweeper.commands.job", name))
 
 
 def _add_status(sub: argparse._SubParsersAction) -> None:
@@ -147,7 +152,7 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--watch", action="store_true", help="keep redrawing the live view until the sweep ends (Ctrl-C to stop)")
     p.add_argument("--every", type=positive_int, default=30, metavar="SECONDS",
                    help="with --watch away from a terminal: seconds between progress lines (default 30)")
-    p.set_defaults(func=_lazy("sweeper.commands.status"))
+    p.set_defaults(func=verb("sweeper.commands.status"))
 
 
 def _add_dashboard(sub: argparse._SubParsersAction) -> None:
@@ -159,7 +164,7 @@ def _add_dashboard(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
     p.add_argument("--host", default="127.0.0.1", help="interface to serve on (default loopback only)")
     p.add_argument("--port", type=port, default=8080, help="port to serve on (default 8080)")
-    p.set_defaults(func=_lazy("sweeper.commands.dashboard"))
+    p.set_defaults(func=verb("sweeper.commands.dashboard"))
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
@@ -170,7 +175,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--experiment", help="MLflow experiment (default: the sweep's name)")
     p.add_argument("--top", type=positive_int, default=10, help="trials in the table (default 10)")
     p.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown")
-    p.set_defaults(func=_lazy("sweeper.commands.report"))
+    p.set_defaults(func=verb("sweeper.commands.report"))
 
 
 def _add_ui(sub: argparse._SubParsersAction) -> None:
@@ -179,7 +184,7 @@ def _add_ui(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tracking-uri", help="default $MLFLOW_TRACKING_URI or ./mlflow.db")
     p.add_argument("--host", default="127.0.0.1", help="interface to serve on (default loopback only)")
     p.add_argument("--port", type=port, default=5000, help="port to serve on (default 5000)")
-    p.set_defaults(func=_lazy("sweeper.commands.ui"))
+    p.set_defaults(func=verb("sweeper.commands.ui"))
 
 
 PARSERS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (

@@ -9,7 +9,8 @@ SIGTERM stops it.
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+
 import shutil
 import sys
 from pathlib import Path
@@ -18,6 +19,16 @@ from sweeper.adapters.optuna_ledger import study_id
 from sweeper.commands.web_server import Server, check_address, exposure_warning, url_of
 from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
 from core.errors import ConfigError
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line gives `sweeper dashboard`."""
+
+    name: str
+    storage: str | None
+    host: str
+    port: int
+
 
 def study_file(name: str, storage: str | None) -> Path:
     """The sweep's study: NAME under --storage, or a sweep directory given as a path."""
@@ -34,14 +45,14 @@ def command(db: Path, host: str, port: int) -> list[str]:
     return [exe, f"sqlite:///{db.resolve()}", "--host", host, "--port", str(port), "--quiet"]
 
 
-def run(args: argparse.Namespace) -> int:
-    db = study_file(args.name, args.storage)
-    sid = study_id(db, Path(args.name).name)  # read-only: an empty or damaged study is one line
-    check_address(args.host, args.port)  # a held port, a foreign host: one line before anything starts
-    cmd = command(db, args.host, args.port)
-    if warning := exposure_warning(args.host, args.port, "the Optuna dashboard"):
+def run(options: Options) -> int:
+    db = study_file(options.name, options.storage)
+    sid = study_id(db, Path(options.name).name)  # read-only: an empty or damaged study is one line
+    check_address(options.host, options.port)  # a held port, a foreign host: one line before anything starts
+    cmd = command(db, options.host, options.port)
+    if warning := exposure_warning(options.host, options.port, "the Optuna dashboard"):
         print(warning, file=sys.stderr, flush=True)
-    address = url_of(args.host, args.port)
+    address = url_of(options.host, options.port)
     page = f"{address}/dashboard/studies/{sid}" if sid is not None else f"{address}/dashboard"
     server = Server(cmd, "optuna-dashboard")
     return server.serve(address, f"{address}/api/studies", f"Optuna dashboard on {db}: {address}  (starting; Ctrl-C to stop)",

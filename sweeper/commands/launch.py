@@ -11,7 +11,8 @@ stop it cleanly for a later resume; so does a SIGKILL, with at most a report's t
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+
 import os
 import signal
 
@@ -20,19 +21,35 @@ from sweeper.live_events import Terminal
 from sweeper.request import SweepRequest
 from sweeper.sweep import Sweep
 
+@dataclass(frozen=True)
+class Options:
+    """What the command line gives `sweeper launch`."""
 
-def run(args: argparse.Namespace) -> int:
+    file: str
+    address: str | None
+    storage: str | None
+    shared_storage: bool
+    restart: bool
+    tracking_uri: str | None
+    experiment: str | None
+    in_process: bool
+    progress: str
+    progress_every: int
+    exit_at_once: bool
+
+
+def run(options: Options) -> int:
     """`sweeper launch`: attached to this user's running service if there is one (and the sweep is
     local), else the sweep in this process."""
-    request = SweepRequest.from_caller(args.file, args.storage, args.tracking_uri, args.experiment, args.restart,
-                                       args.address, args.shared_storage)
-    if args.address is None and not args.in_process:
+    request = SweepRequest.from_caller(options.file, options.storage, options.tracking_uri, options.experiment, options.restart,
+                                       options.address, options.shared_storage)
+    if options.address is None and not options.in_process:
         from sweeper.commands.attach import attach
 
-        code = attach(request, args.progress, args.progress_every)
+        code = attach(request, options.progress, options.progress_every)
         if code is not None:
             return code
-    with Terminal(args.progress, args.progress_every) as terminal, \
+    with Terminal(options.progress, options.progress_every) as terminal, \
             Sweep(request, terminal, faults=Faults.from_env()) as sweep:
         sweep.open()
         _graceful_sigterm()
@@ -40,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):  # Ray's handlers outlive fit() and ignore both: during the finish
             signal.signal(sig, signal.default_int_handler)  # they interrupt it (exit 130; the same command finishes it)
         code = sweep.finish()
-        if not args.exit_at_once:  # the CLI's own process ends its local Ray faster (cli.exit_at_once)
+        if not options.exit_at_once:  # the CLI's own process ends its local Ray faster (cli.exit_at_once)
             from sweeper.adapters import ray_tune
 
             ray_tune.shutdown_ray()  # after the state is written: a Ctrl-C during the shutdown loses nothing

@@ -14,7 +14,8 @@ line, exit 2, and stays as it was), and `--markdown FILE` is checked before anyt
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+
 import math
 import urllib.parse
 from pathlib import Path
@@ -25,6 +26,17 @@ from sweeper.sweep_dir import OPTUNA_DB
 from sweeper.fs import check_output_file
 from trainables.config import ConfigError
 from core.errors import cut
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line gives `sweeper report`."""
+
+    name: str
+    storage: str | None
+    tracking_uri: str | None
+    experiment: str | None
+    top: int
+    markdown: str | None
 
 
 def _ranks(xs: list[float]) -> list[float]:
@@ -223,27 +235,27 @@ def report_uri(cli_value: str | None, logged_to: str | None, default: str, study
     return logged_to
 
 
-def run(args: argparse.Namespace) -> int:
+def run(options: Options) -> int:
     from sweeper.tracking_uri import resolve_uri, uri_source
     from sweeper.adapters.optuna_ledger import sweep_attrs
     from sweeper.status import SPACE_FILE
     from sweeper.sweep_dir import find_sweep_dir
 
-    markdown = check_markdown(args.markdown) if args.markdown else None
-    sweep_dir = find_sweep_dir(args.name, args.storage, SPACE_FILE)
-    name = sweep_dir.name if sweep_dir == Path(args.name) else args.name
-    if not sweep_dir.exists() and not args.tracking_uri:
+    markdown = check_markdown(options.markdown) if options.markdown else None
+    sweep_dir = find_sweep_dir(options.name, options.storage, SPACE_FILE)
+    name = sweep_dir.name if sweep_dir == Path(options.name) else options.name
+    if not sweep_dir.exists() and not options.tracking_uri:
         raise ConfigError(f"{sweep_dir}: no sweep here; pass --tracking-uri to read `{name}` from an MLflow server")
     study = sweep_dir / OPTUNA_DB
     if study.is_file() and study.stat().st_size == 0:
         raise ConfigError(f"{study}: empty, not a sweep's Optuna study; move it away (`sweeper launch` makes a new one)")
     logged_to = sweep_attrs(study, name).get("sweeper.tracking_uri")  # read-only
-    uri = report_uri(args.tracking_uri, logged_to, resolve_uri(None), study)
-    source = ("--tracking-uri" if args.tracking_uri else
+    uri = report_uri(options.tracking_uri, logged_to, resolve_uri(None), study)
+    source = ("--tracking-uri" if options.tracking_uri else
               f"the tracking URI the sweep logged to ({study})" if uri == logged_to else
               uri_source(None))
-    text = build_report(name, readable_store(uri, source), sweep_dir if sweep_dir.exists() else None, args.experiment,
-                        args.top, shown_uri=uri)
+    text = build_report(name, readable_store(uri, source), sweep_dir if sweep_dir.exists() else None, options.experiment,
+                        options.top, shown_uri=uri)
     print(text)
     if markdown is not None:
         try:

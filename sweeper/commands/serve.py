@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+
 import os
 import subprocess
 import sys
@@ -21,17 +22,26 @@ from core.errors import ConfigError, brief, cut
 START_TIMEOUT_S = 180.0  # until a detached service answers (Ray and the workers' imports; slow on 2 busy cores)
 STOP_TIMEOUT_S = 150.0  # until a stopped service's process has ended (its sweeps write themselves down first)
 
+@dataclass(frozen=True)
+class Options:
+    """What the command line gives `sweeper serve`."""
 
-def run(args: argparse.Namespace) -> int:
-    if args.status:
+    detach: bool
+    status: bool
+    stop: bool
+    workers: int | None
+
+
+def run(options: Options) -> int:
+    if options.status:
         return status()
-    if args.stop:
+    if options.stop:
         return stop()
-    if args.detach:
-        return detach(args.workers)
+    if options.detach:
+        return detach(options.workers)
     from sweeper.service_host import main
 
-    return main(["--workers", str(args.workers)] if args.workers else [])
+    return main(["--workers", str(options.workers)] if options.workers else [])
 
 
 def status() -> int:

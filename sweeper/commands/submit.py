@@ -11,7 +11,8 @@ client is sweeper/adapters/ray_jobs.py.
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+
 import os
 import shlex
 import shutil
@@ -26,6 +27,21 @@ from sweeper.adapters.ray_jobs import AGENT_WAIT_S, CALL_TIMEOUT_S, alive_nodes,
 from sweeper.sweep_dir import is_uri
 from sweeper.space_file import load_space
 
+@dataclass(frozen=True)
+class Options:
+    """What the command line gives `sweeper submit`."""
+
+    file: str | None
+    address: str | None
+    storage: str | None
+    shared_storage: bool
+    tracking_uri: str | None
+    experiment: str | None
+    restart: bool
+    follow: bool
+    old_status: str | None
+    old_logs: str | None
+    old_stop: str | None
 
 
 def check_storage(storage: str | None, shared: bool, nodes: int) -> None:
@@ -65,26 +81,26 @@ def launch_command(space_name: str, storage: str, shared: bool, uri: str, experi
     return shlex.join(argv)
 
 
-def submit(args: argparse.Namespace) -> int:
-    spec = load_space(args.file)  # every user mistake in the file surfaces here, before any request
-    uri = check_tracking(args.tracking_uri)
-    client = client_for(args.address)
-    nodes = alive_nodes(args.address)
-    check_storage(args.storage, args.shared_storage, nodes)
-    entrypoint = launch_command(Path(args.file).name, args.storage, args.shared_storage and not is_uri(args.storage),
-                                uri, args.experiment, args.restart)
+def submit(options: Options) -> int:
+    spec = load_space(options.file)  # every user mistake in the file surfaces here, before any request
+    uri = check_tracking(options.tracking_uri)
+    client = client_for(options.address)
+    nodes = alive_nodes(options.address)
+    check_storage(options.storage, options.shared_storage, nodes)
+    entrypoint = launch_command(Path(options.file).name, options.storage, options.shared_storage and not is_uri(options.storage),
+                                uri, options.experiment, options.restart)
     with tempfile.TemporaryDirectory() as upload:  # the job's working directory: just the space file
-        shutil.copyfile(args.file, Path(upload) / Path(args.file).name)
-        job_id = ask(args.address, "the submission", submit_job, client, bound_s=AGENT_WAIT_S + CALL_TIMEOUT_S,
+        shutil.copyfile(options.file, Path(upload) / Path(options.file).name)
+        job_id = ask(options.address, "the submission", submit_job, client, bound_s=AGENT_WAIT_S + CALL_TIMEOUT_S,
                      entrypoint=entrypoint, runtime_env={"working_dir": upload},
                      submission_id=f"sweep-{spec.name}-{uuid.uuid4().hex[:8]}", metadata={"sweep": spec.name},
                      say=to_stderr)
     print(job_id)
-    print(f"submitted sweep {spec.name} to {args.address} ({nodes} node{'s' * (nodes != 1)}): {entrypoint}", file=sys.stderr)
-    if not args.follow:
-        print(f"follow it: sweeper job logs {job_id} --follow --address {args.address}", file=sys.stderr)
+    print(f"submitted sweep {spec.name} to {options.address} ({nodes} node{'s' * (nodes != 1)}): {entrypoint}", file=sys.stderr)
+    if not options.follow:
+        print(f"follow it: sweeper job logs {job_id} --follow --address {options.address}", file=sys.stderr)
         return 0
-    return follow(client, job_id, args.address, show, to_stderr)
+    return follow(client, job_id, options.address, show, to_stderr)
 
 
 def show(chunk: str) -> None:
@@ -95,14 +111,14 @@ def to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def run(args: argparse.Namespace) -> int:
-    moved = next((f for f in ("status", "logs", "stop") if getattr(args, f"old_{f}", None)), None)
+def run(options: Options) -> int:
+    moved = next((f for f in ("status", "logs", "stop") if getattr(options, f"old_{f}", None)), None)
     if moved:
-        raise ConfigError(f"submit --{moved}: moved: sweeper job {moved} {getattr(args, f'old_{moved}')}"
-                          f"{' --follow' if moved == 'logs' and args.follow else ''}")
-    if not args.file:
+        raise ConfigError(f"submit --{moved}: moved: sweeper job {moved} {getattr(options, f'old_{moved}')}"
+                          f"{' --follow' if moved == 'logs' and options.follow else ''}")
+    if not options.file:
         raise ConfigError("submit: a search-space file to submit (a submitted job: sweeper job status|logs|stop JOB)")
-    args.address = args.address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
-    if not args.address:
+    options.address = options.address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
+    if not options.address:
         raise ConfigError("--address: required: the Ray dashboard of the cluster, e.g. http://HEAD:8265")
-    return submit(args)
+    return submit(options)

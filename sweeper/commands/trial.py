@@ -17,7 +17,6 @@ report and its checkpoint leaves, which the resume trains again). A refusal is o
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import stat
@@ -35,6 +34,17 @@ from core.files import write_atomic
 from core.errors import brief, cut, short_path
 from trainables.run_dir import CHECKPOINT, CONFIG, MAX_REPORTS_BYTES, REPORTS, Report, RunDir, strict_reports
 from trainables.safe_yaml import load_yaml_text
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line gives `sweeper trial`."""
+
+    config: str
+    overrides: list[str]
+    steps: int | None
+    out: str | None
+    resume: bool
+    threads: int | None
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -137,29 +147,29 @@ def format_progress(m: dict) -> str:
             f"acc {by_length('acc_')}{tv} | attention {attn} | {m['steps_per_s']:.1f} steps/s")
 
 
-def run(args: argparse.Namespace) -> int:
-    overrides = parse_overrides(args.overrides)
-    if args.steps is not None:
-        overrides["steps"] = args.steps
-    cfg: TrialConfig = with_overrides(load_trial_config(args.config), overrides, source="--set")
-    if args.resume and not args.out:
+def run(options: Options) -> int:
+    overrides = parse_overrides(options.overrides)
+    if options.steps is not None:
+        overrides["steps"] = options.steps
+    cfg: TrialConfig = with_overrides(load_trial_config(options.config), overrides, source="--set")
+    if options.resume and not options.out:
         raise ConfigError("--resume: needs --out DIR (the run directory to continue)")
-    footprint.check_fits(cfg, args.config)
+    footprint.check_fits(cfg, options.config)
 
     import torch  # heavy: only once the config is known to be good
 
     from trainables.train import resolve_device, train
 
-    resolve_device(cfg.device, source=args.config)  # device: cuda on a machine without one is refused here
-    out = Path(args.out) if args.out else None
+    resolve_device(cfg.device, source=options.config)  # device: cuda on a machine without one is refused here
+    out = Path(options.out) if options.out else None
     resume = None
     if out is not None:  # everything is checked before the first byte is written
-        resume = check_resume(out, cfg) if args.resume else None
+        resume = check_resume(out, cfg) if options.resume else None
         if resume is None:
             check_fresh(out)
         check_writable(out, "--out")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if options.threads:
+        torch.set_num_threads(options.threads)
 
     if out is not None:
         try:

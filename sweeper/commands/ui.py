@@ -7,33 +7,43 @@ A tracking server (http://...) is already serving: its page is printed and nothi
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+
 import sys
 
 from sweeper.commands.web_server import Server, check_address, exposure_warning, url_of
 
+@dataclass(frozen=True)
+class Options:
+    """What the command line gives `sweeper ui`."""
 
-def run(args: argparse.Namespace) -> int:
+    name: str | None
+    tracking_uri: str | None
+    host: str
+    port: int
+
+
+def run(options: Options) -> int:
     from sweeper.adapters import mlflow_store as store
     from sweeper.tracking_uri import hide_password, preflight, resolve_uri, uri_source
 
-    uri = resolve_uri(args.tracking_uri)
+    uri = resolve_uri(options.tracking_uri)
     if uri.startswith("http"):
-        preflight(uri, source=uri_source(args.tracking_uri))
-        url = store.experiment_url(uri, args.name) if args.name else None
+        preflight(uri, source=uri_source(options.tracking_uri))
+        url = store.experiment_url(uri, options.name) if options.name else None
         print(f"MLflow UI: {url or hide_password(uri)}", flush=True)
         if url:
             print(f"as charts: {store.charts_url(url)}", flush=True)
         return 0
-    check_address(args.host, args.port)  # a held port, a foreign host: one line before anything starts
-    preflight(uri, source=uri_source(args.tracking_uri))
-    if warning := exposure_warning(args.host, args.port, "the MLflow UI"):
+    check_address(options.host, options.port)  # a held port, a foreign host: one line before anything starts
+    preflight(uri, source=uri_source(options.tracking_uri))
+    if warning := exposure_warning(options.host, options.port, "the MLflow UI"):
         print(warning, file=sys.stderr, flush=True)
-    address = url_of(args.host, args.port)
-    server = Server([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", args.host,
-                     "--port", str(args.port), "--workers", "1"], "mlflow ui")  # one user: one worker starts soonest
+    address = url_of(options.host, options.port)
+    server = Server([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", options.host,
+                     "--port", str(options.port), "--workers", "1"], "mlflow ui")  # one user: one worker starts soonest
     return server.serve(address, f"{address}/health", f"MLflow UI on {hide_password(uri)}: {address}  (starting; Ctrl-C to stop)",
-                        lambda: ready(uri, args.name, address))
+                        lambda: ready(uri, options.name, address))
 
 
 def ready(uri: str, name: str | None, address: str) -> str:
