@@ -147,7 +147,8 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
                                    "trial, the top trials, the ETA. With --watch, the live view of `sweeper launch`, "
                                    "redrawn until the sweep ends. (A remote Ray job: `sweeper job status JOB`.)")
     p.add_argument("name", nargs="?", help="the sweep's name (its directory under --storage), or a path to it; "
-                                           "without it, the sweeps the sweep service runs")
+                                           "without it, every sweep under --storage and the sweep service's "
+                                           "(exit 1: neither)")
     p.add_argument("--storage", help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
     p.add_argument("--watch", action="store_true", help="keep redrawing the live view until the sweep ends (Ctrl-C to stop)")
     p.add_argument("--every", type=positive_int, default=30, metavar="SECONDS",

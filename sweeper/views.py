@@ -215,3 +215,43 @@ def _progress_line(sweep_dir: Path, records: list[TrialRecord], running: bool) -
     eta = "-" if p.eta_s is None else clock(p.eta_s)
     return (f"progress: {p.done:,} steps done, ~{p.left:,.0f} expected to go{speed}; "
             + (f"ETA {eta}" if running else f"~{eta} more once resumed"))
+
+
+MAX_LISTED = 200  # sweeps one `sweeper status` lists
+
+
+def sweep_list_lines(storage: Path) -> list[str]:
+    """What `sweeper status` without a name shows of a storage folder: one line per sweep in it
+    (name, state, counts, best), newest first; a damaged sweep is one line saying so."""
+    found = []
+    try:
+        for entry in storage.iterdir():
+            if entry.is_dir() and not entry.is_symlink() and ((entry / STATUS_FILE).is_file() or (entry / SPACE_FILE).is_file()):
+                found.append(entry)
+    except OSError:
+        return []
+    found.sort(key=lambda d: _mtime(d / STATUS_FILE), reverse=True)
+    lines = []
+    for sweep_dir in found[:MAX_LISTED]:
+        name = cut(sweep_dir.name, 40)
+        if not (sweep_dir / STATUS_FILE).is_file():
+            lines.append(f"  {name}: starting (no report yet)")
+            continue
+        try:
+            data, records = load_records(sweep_dir)
+        except ConfigError as err:
+            lines.append(f"  {name}: unreadable ({cut(str(err), 120)})")
+            continue
+        state = data["state"] if data["state"] != "running" or driver_alive(data) else "interrupted (driver gone)"
+        lines.append(f"  {name}: {state}; {counts_line(records, data['num_samples'])}; "
+                     f"{best_line(records, data['metric'], data['mode'], data.get('best'))}")
+    if len(found) > MAX_LISTED:
+        lines.append(f"  ... and {len(found) - MAX_LISTED} more")
+    return lines
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

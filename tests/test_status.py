@@ -190,3 +190,25 @@ def test_an_interrupted_trial_carries_a_note_on_the_dashboard_until_it_reports_a
     assert "Interrupted" in dashboard_note() and "step 10" in dashboard_note()
     ledger.report(number, 20, 0.4)  # the next launch resumed it
     assert dashboard_note().startswith("Resumed")
+
+
+def test_status_without_a_name_lists_every_sweep_of_the_storage_and_a_damaged_one_in_a_line(tmp_path, monkeypatch, capsys):
+    from sweeper.cli import main
+
+    monkeypatch.setenv("SWEEPER_SERVICE_DIR", str(tmp_path / "service"))  # no service runs there
+    for name, state in (("first", "finished"), ("second", "interrupted")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / STATUS_FILE).write_text(json.dumps({
+            "name": name, "metric": "acc_3x", "mode": "max", "state": state, "updated": 1.0, "num_samples": 3,
+            "trials": [rec(0, "completed", 10, 0.5).to_dict()]}))
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / STATUS_FILE).write_text("{\"name\": ")
+    (tmp_path / "not_a_sweep").mkdir()
+    assert main(["status", "--storage", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    listed = {line.split(":")[0].strip(): line for line in out if line.startswith("  ")}
+    assert set(listed) == {"first", "second", "damaged"}
+    assert "finished; 1 completed, 2 to sample; best acc_3x 0.500 (t0, step 10)" in listed["first"]
+    assert "interrupted" in listed["second"] and "unreadable" in listed["damaged"]
+    assert any(line.startswith("no sweep service runs") for line in out)
+    assert main(["status", "--storage", str(tmp_path / "empty")]) == 1

@@ -20,6 +20,7 @@ from sweeper.commands.web_server import Server, check_address, exposure_warning,
 from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
 from core.errors import ConfigError
 
+
 @dataclass(frozen=True)
 class Options:
     """What the command line gives `sweeper dashboard`."""

@@ -15,6 +15,7 @@ from core.errors import ConfigError, one_line
 from sweeper.adapters.ray_jobs import TERMINAL, ask, client_for, follow, known_job, wait
 from sweeper.commands.submit import show, to_stderr
 
+
 @dataclass(frozen=True)
 class Options:
     """What the command line gives `sweeper job` ACTION."""

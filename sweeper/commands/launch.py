@@ -21,6 +21,7 @@ from sweeper.live_events import Terminal
 from sweeper.request import SweepRequest
 from sweeper.sweep import Sweep
 
+
 @dataclass(frozen=True)
 class Options:
     """What the command line gives `sweeper launch`."""

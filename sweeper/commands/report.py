@@ -27,6 +27,7 @@ from sweeper.fs import check_output_file
 from trainables.config import ConfigError
 from core.errors import cut
 
+
 @dataclass(frozen=True)
 class Options:
     """What the command line gives `sweeper report`."""

@@ -22,6 +22,7 @@ from core.errors import ConfigError, brief, cut
 START_TIMEOUT_S = 180.0  # until a detached service answers (Ray and the workers' imports; slow on 2 busy cores)
 STOP_TIMEOUT_S = 150.0  # until a stopped service's process has ended (its sweeps write themselves down first)
 
+
 @dataclass(frozen=True)
 class Options:
     """What the command line gives `sweeper serve`."""

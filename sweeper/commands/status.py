@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 from sweeper.status import SPACE_FILE, STATUS_FILE, load_records
-from sweeper.views import ensure_status, status_lines
-from sweeper.sweep_dir import find_sweep_dir
-from core.errors import ConfigError
+from sweeper.views import ensure_status, status_lines, sweep_list_lines
+from sweeper.sweep_dir import DEFAULT_STORAGE, find_sweep_dir, is_uri
+from core.errors import ConfigError, cut
+
 
 @dataclass(frozen=True)
 class Options:
@@ -21,10 +21,8 @@ class Options:
 
 
 def run(options: Options) -> int:
-    if options.name is None:  # the sweeps of the resident service
-        from sweeper.commands.serve import status
-
-        return status()
+    if options.name is None:
+        return list_sweeps(options.storage)
     sweep_dir = find_sweep_dir(options.name, options.storage, SPACE_FILE)
     if not (sweep_dir / STATUS_FILE).exists() and not (sweep_dir / SPACE_FILE).exists():
         raise ConfigError(f"{sweep_dir}: no sweep here (no {STATUS_FILE}, no {SPACE_FILE}); `sweeper launch FILE` starts one")
@@ -40,3 +38,22 @@ def run(options: Options) -> int:
 
     load_records(sweep_dir)  # a damaged status.json is one line here, not a view that never draws
     return LiveView.of_sweep(sweep_dir, options.every).watch()
+
+
+def list_sweeps(storage: str | None) -> int:
+    """The sweeps under the storage folder, then the sweep service's, if one runs; exit 1 when there is neither."""
+    from pathlib import Path
+
+    from sweeper.commands.serve import status as service_status
+
+    folder = storage or DEFAULT_STORAGE
+    if is_uri(folder):
+        raise ConfigError(f"--storage {cut(folder, 80)}: sweeps are listed from a local folder; name the sweep instead")
+    lines = sweep_list_lines(Path(folder).expanduser())
+    print(f"sweeps in {cut(str(Path(folder).expanduser().resolve()), 120)}:" if lines else
+          f"no sweep in {cut(str(Path(folder).expanduser().resolve()), 120)}")
+    if lines:
+        print("\n".join(lines))
+    served = service_status() == 0
+    return 0 if lines or served else 1
+

@@ -27,6 +27,7 @@ from sweeper.adapters.ray_jobs import AGENT_WAIT_S, CALL_TIMEOUT_S, alive_nodes,
 from sweeper.sweep_dir import is_uri
 from sweeper.space_file import load_space
 
+
 @dataclass(frozen=True)
 class Options:
     """What the command line gives `sweeper submit`."""

@@ -35,6 +35,7 @@ from core.errors import brief, cut, short_path
 from trainables.run_dir import CHECKPOINT, CONFIG, MAX_REPORTS_BYTES, REPORTS, Report, RunDir, strict_reports
 from trainables.safe_yaml import load_yaml_text
 
+
 @dataclass(frozen=True)
 class Options:
     """What the command line gives `sweeper trial`."""

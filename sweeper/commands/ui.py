@@ -13,6 +13,7 @@ import sys
 
 from sweeper.commands.web_server import Server, check_address, exposure_warning, url_of
 
+
 @dataclass(frozen=True)
 class Options:
     """What the command line gives `sweeper ui`."""

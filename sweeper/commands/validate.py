@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 from sweeper.space_file import N_VALIDATION_SAMPLES, load_space
+
 
 @dataclass(frozen=True)
 class Options:
