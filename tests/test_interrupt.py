@@ -69,6 +69,8 @@ def test_ctrl_c_mid_training_is_interrupted_not_stopped_and_resumes(tmp_path, ml
             proc.wait()
     assert proc.returncode == 130, err[-3000:]
     assert "run the same command to resume" in err
+    said = err.index("interrupting: stopping the trials")  # the word comes at once, before the sweep's last lines
+    assert said < err.index("run the same command to resume"), err[-3000:]
     assert out.count("interrupted") >= 1 and "Traceback" not in err, out[-2000:] + err[-2000:]
 
     status = _status(tmp_path)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import os
 import signal
+import sys
 
 from sweeper.faults import Faults
 from sweeper.live_events import Terminal
@@ -54,6 +55,7 @@ def run(options: Options) -> int:
             Sweep(request, terminal, faults=Faults.from_env()) as sweep:
         sweep.open()
         _graceful_sigterm()
+        _interrupt_at_once()
         sweep.run()
         for sig in (signal.SIGINT, signal.SIGTERM):  # Ray's handlers outlive fit() and ignore both: during the finish
             signal.signal(sig, signal.default_int_handler)  # they interrupt it (exit 130; the same command finishes it)
@@ -69,3 +71,22 @@ def _graceful_sigterm() -> None:
     """Ray Tune stops gracefully (saving state for a resume) on SIGINT and SIGUSR1, but ray.init
     makes SIGTERM exit at once; route SIGTERM to the graceful path. Call after ray.init."""
     signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGUSR1))
+
+
+INTERRUPTING = "interrupting: stopping the trials and saving the sweep for a resume (Ctrl-C again to leave at once)"
+
+
+def _interrupt_at_once() -> None:
+    """Ctrl-C says so at once, then stops the sweep through Ray Tune's graceful path (its SIGUSR1
+    handler: trials checkpointed, the state saved), which takes seconds; a second Ctrl-C leaves at
+    once (KeyboardInterrupt). Ray Tune's own SIGINT handler, which says nothing, is turned off with
+    its documented switch; this is the command line's own process. Call after ray.init."""
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+
+    def on_interrupt(*_) -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        print(f"\n{INTERRUPTING}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    signal.signal(signal.SIGINT, on_interrupt)
+
