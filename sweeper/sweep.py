@@ -196,6 +196,7 @@ class Sweep:
         from sweeper.records import FINAL
 
         spec, ledger, views = self.spec, self.ledger, self.views
+        views.catch_up(ledger.unfinished())  # a report its trial wrote as the sweep stopped
         left = ledger.mark_interrupted()
         interrupted = bool(left) or ledger.counted() < spec.budget.num_samples
         records = views.records()

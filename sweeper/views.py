@@ -79,6 +79,21 @@ class SweepViews:
                     best = {"value": value, "step": step, "trial_id": t.name}
         return best
 
+    def catch_up(self, numbers: list[int]) -> None:
+        """Reports these trials' folders hold that never reached the driver (a trial writes its report,
+        then the sweep stops before Ray delivers it): into the ledger and this view, so that the
+        ledger, status.json, summary.json and MLflow all show the trial's newest step."""
+        from trainables.run_dir import RunDir
+
+        for number in numbers:
+            reports = RunDir(self._dir(number)).reports()
+            for report in reports:
+                value = report.get(self.spec.metric)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.ledger.report(number, int(report["step"]), float(value))
+            if reports and int(reports[-1]["step"]) > int(self.last_metrics(number).get("step", -1)):
+                self._metrics[number] = _numbers(reports[-1])
+
     # -- events from the ledger's writer --------------------------------------------------------
 
     def on_start(self, number: int) -> None:

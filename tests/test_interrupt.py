@@ -79,6 +79,12 @@ def test_ctrl_c_mid_training_is_interrupted_not_stopped_and_resumes(tmp_path, ml
     assert cut_off and all(t["status"] == "interrupted" for t in cut_off.values()), status["trials"]
     assert not any(t["status"] == "stopped" and t["step"] < RUNG for t in status["trials"])  # below grace: never ASHA
     study = _study(tmp_path).trials
+    for t in study:  # one record of a report: the view, the ledger and the trial's folder end at the same step
+        folder = tmp_path / "sweeps" / "intr" / "trials" / f"t{t.number:04d}" / "metrics.jsonl"
+        if t.state.name == "RUNNING" and folder.exists():
+            last = json.loads(folder.read_text().splitlines()[-1])["step"]
+            shown = next(r["step"] for r in status["trials"] if r["trial_id"] == f"t{t.number:04d}")
+            assert shown == last == max(t.intermediate_values), (shown, last, t.intermediate_values)
     states = {t.number: t.state.name for t in study}
     assert "RUNNING" in states.values(), states  # the cut-off trials stay open in the study, for the resume
     for number in (n for n, state in states.items() if state == "RUNNING"):  # and say why where the dashboard shows it
