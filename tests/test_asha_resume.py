@@ -98,3 +98,21 @@ def test_the_last_report_ends_a_trial_as_completed_not_stopped(tmp_path):
     last = new_trial(ledger)
     assert feed(scheduler, last, {800: 0.1}) == [TrialScheduler.CONTINUE]
     assert "stopped_at" not in ledger.trials[last.config["number"]].attrs
+
+
+@settings(max_examples=6, deadline=None)
+@given(sampler=st.sampled_from(["tpe", "random", "cmaes"]), before=st.integers(1, 5), after=st.integers(1, 5))
+def test_a_resumed_sweep_draws_new_points_not_the_first_launch_s_again(tmp_path_factory, sampler, before, after):
+    """A relaunch opens the study with a sampler of its own; seeded afresh it would draw the first
+    launch's points again, each a duplicate that takes a trial number (and, beside a trial still
+    training, a FAIL on the dashboard)."""
+    path = tmp_path_factory.mktemp("ledger")
+    space = {**SPACE, "space": {"optim.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
+                                "dat.switch_step": {"type": "int", "low": 0, "high": 1000}},
+             "searcher": {"sampler": sampler, "seed": 7}}
+    first = Ledger(f"sqlite:///{path}/optuna.db", SearchSpace.model_validate(space), create=True)
+    drawn = [first.new_trial() for _ in range(before)]  # the first launch, interrupted with these training
+    again = Ledger(f"sqlite:///{path}/optuna.db", SearchSpace.model_validate(space), create=True)
+    drawn += [again.new_trial() for _ in range(after)]
+    assert drawn == list(range(before + after))  # no number taken by a redraw
+    assert not [n for n, t in again.trials.items() if t.duplicate]

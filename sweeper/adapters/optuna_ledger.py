@@ -58,12 +58,16 @@ class Ledger:
         self.spec = spec
         self.storage = storage_for(url)
         direction = "maximize" if spec.mode == "max" else "minimize"
+        try:
+            drawn = self.storage.get_n_trials(self.storage.get_study_id_from_name(spec.name))
+        except KeyError:
+            drawn = 0
         if create:
-            self.study = optuna.create_study(storage=self.storage, study_name=spec.name, sampler=make_sampler(spec),
+            self.study = optuna.create_study(storage=self.storage, study_name=spec.name, sampler=make_sampler(spec, drawn),
                                              direction=direction, load_if_exists=True)
         else:
             try:
-                self.study = optuna.load_study(study_name=spec.name, storage=self.storage, sampler=make_sampler(spec))
+                self.study = optuna.load_study(study_name=spec.name, storage=self.storage, sampler=make_sampler(spec, drawn))
             except KeyError:
                 raise ConfigError(f"{url}: holds no study `{spec.name}`; put the sweep's study back, or pass --restart") from None
         self.study_id = self.storage.get_study_id_from_name(spec.name)

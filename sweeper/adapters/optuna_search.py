@@ -85,13 +85,18 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
         pass
 
 
-def make_sampler(spec: SearchSpace) -> optuna.samplers.BaseSampler:
+def make_sampler(spec: SearchSpace, drawn: int = 0) -> optuna.samplers.BaseSampler:
+    """The space's sampler for a study that holds `drawn` trials already. A resumed sweep's random
+    stream starts where its trials leave off (the seed moved on by `drawn`): a sampler seeded
+    afresh would draw the points of the first launch again. Grid and QMC read their position from
+    the study itself."""
     seed = spec.searcher.seed
+    moved = None if seed is None else (seed + drawn) % 2**32
     startup = {} if spec.searcher.startup_trials is None else {"n_startup_trials": spec.searcher.startup_trials}
     return {
-        "tpe": lambda: optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, **startup),
-        "random": lambda: optuna.samplers.RandomSampler(seed=seed),
-        "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
+        "tpe": lambda: optuna.samplers.TPESampler(seed=moved, multivariate=True, group=True, **startup),
+        "random": lambda: optuna.samplers.RandomSampler(seed=moved),
+        "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=moved, warn_independent_sampling=False),
         "qmc": lambda: optuna.samplers.QMCSampler(seed=seed, scramble=True, warn_independent_sampling=False),
         # every grid point once, in a seeded random order; the study (sweeps/<name>/optuna.db) records which
         # points ran, so a resumed sweep draws only the rest
