@@ -192,6 +192,7 @@ class Service:
             self.restart = True
             self.ending.set()
             return
+        send(conn, {"accepted": True})  # at once: a launch that hears nothing knows the service is not answering
         served = Served(Path(request.file).name, peer(conn)[0])
         sink = LaunchSink(conn)
         reader = threading.Thread(target=watch_client, args=(rest, served.stop), name="sweeper-service-client", daemon=True)

@@ -4,13 +4,16 @@
                       $XDG_RUNTIME_DIR/dat-sweeper, else ~/.cache/dat-sweeper/service
     SOCKET, STATE, LOG  in it: the Unix socket (mode 0600), the running service's pid and code,
                       its log
-    connect()         a connection to this user's running service, or None where none answers;
+    connect()         a connection to this user's running service, or None where none runs; a
+                      service that does not take the connection within a bound (stopped, its
+                      queue full) is one ConfigError line, never silently passed by;
                       a socket or folder that is not this user's alone is refused, never used
     send / Messages   one JSON object per line, each at most MAX_MESSAGE bytes
     peer(conn)        the connecting process's pid and user (SO_PEERCRED): the service answers its own only
     code_hash()       a hash of the project's modules (sweeper/, trainables/): the code a process runs
 
-A launch attached to the service sends {"verb": "launch", ...}; the service answers with lines
+A launch attached to the service sends {"verb": "launch", ...}; the service answers at once with
+{"accepted": true} (a launch that hears nothing within ANSWER_S says so and stops), then lines
 {"out": text} and {"err": text}, one {"sweep_dir": path} once the sweep's folder is ready, and a
 last {"exit": code}. {"verb": "interrupt"} on the same connection, or the connection closing,
 stops that sweep (its trials interrupted, resumable).
@@ -24,6 +27,7 @@ import os
 import socket
 import stat
 import struct
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -74,8 +78,18 @@ def _is_ours(path: Path) -> bool:
     return stat.S_ISSOCK(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
-def connect(directory: Path | None = None, timeout_s: float = 2.0) -> socket.socket | None:
-    """A connection to this user's service, or None when none runs (no socket, or a stale one)."""
+ANSWER_S = 20.0  # a running service takes a connection and answers a request within this
+
+
+def unresponsive(directory: Path, what: str) -> ConfigError:
+    return ConfigError(f"the sweep service at {cut(str(directory), 120)} {what} within {ANSWER_S:.0f} s (stopped, or "
+                       "overloaded): `sweeper serve --status` says how it stands; `sweeper launch --in-process` runs "
+                       "a sweep in its own process")
+
+
+def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socket.socket | None:
+    """A connection to this user's service, or None when none runs (no socket, or a stale one);
+    a service that does not take it within `timeout_s` is a ConfigError."""
     directory = directory or service_dir()
     path = directory / SOCKET
     try:
@@ -84,15 +98,23 @@ def connect(directory: Path | None = None, timeout_s: float = 2.0) -> socket.soc
         return None
     if info.st_uid != os.getuid() or info.st_mode & 0o077 or not _is_ours(path):
         return None  # not this user's alone: never talk to it
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.settimeout(timeout_s)
-    try:
-        conn.connect(str(path))
-    except OSError:
-        conn.close()
-        return None
-    conn.settimeout(None)
-    return conn
+    deadline = time.monotonic() + timeout_s
+    while True:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(timeout_s)
+        try:
+            conn.connect(str(path))
+        except (BlockingIOError, TimeoutError):  # listening, its queue full: wait for room, within the bound
+            conn.close()
+            if time.monotonic() >= deadline:
+                raise unresponsive(directory, "does not take a connection") from None
+            time.sleep(0.2)
+            continue
+        except OSError:
+            conn.close()
+            return None
+        conn.settimeout(None)
+        return conn
 
 
 def send(conn: socket.socket, message: dict) -> None:
@@ -103,13 +125,18 @@ class Messages:
     """The messages arriving on a connection, one JSON object per line; ends when it closes.
     A line too long or not a JSON object is a ConfigError (one line for the other end)."""
 
-    def __init__(self, conn: socket.socket):
+    def __init__(self, conn: socket.socket, timeout_is_error: bool = False):
         self.file = conn.makefile("rb")
+        self.timeout_is_error = timeout_is_error  # a timeout raises TimeoutError rather than ending the messages
 
     def __iter__(self) -> Iterator[dict]:
         while True:
             try:
                 line = self.file.readline(MAX_MESSAGE + 1)
+            except TimeoutError:
+                if self.timeout_is_error:
+                    raise
+                return
             except OSError:
                 return
             if not line:
@@ -125,8 +152,9 @@ class Messages:
             yield message
 
 
-def request(message: dict, directory: Path | None = None, timeout_s: float = 10.0) -> dict | None:
-    """One question, one answer (status, stop); None when no service answers."""
+def request(message: dict, directory: Path | None = None, timeout_s: float = ANSWER_S) -> dict | None:
+    """One question, one answer (status, stop); None when no service runs; a ConfigError when one
+    runs and does not answer within `timeout_s`."""
     conn = connect(directory)
     if conn is None:
         return None
@@ -134,7 +162,9 @@ def request(message: dict, directory: Path | None = None, timeout_s: float = 10.
         conn.settimeout(timeout_s)
         try:
             send(conn, message)
-            return next(iter(Messages(conn)), None)
+            return next(iter(Messages(conn, timeout_is_error=True)), None)
+        except TimeoutError:
+            raise unresponsive(directory or service_dir(), "does not answer") from None
         except (OSError, ConfigError):
             return None
 

@@ -290,3 +290,38 @@ def test_a_launch_from_another_checkout_runs_in_its_own_process(tmp_path, servic
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"runs the checkout at {ROOT}" in done.stderr and "On the service" not in done.stdout
     assert request({"verb": "status"}, service_dir)["sweeps"] == []  # nothing ran there
+
+
+def test_a_stopped_service_or_a_full_queue_is_said_in_one_line_not_waited_on_or_passed_by(tmp_path, service_dir):
+    env = env_of(service_dir)
+    pid = start_service(service_dir, tmp_path, env)
+    space = write_space(tmp_path, "frozen", 100)
+    os.kill(pid, signal.SIGSTOP)  # the socket is there and the kernel queues connections; nobody answers
+    held = []
+    try:
+        done = subprocess.run(sweeper_cmd("launch", space, "--progress", "none"), cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stdout + done.stderr
+        assert "does not answer within" in done.stderr and "--in-process" in done.stderr and str(pid) not in done.stderr
+        status = subprocess.run(sweeper_cmd("serve", "--status"), cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=300)
+        assert status.returncode == 2 and "does not answer within" in status.stderr, status.stdout + status.stderr
+        while True:  # fill the socket's queue of connections
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(1.0)
+            try:
+                s.connect(str(service_dir / SOCKET))
+            except (BlockingIOError, TimeoutError):  # a Unix socket's full queue: EAGAIN
+                s.close()
+                break
+            held.append(s)
+            assert len(held) < 1000
+        done = subprocess.run(sweeper_cmd("launch", space, "--progress", "none"), cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and "does not take a connection" in done.stderr, done.stdout + done.stderr
+        assert not (tmp_path / "sweeps" / "frozen").exists()  # neither ran it in its own process nor began it
+    finally:
+        for s in held:
+            s.close()
+        os.kill(pid, signal.SIGCONT)
+    assert request({"verb": "status"}, service_dir)["pid"] == pid  # it serves on once it runs again

@@ -18,7 +18,7 @@ from pathlib import Path
 from sweeper.events import Fitted, Running, Say
 from sweeper.live_events import Terminal
 from sweeper.request import SweepRequest
-from sweeper.service_link import Messages, code_hash, connect, project_root, send, service_dir
+from sweeper.service_link import ANSWER_S, Messages, code_hash, connect, project_root, send, service_dir, unresponsive
 from sweeper.sweep_checks import check_request
 from core.errors import ConfigError, one_line
 
@@ -55,7 +55,10 @@ def _wait_for_restart(code: str):
 
     deadline = time.monotonic() + RESTART_TIMEOUT_S
     while time.monotonic() < deadline:
-        answer = request({"verb": "status"})
+        try:
+            answer = request({"verb": "status"})
+        except ConfigError:  # the old service still ending, the new one not yet answering
+            answer = None
         if answer is not None and answer.get("code") == code:
             return connect()
         time.sleep(0.5)
@@ -79,8 +82,12 @@ def _follow(conn, terminal: Terminal, name: str) -> int | None:
             pass
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
+    conn.settimeout(ANSWER_S)  # until the service's first word: a stopped service is said, not waited on for ever
     try:
-        for message in Messages(conn):
+        for message in Messages(conn, timeout_is_error=True):
+            conn.settimeout(None)
+            if "accepted" in message:
+                continue
             if "out" in message or "err" in message:
                 terminal(Say(str(message.get("out", message.get("err"))).rstrip("\n"), "info" if "out" in message else "note"))
             elif "sweep_dir" in message:
@@ -97,6 +104,8 @@ def _follow(conn, terminal: Terminal, name: str) -> int | None:
                 raise ConfigError(str(message["error"]))
             elif "exit" in message:
                 return int(message["exit"])
+    except TimeoutError:
+        raise unresponsive(service_dir(), "took the sweep but does not answer") from None
     finally:
         terminal.close()
         signal.signal(signal.SIGINT, previous)
