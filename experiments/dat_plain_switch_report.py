@@ -10,7 +10,7 @@ from experiments import dat_paper_depth as depth
 from experiments import dat_paper_depth_report as rep
 from experiments.dat_paper_depth import Plan, Run, in_range_misses
 from experiments.dat_plain_switch import (ABRUPT_BAR, ARMS, BEGIN, DAT, DATA, END, EXPLORE_SEEDS, JOINT, JOINT_CURRICULUM,
-                                          NOPE_ARM, RESULTS, SEEDS, grid, runs_of, select)
+                                          LRS, NOPE_ARM, RESULTS, SEEDS, SWITCHES, grid, runs_of, select)
 from trainables.metrics import CURVE
 
 PRIMARY = ((DAT, JOINT), (NOPE_ARM, JOINT))
@@ -105,7 +105,8 @@ def exploration_section(runs: list[Run], entries: dict[int, dict]) -> list[str]:
                          f"{rep._cell([float(r.final['ood_acc_3x']) for r in rs])} | {passing} of {len(rs)} pass |")
     lines.append("")
     for arm in (JOINT, DAT):
-        if len(grid(runs, arm)) and all(len(rs) == len(EXPLORE_SEEDS) for _, rs in grid(runs, arm)):
+        cells = grid(runs, arm)
+        if len(cells) == len(LRS) * (len(SWITCHES) if arm == DAT else 1) and all(len(rs) == len(EXPLORE_SEEDS) for _, rs in cells):
             (lr, switch), note = select(runs, arm)
             lines.append(f"- {arm}*: lr {lr:g}" + (f", switch {switch}" if arm == DAT else "") + f" ({note}).")
     return lines + ["", "Every exploration run:", ""] + run_rows(sorted(explore, key=lambda x: (x[0].arm, x[0].params["optim.lr"], x[0].params["dat.switch_step"], x[0].seed)), EXPLORE_COLS)
