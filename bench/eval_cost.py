@@ -2,8 +2,8 @@
 
     python bench/eval_cost.py [--preset hybrid_dat] [--repeats 15]
 
-On the preset's model and full evaluation sets (one CPU thread), three timings, interleaved and
-each the median of `--repeats`:
+On the preset's model and full evaluation sets (one CPU thread), three timings, interleaved (each
+in every place of the order in turn) and each the median of `--repeats`:
 
     forward      the model's forward pass over every evaluation batch, nothing else
     metrics      `trainables.evaluate.evaluate` as a trial runs it (accuracies per kind and beyond
@@ -56,10 +56,11 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in runs}
     for name, run in runs.items():  # warm-up
         run()
-    for _ in range(args.repeats):
-        for name, run in runs.items():
+    names = list(runs)
+    for repeat in range(args.repeats):  # each in every position of the order in turn: no place is favoured
+        for name in names[repeat % len(names):] + names[:repeat % len(names)]:
             start = time.perf_counter()
-            run()
+            runs[name]()
             times[name].append(time.perf_counter() - start)
     median = {name: statistics.median(ts) for name, ts in times.items()}
     print(f"{args.preset}: {sum(s.tokens.shape[0] for s in sets.values())} sequences in {len(sets)} sets, "
