@@ -163,3 +163,15 @@ def test_report_reads_the_store_the_sweep_logged_to_whose_password_the_study_doe
     with pytest.raises(ConfigError, match=r"whose password is not kept; pass --tracking-uri") as err:
         report_uri(None, kept, "sqlite:///mlflow.db", study)
     assert "s3cret" not in str(err.value)
+
+
+def test_two_trials_or_one_value_tried_show_no_effect_rather_than_a_meaningless_one():
+    spec = load_space_text(SPACE)
+    ranges, kinds = space_kinds(spec)
+    two = [{"searched": ["dat.switch_step"], "params": {"dat.switch_step": str(v)}, "metrics": {"acc_3x": a}}
+           for v, a in ((0, 0.4), (500, 0.6))]  # e.g. a sweep's two baseline points
+    (row,) = parameter_effects(two, "acc_3x", "max", ranges, kinds)
+    assert "too few trials to say (2 scored, 2 values" in row and "Spearman" not in row and "edge" not in row
+    same = [{"searched": ["model.mixer"], "params": {"model.mixer": "lstm"}, "metrics": {"acc_3x": a}} for a in (0.1, 0.2, 0.3)]
+    (row,) = parameter_effects(same, "acc_3x", "max", ranges, kinds)
+    assert "too few trials to say (3 scored, 1 value;" in row

@@ -80,6 +80,9 @@ def _short(value: str) -> str:
     return value if number is None or not math.isfinite(number) or number == int(number) else f"{number:.4g}"
 
 
+MIN_TRIALS_FOR_EFFECT = 3  # scored trials a parameter's effect is shown from (and two values of it)
+
+
 def parameter_effects(runs: list[dict], metric: str, mode: str, ranges: dict[str, tuple],
                       kinds: dict[str, str] | None = None) -> list[str]:
     """One Markdown row per searched parameter. `kinds`: Optuna name -> numeric or categorical,
@@ -91,6 +94,11 @@ def parameter_effects(runs: list[dict], metric: str, mode: str, ranges: dict[str
         path = name.split("|")[0]
         have = [r for r in scored if path in r["params"] and name in r["searched"]]
         if not have:
+            continue
+        values = {str(r["params"][path]) for r in have}
+        if len(have) < MIN_TRIALS_FOR_EFFECT or len(values) < 2:  # two baselines, or one value: nothing to compare
+            rows.append(f"| `{name}` | - | too few trials to say ({len(have)} scored, {len(values)} "
+                        f"value{'s' if len(values) != 1 else ''}; at least {MIN_TRIALS_FOR_EFFECT} and 2) | - |")
             continue
         best = max(have, key=lambda r: r["metrics"][metric] * (1 if mode == "max" else -1))
         kind = (kinds or {}).get(name)
