@@ -202,8 +202,8 @@ class Service:
         reader.start()
         code = 1
         try:
-            with Sweep(request, self._announcing(sink, served), SweepHost(served.stop, self.workers),
-                       Faults.from_env()) as sweep:
+            host = SweepHost(served.stop, self.workers, lambda: self._running(but=me))
+            with Sweep(request, self._announcing(sink, served), host, Faults.from_env()) as sweep:
                 sweep.open()
                 sweep.run()
                 code = sweep.finish()
@@ -220,6 +220,11 @@ class Service:
                 self.sweeps.pop(me, None)
             sink.send({"exit": code})
             log.info(f"sweep {served.name}: ended with {code}")
+
+    def _running(self, but: int) -> int:
+        """How many sweeps run on the service now, but the one of thread `but`."""
+        with self.sweeps_lock:
+            return sum(key != but for key in self.sweeps)
 
     def _announcing(self, sink: LaunchSink, served: Served):
         """The launch's sink, which also notes in the service's status where the sweep runs."""

@@ -26,6 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from sweeper import orphans
 from sweeper.events import Fitted, Running, Sink, Speaker
@@ -49,6 +50,7 @@ class SweepHost:
 
     stop: threading.Event
     workers: list
+    others: Callable[[], int] = lambda: 0  # how many other sweeps the service runs now (they share the workers)
 
 
 class Sweep:
@@ -103,6 +105,9 @@ class Sweep:
         if host is not None:
             line = line.replace("Ctrl-C stops;", f"On the service (pid {os.getpid()}, {len(host.workers)} warm workers): "
                                                  "Ctrl-C stops this sweep;")
+            if others := host.others():
+                line += (f" The workers are shared with {others} other sweep{'s' if others > 1 else ''} running now: "
+                         "this sweep's trials wait for a free one.")
         self.say.info(line)
         self._start_ray(records)
         if resuming:

@@ -116,6 +116,8 @@ def test_two_sweeps_at_once_and_a_ctrl_c_stops_only_its_own(tmp_path, service_di
     assert request({"verb": "status"}, service_dir) is not None  # the service is up
     out_b = second.communicate(timeout=300)[0]
     assert second.returncode == 0, out_b  # the other sweep ran on to its end
+    # whichever planned second found the other registered already (from its request on): its plan says they share
+    assert "The workers are shared with 1 other sweep running now" in out_a + out_b, out_a + out_b
     assert json.loads((tmp_path / "sweeps" / "b" / "summary.json").read_text())
     status_a = json.loads((tmp_path / "sweeps" / "a" / "status.json").read_text())
     assert status_a["state"] == "interrupted"
