@@ -11,6 +11,7 @@ client is sweeper/adapters/ray_jobs.py.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import os
@@ -119,7 +120,7 @@ def run(options: Options) -> int:
                           f"{' --follow' if moved == 'logs' and options.follow else ''}")
     if not options.file:
         raise ConfigError("submit: a search-space file to submit (a submitted job: sweeper job status|logs|stop JOB)")
-    options.address = options.address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
-    if not options.address:
+    address = options.address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
+    if not address:
         raise ConfigError("--address: required: the Ray dashboard of the cluster, e.g. http://HEAD:8265")
-    return submit(options)
+    return submit(dataclasses.replace(options, address=address))
