@@ -19,8 +19,12 @@ $(BIN)/sweeper: pyproject.toml
 
 install: $(BIN)/sweeper
 
+# Ctrl-C pauses the sweep, which says so itself and resumes with the same command: on a terminal
+# the sweep runs in its own process group (set -m), so make is not interrupted with it and a pause
+# (exit 130) ends `make sweep` without make's error line.
 sweep: install
-	$(BIN)/sweeper launch search_spaces/switch_time.yaml
+	@if [ -t 0 ]; then set -m; fi; $(BIN)/sweeper launch search_spaces/switch_time.yaml; code=$$?; \
+	  [ $$code -eq 130 ] || exit $$code
 
 trial: install
 	$(BIN)/sweeper trial hybrid_dat

@@ -11,8 +11,10 @@ The estimate (docs/usage.md, "How long will it take?"):
     j the rungs still ahead of s before that segment (phase-aware ASHA: only the rungs at or after
     the trial's switch + margin, as planned). From step 0 this is the expected length E of a new
     trial (FIFO: E = max_steps; a point not drawn yet: the mean over 64 draws of the space).
-  * Speed v: steps per second of one trial, measured over all trials that reported
-    (sum of steps / sum of Ray's time_total_s: training, evaluation and checkpoints).
+  * Speed v: steps per second of one trial, from this launch's own reports (LaunchSpeed: the
+    steps of every report's interval over the seconds the trainer timed for them, evaluation and
+    checkpoint included), so a resume neither inherits the last launch's speed nor swings with one
+    interval; before this launch's first report, the trials' last reported speeds.
   * ETA: the running trials' expected steps left, then E for every trial not yet started, dealt
     out in turn to the max_concurrent slots, each training at v; the last slot to finish is the ETA.
     Between two writes of status.json the ETA counts down with the wall clock.
@@ -103,6 +105,30 @@ class Progress:
     eta_s: float | None  # seconds to the end of the sweep (None while the speed is unknown)
 
 
+@dataclass
+class LaunchSpeed:
+    """Steps per second of one trial over every report of this launch: the steps of all intervals
+    over their seconds (a report's interval runs from the report before it, or from the checkpoint
+    a resumed trial starts at; trials report every `eval_every` steps and at their last). A report
+    told twice (Ray hands a trial's last one to the scheduler and again at its end) counts once."""
+
+    eval_every: int
+    steps: float = 0.0
+    seconds: float = 0.0
+    counted: dict = field(default_factory=dict)  # trial -> the step of its last report counted
+
+    def add(self, trial, step: int, steps_per_s: float | None) -> None:
+        if step <= self.counted.get(trial, 0) or not steps_per_s or steps_per_s <= 0 or not math.isfinite(steps_per_s):
+            return
+        self.counted[trial] = step
+        interval = step % self.eval_every or self.eval_every
+        self.steps += interval
+        self.seconds += interval / steps_per_s
+
+    def value(self) -> float | None:
+        return self.steps / self.seconds if self.seconds > 0 else None
+
+
 def trial_speed(records: list[TrialRecord]) -> float | None:
     """Steps per second of one trial, over every trial that reported: the trainer's own `steps_per_s`
     (its last interval; a resumed trial's count of steps includes the ones trained before the resume,
@@ -118,11 +144,12 @@ def trial_speed(records: list[TrialRecord]) -> float | None:
     return steps / seconds if seconds > 0 else None
 
 
-def progress(records: list[TrialRecord], plan: Plan) -> Progress:
+def progress(records: list[TrialRecord], plan: Plan, speed: float | None = None) -> Progress:
+    """Where the sweep stands; `speed`: this launch's (LaunchSpeed), else the trials' last reported."""
     running = [plan.expected_steps(r.step, r.params) for r in records if r.status == "running"]
     waiting = [plan.expected_steps(r.step, r.params) for r in records if r.status in ("pending", "interrupted")]
     waiting += [plan.expected_steps(0)] * max(0, plan.num_samples - len(records))
-    speed = trial_speed(records)
+    speed = speed if speed is not None and speed > 0 else trial_speed(records)
     eta = None if speed is None else makespan(running, waiting, plan.max_concurrent) / speed
     return Progress(sum(r.step for r in records), sum(running) + sum(waiting), speed, eta)
 

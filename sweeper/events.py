@@ -8,6 +8,8 @@ the same way. Stdlib only.
     Say(text, level)     a line: `info` to stdout; `note` and `warning` to stderr
     Running(sweep_dir)   the trials start: the live view draws from the sweep's folder from now on
     Fitted()             the trials have stopped: the live view ends; the summary follows
+    TopTrials(sweep_dir) the final table of the best trials: drawn from the sweep's status.json at
+                         the width of whatever shows it
 """
 
 from __future__ import annotations
@@ -35,7 +37,12 @@ class Fitted:
     pass
 
 
-Event = Union[Say, Running, Fitted]
+@dataclass(frozen=True)
+class TopTrials:
+    sweep_dir: Path
+
+
+Event = Union[Say, Running, Fitted, TopTrials]
 Sink = Callable[[Event], None]
 
 

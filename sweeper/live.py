@@ -26,7 +26,7 @@ from typing import Callable, TextIO
 from sweeper.eta import Plan
 from sweeper.live_table import plain_line, table
 from sweeper.records import TrialRecord
-from sweeper.status import counts_line, load_records
+from sweeper.status import counts_line, launch_speed, load_records
 from core.errors import ConfigError
 
 
@@ -82,6 +82,7 @@ class LiveView:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._live = None
+        self._width: int | None = None  # the terminal's columns at the last frame
 
     @classmethod
     def of_sweep(cls, sweep_dir: Path, every_s: float = 30.0, out: TextIO | None = None,
@@ -127,14 +128,14 @@ class LiveView:
         """The table as drawn now (a rich renderable)."""
         t = self.times()
         state, records = self.shown()
-        return table(records, self.plan, t.elapsed, state, best=self.status.get("best"), age=t.age,
-                     since_resume=t.since_resume, width=width)
+        return table(records, self.plan, t.elapsed, state, best=self.status.get("best"), speed=launch_speed(self.status),
+                     age=t.age, since_resume=t.since_resume, width=width)
 
     def line(self) -> str:
         t = self.times()
         state, records = self.shown()
-        return plain_line(records, self.plan, t.elapsed, best=self.status.get("best"), age=t.age, since_resume=t.since_resume,
-                          state=state)
+        return plain_line(records, self.plan, t.elapsed, best=self.status.get("best"), speed=launch_speed(self.status),
+                          age=t.age, since_resume=t.since_resume, state=state)
 
     # -- drawing -------------------------------------------------------------------------------
 
@@ -151,7 +152,11 @@ class LiveView:
         """Reload the records and draw: the table always, a line when due."""
         self.reload()
         if self.view == "table" and self._live is not None:
-            self._live.update(self.frame(self._live.console.width), refresh=True)
+            width = self._live.console.width
+            if self._width is not None and width != self._width:
+                self._live.console.clear()  # a resize rewraps the frame drawn: redraw on a clean screen, no stale piece
+            self._width = width
+            self._live.update(self.frame(width), refresh=True)
         elif self.view == "lines":
             counts = counts_line(self.records, self.plan.num_samples)
             now = self.clock()

@@ -8,9 +8,10 @@ for a sweep in its own process, and for one on the service, whose events reach i
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TextIO
 
-from sweeper.events import Event, Fitted, Running, Say
+from sweeper.events import Event, Fitted, Running, Say, TopTrials
 
 
 class Terminal:
@@ -24,7 +25,8 @@ class Terminal:
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, Say):
-            print(event.text, file=self.out if event.level == "info" else self.err, flush=True)
+            stream = self.out if event.level == "info" else self.err
+            print(fitted(event.text, terminal_width(stream)), file=stream, flush=True)
         elif isinstance(event, Running) and self.view is None and self.progress != "none":
             from sweeper import live
 
@@ -32,6 +34,8 @@ class Terminal:
             self.view.__enter__()
         elif isinstance(event, Fitted):
             self.close()
+        elif isinstance(event, TopTrials):
+            print(top_trials(event.sweep_dir, terminal_width(self.out)), file=self.out, flush=True)
 
     def close(self) -> None:
         """The live view ends (its last frame drawn); lines after it print below."""
@@ -44,3 +48,40 @@ class Terminal:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def terminal_width(out: TextIO) -> int | None:
+    """The columns of the terminal `out` is, or None (a log, a pipe: lines are not cut)."""
+    import shutil
+
+    try:
+        return shutil.get_terminal_size().columns if out.isatty() else None
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def fitted(text: str, width: int | None) -> str:
+    """`text` wrapped at spaces to `width` (None: as it is), each continuation indented by two;
+    a word longer than the line (a path, a URL) is kept whole, for copying."""
+    if width is None:
+        return text
+    import textwrap
+
+    out = []
+    for line in text.splitlines() or [""]:
+        indent = line[:len(line) - len(line.lstrip(" "))]
+        out.append(textwrap.fill(line.strip(" "), width, initial_indent=indent, subsequent_indent=indent + "  ",
+                                 break_long_words=False, break_on_hyphens=False) if len(line) > width else line)
+    return "\n".join(out)
+
+
+def top_trials(sweep_dir: Path, width: int | None) -> str:
+    """The sweep's best trials from its status.json, fitted to `width` (a damaged file: one line)."""
+    from sweeper.status import format_table, load_records
+    from core.errors import ConfigError, cut
+
+    try:
+        data, records = load_records(sweep_dir)
+    except ConfigError as err:
+        return cut(f"(no table: {err})", width or 300)
+    return format_table(records, data["metric"], data["mode"], width=width)

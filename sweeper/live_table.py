@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sweeper.eta import Plan, Progress, clock, progress
-from sweeper.records import TrialRecord, length_metrics
+from sweeper.records import TrialRecord, length_metrics, shortest_names
 from sweeper.status import best_line, counts_line
 
 
@@ -61,9 +61,9 @@ def plan_line(plan: Plan, records: list[TrialRecord] = ()) -> str:
 
 
 def plain_line(records: list[TrialRecord], plan: Plan, elapsed: float | None, *, best: dict | None = None,
-               age: float = 0.0, since_resume: bool = False, state: str = "running") -> str:
-    """One progress line: `[name elapsed] counts | best | steps | speed | ETA`."""
-    p = progress(records, plan)
+               speed: float | None = None, age: float = 0.0, since_resume: bool = False, state: str = "running") -> str:
+    """One progress line: `[name elapsed] counts | best | steps | speed | ETA`; `speed`: this launch's."""
+    p = progress(records, plan, speed)
     return (f"[{plan.name} {_elapsed(elapsed, since_resume)}] {counts_line(records, plan.num_samples)} | "
             f"{best_line(records, plan.metric, plan.mode, best)} | {p.done:,} steps done, ~{p.left:,.0f} to go"
             f"{_speed(p)} | {_eta(p, age, state)}")
@@ -93,24 +93,6 @@ def running_rows(records: list[TrialRecord], plan: Plan) -> tuple[list[str], lis
 
 BAR_WIDE, BAR_NARROW = 20, 10  # the budget bar's characters, and when the terminal is narrow
 GAP = 2  # characters between two columns (rich's padding of one on each side; none at the edges)
-
-
-def shortest_names(names: list[str]) -> list[str]:
-    """Each parameter's shortest dotted tail that is no other parameter's tail: optim.lr -> lr,
-    while model.dropout and attn.dropout keep their first part. A name with a condition
-    (`path|parent=value`) stays whole."""
-    short = []
-    for name in names:
-        parts = name.split(".")
-        if "|" in name or len(parts) == 1:
-            short.append(name)
-            continue
-        for k in range(1, len(parts) + 1):
-            tail = ".".join(parts[-k:])
-            if not any(other != name and (other == tail or other.endswith("." + tail)) for other in names):
-                break
-        short.append(tail)
-    return short
 
 
 @dataclass(frozen=True)
@@ -158,7 +140,8 @@ def layout(header: list[str], rows: list[list[str]], metric: str, width: int | N
 
 
 def table(records: list[TrialRecord], plan: Plan, elapsed: float | None, state: str = "running", *,
-          best: dict | None = None, age: float = 0.0, since_resume: bool = False, width: int | None = None):
+          best: dict | None = None, speed: float | None = None, age: float = 0.0, since_resume: bool = False,
+          width: int | None = None):
     """The terminal view (a rich renderable): a title line, one row per running trial with a bar
     for the step of its budget, the best trial so far, steps and the ETA; at most `width` wide."""
     from rich.cells import cell_len
@@ -167,15 +150,10 @@ def table(records: list[TrialRecord], plan: Plan, elapsed: float | None, state: 
     from rich.table import Table
     from rich.text import Text
 
-    p = progress(records, plan)
+    p = progress(records, plan, speed)
     parts = [Text(f"sweep {plan.name}", "bold"), Text(state), Text(f"elapsed {_elapsed(elapsed, since_resume)}"),
              Text(_eta(p, age, state), "bold cyan"), *([Text(f"{p.speed:.1f} steps/s per trial")] if p.speed is not None else [])]
-    title = [parts[0]]  # the title's parts on as few lines as `width` allows, each part whole
-    for part in parts[1:]:
-        if width is None or cell_len(title[-1].plain) + 2 + cell_len(part.plain) <= width:
-            title[-1] = Text.assemble(title[-1], "  ", part)
-        else:
-            title.append(part)
+    title = _packed(parts, width)
     header, rows = running_rows(records, plan)
     fit = layout(header, rows, plan.metric, width, cell_len)
     grid = Table(box=None, pad_edge=False, header_style="bold")
@@ -196,7 +174,22 @@ def table(records: list[TrialRecord], plan: Plan, elapsed: float | None, state: 
              grid if rows else Text("(no trial running)")]
     if rows and fit.hidden:
         lines.append(Text(f"hidden to fit {width} columns: {', '.join(fit.hidden)}", style="dim"))
-    lines += [Text(best_line(records, plan.metric, plan.mode, best)),
-              Text(f"steps: {p.done:,} done, ~{p.left:,.0f} expected to go "
-                   f"(ASHA rungs {', '.join(map(str, plan.rungs)) or 'none'}, 1/{plan.reduction_factor:g} pass each)")]
+    lines += [Text(best_line(records, plan.metric, plan.mode, best))]
+    lines += _packed([Text(f"steps: {p.done:,} done,"), Text(f"~{p.left:,.0f} expected to go"),
+                      Text(f"(ASHA rungs {', '.join(map(str, plan.rungs)) or 'none'},"),
+                      Text(f"1/{plan.reduction_factor:g} pass each)")], width, gap=" ")
     return Group(*lines)
+
+
+def _packed(parts: list, width: int | None, gap: str = "  ") -> list:
+    """Rich Texts joined by `gap` on as few lines as `width` allows, each part whole."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if width is None or cell_len(lines[-1].plain) + len(gap) + cell_len(part.plain) <= width:
+            lines[-1] = Text.assemble(lines[-1], gap, part)
+        else:
+            lines.append(part)
+    return lines

@@ -1,14 +1,22 @@
-"""A local Ray listens on 127.0.0.1 only: the setting Ray reads when it is imported.
+"""A local Ray reachable by this user alone: it listens on 127.0.0.1, and keeps its session files
+(sockets, logs) under a folder only this user can enter.
 
 Ray binds its servers (GCS, raylet, workers, agents) to the node IP; with LOOPBACK_ENV set to 0,
 read when ray is imported and inherited by every Ray process, the node IP of a single-machine
-instance is loopback. Stdlib only: call `loopback_only` before anything imports ray.
+instance is loopback. Ray's session folder (`sockets/` in it is writable by anyone) lies under
+$RAY_TMPDIR/ray: unless the caller set RAY_TMPDIR, `private_temp_dir` sets it to a folder of this
+user's, mode 0700. Stdlib only: call `loopback_only` before anything imports ray.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import sys
+import tempfile
+from pathlib import Path
+
+from core.errors import ConfigError, cut
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
@@ -22,3 +30,30 @@ def loopback_only() -> bool:
 
 
 LATE_NOTE = "note: ray was imported before the loopback setting; the local Ray may listen beyond 127.0.0.1"
+
+
+def private_temp_root() -> Path:
+    """Where a local Ray keeps its session folders: $RAY_TMPDIR/ray when the caller set RAY_TMPDIR,
+    else <temp>/sweeper-ray-UID/ray (the folder `private_temp_dir` makes)."""
+    chosen = os.environ.get("RAY_TMPDIR")
+    return Path(chosen or Path(tempfile.gettempdir()) / f"sweeper-ray-{os.getuid()}") / "ray"
+
+
+def private_temp_dir() -> None:
+    """Before a local Ray starts: RAY_TMPDIR a folder only this user can enter (made 0700, or made
+    so), unless the caller chose one. A folder of that name owned by another user, or not a
+    folder, is one ConfigError line."""
+    if os.environ.get("RAY_TMPDIR"):
+        return
+    folder = private_temp_root().parent
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            raise PermissionError("not a folder of this user's")
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            os.chmod(folder, 0o700)
+    except OSError as err:
+        raise ConfigError(f"{cut(str(folder), 120)}: cannot keep the local Ray's files there ({err.strerror or err}); "
+                          "set RAY_TMPDIR to a folder of your own") from None
+    os.environ["RAY_TMPDIR"] = str(folder)

@@ -83,6 +83,24 @@ def ranked(records: list[TrialRecord], metric: str, mode: str) -> list[TrialReco
     return sorted(scored, key=lambda r: score(r, metric), reverse=(mode == "max"))
 
 
+def shortest_names(names: list[str]) -> list[str]:
+    """Each parameter's shortest dotted tail that is no other parameter's tail: optim.lr -> lr,
+    while model.dropout and attn.dropout keep their first part. A name with a condition
+    (`path|parent=value`) stays whole."""
+    short = []
+    for name in names:
+        parts = name.split(".")
+        if "|" in name or len(parts) == 1:
+            short.append(name)
+            continue
+        for k in range(1, len(parts) + 1):
+            tail = ".".join(parts[-k:])
+            if not any(other != name and (other == tail or other.endswith("." + tail)) for other in names):
+                break
+        short.append(tail)
+    return short
+
+
 def trial_name(number: int) -> str:
     """A trial's name in every view (status, MLflow, the trial's folder): stable across launches."""
     return f"t{number:04d}"

@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from sweeper.events import Event, Fitted, Running, Say
+from sweeper.events import Event, Fitted, Running, Say, TopTrials
 from sweeper.service_link import send
 from core.errors import ConfigError
 
@@ -27,6 +27,8 @@ class LaunchSink:
             self.send({"sweep_dir": str(event.sweep_dir)})
         elif isinstance(event, Fitted):
             self.send({"fitted": True})
+        elif isinstance(event, TopTrials):
+            self.send({"top_trials": str(event.sweep_dir)})
 
     def send(self, message: dict) -> None:
         try:

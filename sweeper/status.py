@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import socket
 import time
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from sweeper.fs import read_json_limited
-from sweeper.records import TrialRecord, is_per_length, length_metrics, ranked, score
+from sweeper.records import TrialRecord, is_per_length, length_metrics, ranked, score, shortest_names
 from core.files import write_atomic
 from core.errors import ConfigError, brief, cut
 
@@ -56,8 +57,8 @@ def counts_line(records: list[TrialRecord], num_samples: int) -> str:
 
 
 def best_line(records: list[TrialRecord], metric: str, mode: str, best: dict | None = None) -> str:
-    """The best judged value (status.json's `best`: at a rung or an end, never going down) when
-    known, else the best trial's latest value."""
+    """The best value judged so far (status.json's `best`: at a rung or at a trial's end, so it never
+    goes down); before anything was judged, the leading trial's latest value, called that."""
     if isinstance(best, dict) and isinstance(best.get("value"), (int, float)):
         return (f"best {cut(metric, MAX_CELL)} {best['value']:.3f} ({_fmt(best.get('trial_id', '?'))}, "
                 f"step {_fmt(best.get('step', '?'))})")
@@ -65,7 +66,8 @@ def best_line(records: list[TrialRecord], metric: str, mode: str, best: dict | N
     if not top:
         return f"best {cut(metric, MAX_CELL)}: -"
     b = top[0]
-    return f"best {cut(metric, MAX_CELL)} {score(b, metric):.3f} ({_fmt(b.trial_id)}, step {_fmt(b.step)})"
+    return (f"best {cut(metric, MAX_CELL)}: none judged yet ({_fmt(b.trial_id)} leads with {score(b, metric):.3f} "
+            f"at step {_fmt(b.step)})")
 
 
 def mark_state(sweep_dir: Path, state: str) -> None:
@@ -97,6 +99,13 @@ def load_records(sweep_dir: Path) -> tuple[dict, list[TrialRecord]]:
         raise ConfigError(f"{path}: not a sweep status file ({cut(str(err), 100)}); move it away to rebuild it") from None
 
 
+def launch_speed(status: dict) -> float | None:
+    """The speed of one trial in the driver's launch (status.json's `trial_speed`), when it is a positive number."""
+    value = status.get("trial_speed")
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return float(value) if ok else None
+
+
 def driver_alive(status: dict) -> bool:
     """Whether the process that writes status.json still runs (only knowable on its host): its pid,
     and the start time recorded with it (`driver_record`), so a pid reused by another process is not it.
@@ -126,22 +135,44 @@ def driver_record() -> dict:
     return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
 
 
-def format_table(records: list[TrialRecord], metric: str, mode: str, top: int = 10) -> str:
-    """The top trials: params, the scored metric at each length, steps used, status."""
+def format_table(records: list[TrialRecord], metric: str, mode: str, top: int = 10, width: int | None = None) -> str:
+    """The top trials: params, the scored metric at each length, steps used, status; at most `width`
+    characters a line. When too wide it gives up, in this order, until it fits: parameter names
+    shorten to their shortest distinct dotted tail; the accuracies at the other lengths (1x, 2x,
+    4x); status; steps; the parameters, the last first. The trial and the scored metric always stay;
+    a last line names what was hidden."""
     rows = ranked(records, metric, mode)[:top]
     if not rows:
         return "(no trial has reported yet)"
     lengths = length_metrics(metric)
     param_keys = sorted({k for r in rows for k in r.params})
-    header = ["trial", *(_fmt(k) for k in param_keys), *lengths, "steps", "status"]
-    body = []
-    for r in rows:
-        params = [_fmt(r.params.get(k, "")) for k in param_keys]
-        accs = [_fmt(r.metrics.get(m, "")) for m in lengths]
-        body.append([_fmt(r.trial_id), *params, *accs, _fmt(r.step), r.status])
-    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
+    keys = ["trial", *(f"p:{k}" for k in param_keys), *lengths, "steps", "status"]
+    labels = {"trial": "trial", **{f"p:{k}": _fmt(k) for k in param_keys}, **{m: m for m in lengths}, "steps": "steps",
+              "status": "status"}
+    cells = {"trial": [_fmt(r.trial_id) for r in rows], "steps": [_fmt(r.step) for r in rows],
+             "status": [r.status for r in rows], **{m: [_fmt(r.metrics.get(m, "")) for r in rows] for m in lengths},
+             **{f"p:{k}": [_fmt(r.params.get(k, "")) for r in rows] for k in param_keys}}
+    drops = [*(m for m in lengths if m != metric), "status", "steps", *(f"p:{k}" for k in reversed(param_keys))]
+    hidden: list[str] = []
+
+    def wide(shown: list[str]) -> int:
+        return sum(max(len(labels[k]), *(len(c) for c in cells[k])) for k in shown) + 2 * (len(shown) - 1)
+
+    shown = list(keys)
+    if width is not None and wide(shown) > width:
+        labels.update(zip((f"p:{k}" for k in param_keys), (cut(n, MAX_CELL) for n in shortest_names(param_keys))))
+        while wide(shown) > width and drops:
+            key = drops.pop(0)
+            if key in shown:
+                shown.remove(key)
+                hidden.append(labels[key])
+    widths = [max(len(labels[k]), *(len(c) for c in cells[k])) for k in shown]
+    line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
+    out = [line([labels[k] for k in shown]), line(["-" * w for w in widths])]
+    out += [line([cells[k][i] for k in shown]) for i in range(len(rows))]
+    if hidden:
+        out.append(cut(f"hidden to fit {width} columns: {', '.join(hidden)}", width))
+    return "\n".join(out)
 
 
 def _fmt(v) -> str:
@@ -150,15 +181,16 @@ def _fmt(v) -> str:
     return cut(v, MAX_CELL) if isinstance(v, str) else brief(v, MAX_CELL)
 
 
-def write_summary(sweep_dir: Path, name: str, metric: str, mode: str, records: list[TrialRecord], best_config: dict | None,
-                  between: Callable[[], None] | None = None) -> dict:
-    top = ranked(records, metric, mode)
-    best = top[0] if top else None
+def write_summary(sweep_dir: Path, name: str, metric: str, mode: str, records: list[TrialRecord], best: dict | None,
+                  best_config: dict | None, between: Callable[[], None] | None = None) -> dict:
+    """summary.json. `best`: the sweep's best judged value (sweeper.views.SweepViews.best: at a rung
+    or at a trial's end), the one every view shows; its trial's latest value and step beside it."""
+    trial = next((r for r in records if isinstance(best, dict) and r.trial_id == best.get("trial_id")), None)
     summary = {
         "name": name, "metric": metric, "mode": mode,
-        "best": None if best is None else {
-            "trial_id": best.trial_id, "score": score(best, metric), "params": best.params,
-            "status": best.status, "step": best.step, "config": best_config,
+        "best": None if trial is None else {
+            "trial_id": trial.trial_id, "score": best["value"], "step": best["step"], "params": trial.params,
+            "status": trial.status, "latest": score(trial, metric), "latest_step": trial.step, "config": best_config,
         },
         "counts": dict(Counter(r.status for r in records)),
         "trials": [r.to_dict() for r in records],

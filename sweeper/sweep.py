@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Callable
 
 from sweeper import orphans
-from sweeper.events import Fitted, Running, Sink, Speaker
+from sweeper.events import Fitted, Running, Sink, Speaker, TopTrials
 from sweeper.faults import Faults
 from sweeper.fs import first_missing, narrow_modes
 from sweeper.lock import hold_sweep_lock, release_sweep_lock, sweep_lock_path
 from sweeper.request import SweepRequest, current_umask
-from sweeper.status import SPACE_FILE, format_table, write_summary
-from sweeper.sweep_checks import check_request, check_same_store, prepare_sweep_dir
+from sweeper.status import SPACE_FILE, write_summary
+from sweeper.sweep_checks import check_checkpoints, check_request, check_same_store, prepare_sweep_dir
 from sweeper.sweep_dir import OPTUNA_DB
 from sweeper.tracking_uri import hide_password, sqlite_path, store_failure
 from core.errors import ConfigError
@@ -134,6 +134,7 @@ class Sweep:
         if resuming:
             check_ledger(study_url, spec, str(sweep_dir / OPTUNA_DB))  # one line for a damaged or foreign study
         ledger = Ledger(study_url, spec, create=not resuming)
+        check_checkpoints(ledger.unfinished(), Path(sweep_dir) / TRIALS_DIR)  # before anything is changed or started
         check_same_store(sweep_dir, req.tracking_uri, req.tracking_source, ledger.attr("sweeper.tracking_uri"))
         ledger.set_attr("sweeper.tracking_uri", hide_password(req.tracking_uri))  # a password never goes into the study
         if closed := ledger.close_decided():
@@ -204,10 +205,10 @@ class Sweep:
         views.catch_up(ledger.unfinished())  # a report its trial wrote as the sweep stopped
         left = ledger.mark_interrupted()
         interrupted = bool(left) or ledger.counted() < spec.budget.num_samples
-        records = views.records()
+        records, best = views.records(), views.best()
         views.write("interrupted" if interrupted else "finished")  # its elapsed_before_s: the earlier launches' alone
         ledger.set_attr("sweeper.elapsed_s", float(ledger.attr("sweeper.elapsed_s", 0.0)) + time.time() - views.launched)
-        write_summary(self.sweep_dir, spec.name, spec.metric, spec.mode, records, _best_config(spec, records),
+        write_summary(self.sweep_dir, spec.name, spec.metric, spec.mode, records, best, _best_config(spec, records, best),
                       lambda: self.faults.point("state_write"))
         self.faults.point("finish")
         if unlogged := self.tracker.drain():  # this sweep's reports still queued for MLflow
@@ -218,11 +219,11 @@ class Sweep:
         try:
             from sweeper.adapters.mlflow_summary import finish
 
-            finish(self.tracker, records, pictures, interrupted)
+            finish(self.tracker, records, pictures, interrupted, best)
         except Exception as err:  # noqa: BLE001 - the sweep's results are safe on disk; only MLflow's view is behind
             self.say.warning(f"warning: could not finish the sweep's MLflow run ({type(err).__name__}: {str(err)[:160]}); "
                              "run the same command again to finish it")
-        self.say.info(format_table(records, spec.metric, spec.mode))
+        self.say(TopTrials(self.sweep_dir))
         if interrupted:
             self.say.warning(f"sweep {spec.name} interrupted with {sum(r.status in FINAL for r in records)} of "
                              f"{spec.budget.num_samples} trials finished; run the same command to resume")
@@ -255,9 +256,9 @@ class Sweep:
             self._resources.callback(lambda: self._narrow([sweep_dir, sweep_lock_path(sweep_dir), *self._created]))
 
 
-def _best_config(spec, records) -> dict | None:
-    from sweeper.records import ranked
+def _best_config(spec, records, best: dict | None) -> dict | None:
+    """The trial config of the best judged value's trial."""
     from sweeper.space import trial_config_for
 
-    top = ranked(records, spec.metric, spec.mode)
-    return trial_config_for(spec, top[0].params).model_dump(mode="json") if top else None
+    trial = next((r for r in records if best is not None and r.trial_id == best["trial_id"]), None)
+    return None if trial is None else trial_config_for(spec, trial.params).model_dump(mode="json")

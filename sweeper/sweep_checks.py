@@ -135,3 +135,23 @@ def check_same_store(sweep_dir: Path, uri: str, source: str, started_with: str |
         shown, theirs = hide_password(uri), hide_password(started_with)
         raise SpaceError(f"{source} {shown}: sweep `{sweep_dir.name}` logs to {theirs} (its runs are there); "
                          f"resume with --tracking-uri {theirs}, or pass --restart to start over")
+
+
+def check_checkpoints(numbers: list[int], trials_root: Path) -> None:
+    """The newest checkpoint of each trial a resume continues, read as the trial will read it
+    (tensors and plain values only): a damaged or planted one is one ConfigError line now, before
+    Ray starts, not a trial failing after its retries."""
+    from sweeper.records import trial_name
+    from trainables.config import ConfigError
+    from trainables.run_dir import RunDir
+    from trainables.train import read_checkpoint
+
+    for number in numbers:
+        folder = Path(trials_root) / trial_name(number)
+        checkpoint = RunDir(folder).checkpoint()
+        if checkpoint is None:
+            continue
+        try:
+            read_checkpoint(checkpoint)
+        except ConfigError as err:
+            raise ConfigError(f"{cut(str(err), 220)}; move {cut(str(folder), 80)} away to train that trial afresh") from None

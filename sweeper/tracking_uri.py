@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import os
 import sqlite3
 import threading
@@ -33,6 +34,8 @@ def resolve_uri(cli_value: str | None, cwd: str | Path | None = None, environ: M
     uri = cli_value or environ.get("MLFLOW_TRACKING_URI")
     if not uri:
         return f"sqlite:///{where / DEFAULT_DB}"
+    if uri != uri.strip():
+        return uri  # as written: the preflight refuses it in one line
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         return f"sqlite:///{os.path.normpath(where / uri.removeprefix('sqlite:///'))}"
     if uri.startswith("file:") and not uri.startswith("file:/"):
@@ -59,8 +62,13 @@ def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") 
     """Fail fast, in one line, when the tracking store cannot be reached or written; `source`
     names where the URI came from (see `uri_source`). A password in the URI is never shown."""
     shown = cut(hide_password(uri), 120)
+    if uri != uri.strip() or not uri:
+        raise ConfigError(f"{source} {brief(hide_password(uri), 60)}: blank or with spaces around it; name a store "
+                          f"(http(s)://HOST:PORT, sqlite:///PATH), or unset it to log to ./{DEFAULT_DB}")
     if uri.startswith(("http://", "https://")):
         check_server(uri, shown, source, timeout_s)
+    elif uri == "databricks" or uri.startswith(("databricks://", "databricks-uc")):
+        check_databricks(uri, shown, source)
     elif uri.startswith("sqlite:///"):
         path = Path(uri.removeprefix("sqlite:///"))
         if not path.parent.is_dir():
@@ -68,14 +76,20 @@ def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") 
         check_writable(path.parent, f"{source} {shown}: folder")
         check_sqlite_file(path, shown, source)
     elif uri.startswith("file:") or "://" not in uri:
+        if os.environ.get(FILE_STORE_ENV, "").lower() not in ("true", "1"):
+            raise ConfigError(f"{source} {shown}: a folder store, which this MLflow refuses (its file backend is "
+                              f"retired); use sqlite:///{cut(uri.removeprefix('file://').removeprefix('file:'), 80)}/mlflow.db, "
+                              f"or set {FILE_STORE_ENV}=true to keep it")
         check_writable(uri.removeprefix("file://").removeprefix("file:"), source)
     elif uri.split("://")[0].split("+")[0] in SQL_SCHEMES:
         check_database(uri, shown, source, 2 * timeout_s)
-    elif uri.split("://")[0] != "databricks":
+    else:
         raise ConfigError(f"{source} {shown}: unknown scheme; use http(s)://HOST:PORT or sqlite:///PATH")
 
 
 SQL_SCHEMES = ("postgresql", "mysql", "mssql")  # MLflow's SQLAlchemy stores beside SQLite
+FILE_STORE_ENV = "MLFLOW_ALLOW_FILE_STORE"  # MLflow's own switch: a folder store is refused unless it is true
+SEARCH = "/api/2.0/mlflow/experiments/search?max_results=1"  # a read every MLflow server answers with JSON
 
 
 def hide_password(uri: str) -> str:
@@ -104,6 +118,66 @@ def check_server(uri: str, shown: str, source: str, timeout_s: float) -> None:
     if answer.strip() != "OK":
         raise ConfigError(f"{source} {shown}: not an MLflow tracking server (/health answered {brief(answer)}, "
                           "where MLflow answers OK); check the host, port and path")
+    check_api(uri, shown, source, timeout_s)
+
+
+def check_api(uri: str, shown: str, source: str, timeout_s: float) -> None:
+    """A server whose /health says OK must also answer MLflow's REST API (many web servers have a
+    /health): one search of experiments, read-only, with the credentials MLflow's client would send."""
+    request = urllib.request.Request(f"{uri.rstrip('/')}{SEARCH}", headers=_auth_headers())
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            body = response.read(1 << 20)
+    except urllib.error.HTTPError as err:
+        if err.code in (401, 403):
+            raise ConfigError(f"{source} {shown}: the MLflow server refused this client (HTTP {err.code}); set "
+                              "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN") from None
+        raise ConfigError(f"{source} {shown}: not an MLflow tracking server (HTTP {err.code} on its REST API, "
+                          "though /health answered OK); check the host, port and path") from None
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as err:
+        raise ConfigError(f"{source} {shown}: MLflow tracking server unreachable on its REST API "
+                          f"({cut(str(getattr(err, 'reason', err)), 80)})") from None
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ConfigError(f"{source} {shown}: not an MLflow tracking server (its REST API answered "
+                          f"{brief(body[:40].decode('utf-8', 'replace'))}, not MLflow's JSON); check the host, port and path")
+
+
+def _auth_headers() -> dict[str, str]:
+    """The Authorization MLflow's client sends from its environment variables, if any."""
+    import base64
+
+    token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+    if token:
+        return {"Authorization": f"Bearer {token}"}
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user and password:
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+    return {}
+
+
+def check_databricks(uri: str, shown: str, source: str) -> None:
+    """A Databricks workspace needs credentials MLflow can find: DATABRICKS_HOST in the environment,
+    or the URI's profile (DEFAULT for plain `databricks`) in the Databricks config file."""
+    import configparser
+
+    if os.environ.get("DATABRICKS_HOST"):
+        return
+    profile = uri.split("://", 1)[1].split(":", 1)[0] if "://" in uri else ""
+    profile = profile or "DEFAULT"
+    config = Path(os.environ.get("DATABRICKS_CONFIG_FILE") or Path.home() / ".databrickscfg")
+    parser = configparser.ConfigParser()
+    try:
+        parser.read(config)
+        found = profile == "DEFAULT" and parser.defaults().get("host") or parser.has_option(profile, "host")
+    except (configparser.Error, OSError, UnicodeDecodeError):
+        found = False
+    if not found:
+        raise ConfigError(f"{source} {shown}: no Databricks credentials (set DATABRICKS_HOST and DATABRICKS_TOKEN, or "
+                          f"a [{cut(profile, 40)}] profile with a host in {cut(str(config), 80)})")
 
 
 def check_sqlite_file(path: Path, shown: str, source: str) -> None:

@@ -14,7 +14,7 @@ from sweeper.events import Speaker, discard
 from sweeper.faults import Faults
 from sweeper.records import TrialRecord, trainer_metrics
 from sweeper.status import (SPACE_FILE, STATUS_FILE, best_line, counts_line, driver_alive, driver_record, format_table,
-                            load_records)
+                            launch_speed, load_records)
 from core.files import write_atomic
 from core.errors import ConfigError, cut
 
@@ -39,6 +39,9 @@ class SweepViews:
         self._metrics: dict[int, dict] = {}  # trial number -> its last report (this launch's, or its folder's)
         self._json: dict[int, tuple] = {}  # trial number -> (its record's key, its JSON): made once per change
         self._written, self._dirty = 0.0, False
+        from sweeper.eta import LaunchSpeed
+
+        self.speed = LaunchSpeed(spec.budget.eval_every)  # this launch's reports alone: steady after a resume
 
     # -- records -------------------------------------------------------------------------------
 
@@ -101,6 +104,7 @@ class SweepViews:
 
     def on_report(self, number: int, result: dict) -> None:
         self._metrics[number] = {**_numbers(trainer_metrics(result)), **_numbers({"time_total_s": result.get("time_total_s")})}
+        self.speed.add(number, int(self._metrics[number].get("step", 0)), self._metrics[number].get("steps_per_s"))
         self._track(self.record(number))
         self.faults.point("logged")
         self._dirty = True
@@ -142,7 +146,7 @@ class SweepViews:
             "num_samples": self.spec.budget.num_samples, "state": state,
             "started": self.ledger.attr("sweeper.started", self.launched), "updated": time.time(),
             "elapsed_before_s": float(self.ledger.attr("sweeper.elapsed_s", 0.0)), "launched": self.launched,
-            "best": self.best(), "driver": self.driver,
+            "best": self.best(), "trial_speed": self.speed.value(), "driver": self.driver,
         }, indent=2, default=str)
         trials = []
         for number in sorted(self.ledger.trials):
@@ -212,11 +216,11 @@ def status_lines(sweep_dir: Path) -> list[str]:
     lines = [f"sweep {data['name']}: {state}, updated {age:.0f}s ago", f"trials: {counts_line(records, data['num_samples'])}",
              best_line(records, data["metric"], data["mode"], data.get("best"))]
     if data["state"] == "running" or any(r.status in ("running", "pending", "interrupted") for r in records):
-        lines.append(_progress_line(sweep_dir, records, running=state == "running"))
+        lines.append(_progress_line(sweep_dir, data, records, running=state == "running"))
     return lines + [format_table(records, data["metric"], data["mode"])]
 
 
-def _progress_line(sweep_dir: Path, records: list[TrialRecord], running: bool) -> str:
+def _progress_line(sweep_dir: Path, data: dict, records: list[TrialRecord], running: bool) -> str:
     """Steps done and to go, speed, ETA (sweeper/eta.py), from the plan in the sweep's space.yaml."""
     from sweeper import live
     from sweeper.eta import clock, progress
@@ -225,7 +229,7 @@ def _progress_line(sweep_dir: Path, records: list[TrialRecord], running: bool) -
         plan = live.plan_of(sweep_dir)
     except ConfigError as err:
         return f"progress: - ({cut(str(err), 120)})"
-    p = progress(records, plan)
+    p = progress(records, plan, launch_speed(data))
     speed = "" if p.speed is None else f", {p.speed:.1f} steps/s per trial"
     eta = "-" if p.eta_s is None else clock(p.eta_s)
     return (f"progress: {p.done:,} steps done, ~{p.left:,.0f} expected to go{speed}; "

@@ -94,11 +94,26 @@ def _is_loopback(address: str) -> bool:
     return ip.is_loopback or bool(mapped and mapped.is_loopback)
 
 
-def test_a_local_sweeps_ray_listens_on_loopback_only(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def test_a_local_sweeps_ray_listens_on_loopback_only_and_keeps_its_files_where_only_its_user_can_enter(tmp_path):
+    import shutil
+    import stat
+    import tempfile
+
+    temp = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # short: Ray's socket paths stay under 107 bytes
+    temp.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(temp)}
     env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-    r = subprocess.run([sys.executable, "-c", LISTEN_PROBE], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
-    assert r.returncode == 0, r.stderr[-3000:]
+    env.pop("RAY_TMPDIR", None)
+    try:
+        r = subprocess.run([sys.executable, "-c", LISTEN_PROBE], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=180)
+        assert r.returncode == 0, r.stderr[-3000:]
+        private = temp / f"sweeper-ray-{os.getuid()}"
+        assert stat.S_IMODE(private.stat().st_mode) == 0o700 and private.stat().st_uid == os.getuid()
+        assert list(private.glob("ray/session_2*/sockets"))  # Ray's session (its sockets folder) is in there
+        assert not (temp / "ray").exists()  # and nowhere else under the temp folder
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     listening = json.loads(r.stdout.strip().splitlines()[-1])
     names = {name for name, _, _ in listening}
     assert any("gcs_server" in n for n in names) and any("raylet" in n for n in names), listening
@@ -143,6 +158,36 @@ def test_credentials_reach_no_file_param_tag_or_artifact(smoke_sweep, mlflow_ser
             assert not _files_with(root, canary.encode()), (canary, root)
         # Ray's session folders (logs of the runtime-env agent, the raylet, the workers): the canaries are this
         # test session's own, so a hit in any session folder on the machine is the smoke sweep's leak
-        ray_temp = Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray"
+        from sweeper.local_ray import private_temp_root
+
+        ray_temp = private_temp_root()
+        assert any(ray_temp.glob("session_2*")), ray_temp  # where the smoke sweep's Ray kept its session
         for session in ray_temp.glob("session_2*"):
             assert not _files_with(session, canary.encode()), (canary, session)
+
+
+def test_the_private_folder_is_made_narrowed_or_refused_and_a_chosen_one_is_kept(tmp_path, monkeypatch):
+    import stat
+    import tempfile
+
+
+    from core.errors import ConfigError
+    from sweeper.local_ray import private_temp_dir, private_temp_root
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k != "RAY_TMPDIR"})  # put back whole
+    folder = tmp_path / f"sweeper-ray-{os.getuid()}"
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)  # left open by someone: narrowed, not trusted as it is
+    private_temp_dir()
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and os.environ["RAY_TMPDIR"] == str(folder)
+    assert private_temp_root() == folder / "ray"
+    del os.environ["RAY_TMPDIR"]
+    folder.rmdir()
+    folder.write_text("not a folder")
+    with pytest.raises(ConfigError) as err:
+        private_temp_dir()
+    assert "\n" not in str(err.value) and "RAY_TMPDIR" in str(err.value) and "RAY_TMPDIR" not in os.environ
+    os.environ["RAY_TMPDIR"] = str(tmp_path / "mine")  # the caller's choice is theirs
+    private_temp_dir()
+    assert os.environ["RAY_TMPDIR"] == str(tmp_path / "mine") and not (tmp_path / "mine").exists()

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, sweeper_cmd
 from tests.hostile import ROOT, SWEEPER, assert_refused, snapshot, sweeper
 from tests.hostile import sweeper_watching_ray as run
 
@@ -83,6 +83,7 @@ def web_server(tmp_path_factory):
     (None, "HTTP 404 on /health"),  # no such path
     ("folder", "'<!DOCTYPE"),  # a redirect to a directory listing
     ("file", "'hello"),  # 200, but not MLflow's answer
+    ("ok", "HTTP 404 on its REST API"),  # /health says OK, as many web servers' do, but no MLflow behind it
 ])
 def test_a_web_server_that_is_not_mlflow_is_one_line(tmp_path, web_server, health, expect):
     url, served = web_server
@@ -90,6 +91,8 @@ def test_a_web_server_that_is_not_mlflow_is_one_line(tmp_path, web_server, healt
         (served / "health").mkdir()
     elif health == "file":
         (served / "health").write_text("hello\n")
+    elif health == "ok":
+        (served / "health").write_text("OK")
     refused_before_ray(tmp_path, "launch", SMOKE, "--tracking-uri", url,
                        expect=("--tracking-uri", url, "not an MLflow tracking server", expect))
 
@@ -98,7 +101,16 @@ def test_a_web_server_that_is_not_mlflow_is_one_line(tmp_path, web_server, healt
 def test_a_real_mlflow_server_passes_the_check(mlflow_server):
     from sweeper.tracking_uri import preflight
 
-    preflight(mlflow_server)  # its /health answers OK
+    preflight(mlflow_server)  # its /health answers OK, its REST API with JSON
+
+
+def test_a_blank_tracking_uri_in_the_environment_is_one_line_on_stderr_for_the_ui(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": " "}
+    r = subprocess.run(sweeper_cmd("ui", "--port", str(free_port())), cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == "", r.stdout
+    assert r.stderr.count("\n") == 1 and "$MLFLOW_TRACKING_URI" in r.stderr and "blank" in r.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing made
 
 
 # --------------------------------------------------------------------------- Ray addresses

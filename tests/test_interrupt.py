@@ -55,6 +55,45 @@ def _note(tmp_path, number: int) -> str:
     return get_note(optuna.Trial(study, trial_id))
 
 
+class Payload:
+    """Pickles to a call that creates a file: proof that loading ran code."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import pathlib
+
+        return (pathlib.Path.touch, (self.marker,))
+
+
+class Planted:
+    def __init__(self, path, original: bytes):
+        self.path, self.original = path, original
+
+    def restore(self) -> None:
+        self.path.write_bytes(self.original)
+
+
+def _plant_pickle(tmp_path, numbers: list[int]) -> Planted | None:
+    """A pickled object in the newest checkpoint of the first interrupted trial that has one."""
+    import torch
+
+    from trainables.run_dir import RunDir
+    from trainables.train import CHECKPOINT_FILE
+
+    for number in numbers:
+        checkpoint = RunDir(tmp_path / "sweeps" / "intr" / "trials" / f"t{number:04d}").checkpoint()
+        if checkpoint is not None:
+            path = checkpoint / CHECKPOINT_FILE
+            planted = Planted(path, path.read_bytes())
+            state = torch.load(path, weights_only=True)
+            state["metrics"] = {"note": Payload(tmp_path / "pwned")}
+            torch.save(state, path)
+            return planted
+    return None
+
+
 def test_ctrl_c_mid_training_is_interrupted_not_stopped_and_resumes(tmp_path, mlflow_server):
     space = tmp_path / "intr.yaml"
     space.write_text(SPACE)
@@ -91,6 +130,18 @@ def test_ctrl_c_mid_training_is_interrupted_not_stopped_and_resumes(tmp_path, ml
         assert _note(tmp_path, number).startswith("**Interrupted** at step"), _note(tmp_path, number)
     # a trial ASHA stopped at its rung before the Ctrl-C (a fast machine gets there first) is PRUNED; the Ctrl-C prunes none
     assert all(max(t.intermediate_values) >= RUNG for t in study if t.state.name == "PRUNED"), states
+
+    # a checkpoint planted in an interrupted trial's folder: the resume refuses it in one line, before Ray,
+    # runs nothing of it and changes nothing; put back, the resume goes on
+    planted = _plant_pickle(tmp_path, [n for n, state in states.items() if state == "RUNNING"])
+    assert planted is not None  # 6 reports of 2 trials at a time: an interrupted one has checkpointed
+    before = (_status(tmp_path), [(t.state.name, t.intermediate_values) for t in _study(tmp_path).trials])
+    bad = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr, bad.stderr[-2000:]
+    assert "refused" in bad.stderr and "weights_only" in bad.stderr and len(bad.stderr) < 400, bad.stderr
+    assert not (tmp_path / "pwned").exists()
+    assert (_status(tmp_path), [(t.state.name, t.intermediate_values) for t in _study(tmp_path).trials]) == before
+    planted.restore()
 
     # the same command finishes the sweep; the interrupted trials continue from their checkpoints
     r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=900)

@@ -5,7 +5,7 @@ import io
 import json
 from dataclasses import replace
 
-from sweeper.eta import Plan, asha_rungs, makespan, progress
+from sweeper.eta import LaunchSpeed, Plan, asha_rungs, makespan, progress
 from sweeper.eta import clock
 from sweeper.live import LiveView
 from sweeper.live_table import plain_line, plan_line, running_rows, table
@@ -97,6 +97,29 @@ def test_a_resumed_trial_s_speed_is_the_trainer_s_not_its_steps_over_ray_s_time_
     assert progress([resumed, old], FLAGSHIP).speed == (4750 + 6000) / (4750 / 20 + 600)
 
 
+def test_the_speed_after_a_resume_is_this_launch_s_own_and_steady():
+    # before the interrupt the trials trained at ~9.6 steps/s; after the resume the first interval
+    # of each trial includes its restore (6.3), then one trial runs alone for a while (19.3)
+    speed = LaunchSpeed(eval_every=250)
+    assert speed.value() is None  # nothing reported in this launch yet: the views fall back to the trials' last speeds
+    seen = []
+    for trial, step, v in [(0, 2250, 6.3), (1, 2500, 6.3), (0, 2500, 9.6), (1, 2750, 9.6), (0, 2750, 19.3),
+                           (1, 3000, 9.5), (0, 3000, 9.7), (1, 3250, 9.6), (0, 3250, 9.6), (1, 3500, 9.5)]:
+        speed.add(trial, step, v)
+        seen.append(speed.value())
+    assert seen[0] == 6.3 and 8.5 < seen[-1] < 9.6  # the harmonic mean of the intervals: time-weighted
+    assert max(seen[4:]) / min(seen[4:]) < 1.1  # once a few reports are in, one odd interval barely moves it
+    speed.add(1, 3500, 1.0)  # the same report told again (Ray: the last result, then the trial's end) counts once
+    speed.add(0, 3600, 0.0)  # a report without a speed is left out
+    assert speed.steps == 10 * 250 and speed.value() == seen[-1]
+    speed.add(0, 3600, 50.0)  # a short last interval (steps 3500-3600)
+    assert speed.steps == 10 * 250 + 100
+    records = [rec(1, "running", 3600, 12.0)]
+    records[0].metrics["steps_per_s"] = 19.3  # the trainer's last interval: the old way's figure
+    assert progress(records, FLAGSHIP, speed.value()).speed == speed.value()
+    assert progress(records, FLAGSHIP).speed == 19.3
+
+
 def test_no_eta_before_the_first_report_and_none_left_at_the_end():
     p = progress([rec(1, "running", 0)], FLAGSHIP)
     assert p.speed is None and p.eta_s is None and p.left == 24 * 4500
@@ -119,7 +142,7 @@ def test_plan_line_says_trials_steps_concurrency_estimate_and_how_to_resume():
 
 def test_plain_line_has_counts_best_steps_speed_and_eta():
     records = [rec(1, "running", 1000, 100.0, acc3=0.4), rec(2, "stopped", 3000, 300.0, acc3=0.779)]
-    line = plain_line(records, FLAGSHIP, elapsed=145)
+    line = plain_line(records, FLAGSHIP, elapsed=145, best={"value": 0.779, "step": 3000, "trial_id": "t2"})
     assert line.startswith("[switch_time 0:02:25] 1 running, 1 stopped, 22 to sample | best acc_3x 0.779 (t2, step 3000)")
     assert "| 4,000 steps done, ~102,500 to go | 10.0 steps/s per trial | ETA 1:28:20" in line  # (3500 + 11 x 4500) / 10 s
     assert clock(None) == "-" and clock(90061) == "1d 1:01:01"
@@ -135,7 +158,7 @@ def test_the_table_shows_each_running_trial_with_its_budget_and_accuracies():
     assert rows == [["t1", "0.002", "1500/6000", "0.900", "0.700", "0.500", "0.300", "10.0", "running"],
                     ["t3", "0.004", "0/6000", "0.900", "0.700", "0.500", "0.300", "10.0", "pending"]]
     console = Console(width=160, record=True, file=io.StringIO(), color_system=None)
-    console.print(table(records, FLAGSHIP, elapsed=3600))
+    console.print(table(records, FLAGSHIP, elapsed=3600, best={"value": 0.9, "step": 6000, "trial_id": "t2"}))
     text = console.export_text()
     assert "sweep switch_time" in text and "elapsed 1:00:00" in text and "ETA " in text
     assert "1 running, 1 pending, 1 completed, 21 to sample" in text
@@ -178,6 +201,6 @@ def test_the_table_view_draws_when_asked_and_ends_with_the_last_state(tmp_path):
     with LiveView(tmp_path, FLAGSHIP, "table", out=out):
         _status(tmp_path, [rec(1, "running", 2000, 200.0)])
     text = out.getvalue()
-    assert "sweep switch_time" in text and "best acc_3x 0.500 (t1, step 2000)" in text
+    assert "sweep switch_time" in text and "best acc_3x: none judged yet (t1 leads with 0.500 at step 2000)" in text
     # the driver's sweep stopped with a trial unfinished: its last frame says so, once
     assert "1 interrupted, 23 to sample" in text and text.count("sweep switch_time") == 1

@@ -34,6 +34,26 @@ def test_launch_prints_the_plan_then_plain_progress_lines_with_the_eta(smoke_swe
     assert "\x1b[" not in r.stdout  # no terminal codes in a log
 
 
+def test_the_speed_status_json_shows_is_over_every_report_of_the_launch(smoke_sweep):
+    """Every report the driver received in this launch (the study holds its value; a stopped trial
+    may have written one more to its folder before it ended, which the sweep never saw)."""
+    import optuna
+
+    from sweeper.eta import LaunchSpeed
+    from trainables.run_dir import RunDir
+
+    workdir, _ = smoke_sweep
+    sweep = workdir / "sweeps" / "smoke"
+    status = json.loads((sweep / "status.json").read_text())
+    study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{sweep / 'optuna.db'}")
+    expected = LaunchSpeed(eval_every=10)  # smoke.yaml's
+    for t in study.trials:
+        for report in RunDir(sweep / "trials" / f"t{t.number:04d}").reports():
+            if int(report["step"]) in t.intermediate_values:
+                expected.add(t.number, int(report["step"]), report.get("steps_per_s"))
+    assert expected.steps > 0 and status["trial_speed"] == pytest.approx(expected.value(), rel=1e-6)
+
+
 def test_status_watch_of_a_finished_sweep_draws_once_and_ends(smoke_sweep):
     workdir, _ = smoke_sweep
     r = subprocess.run(sweeper_cmd("status", "smoke", "--watch"), cwd=workdir, env=ENV, capture_output=True, text=True, timeout=60)

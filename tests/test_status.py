@@ -3,6 +3,8 @@
 import json
 import os
 
+import pytest
+
 from sweeper.records import TrialRecord, ranked
 from sweeper.status import (STATUS_FILE, counts_line, driver_alive, format_table, load_records,
                             mark_state, write_summary)
@@ -78,10 +80,15 @@ def test_best_is_the_best_judged_value_and_never_goes_down(tmp_path):
     assert views.best()["value"] == 0.66
 
 
-def test_summary_names_the_best_trial(tmp_path):
+def test_summary_names_the_best_judged_value_s_trial_with_its_latest_beside_it(tmp_path):
+    # t1 was judged 0.9 at a rung, then went down to 0.5 by its end; t2 ended at 0.8
     rs = [rec(1, "completed", 10, 0.5, lr=0.1), rec(2, "completed", 10, 0.8, lr=0.2)]
-    summary = write_summary(tmp_path, "s", "acc_3x", "max", rs, {"steps": 10})
-    assert summary["best"]["trial_id"] == "t2" and summary["best"]["params"] == {"lr": 0.2}
+    best = {"value": 0.9, "step": 5, "trial_id": "t1"}
+    summary = write_summary(tmp_path, "s", "acc_3x", "max", rs, best, {"steps": 10})
+    assert summary["best"]["trial_id"] == "t1" and summary["best"]["params"] == {"lr": 0.1}
+    assert (summary["best"]["score"], summary["best"]["step"]) == (0.9, 5)
+    assert (summary["best"]["latest"], summary["best"]["latest_step"]) == (0.5, 10)
+    assert write_summary(tmp_path, "s", "acc_3x", "max", rs, None, None)["best"] is None  # nothing judged yet
     assert json.loads((tmp_path / "summary.json").read_text())["counts"] == {"completed": 2}
 
 
@@ -90,6 +97,23 @@ def test_table_lists_params_and_lengths_best_first():
     lines = table.splitlines()
     assert lines[0].split()[:3] == ["trial", "lr", "acc_1x"]
     assert lines[2].startswith("t2") and lines[3].startswith("t1")
+
+
+@pytest.mark.parametrize("width", [120, 80, 60, 40])
+def test_the_final_table_fits_the_terminal_and_says_what_it_hid(width):
+    rs = [TrialRecord(f"t{i:04d}", {"dat.switch_step": 250 * i, "curriculum.state_only_steps": 1500, "optim.lr": 0.003},
+                      "completed", 6000, {"acc_1x": 1.0, "acc_2x": 0.9, "acc_3x": 0.794 + i / 100, "acc_4x": 0.5})
+          for i in range(4)]
+    full = format_table(rs, "acc_3x", "max")
+    assert max(map(len, full.splitlines())) > 80  # too wide for 80 columns as it is
+    table = format_table(rs, "acc_3x", "max", width=width)
+    lines = table.splitlines()
+    assert max(map(len, lines)) <= width
+    assert lines[0].split()[0] == "trial" and "acc_3x" in lines[0].split()  # the scored metric always stays
+    assert [line.split()[0] for line in lines[2:6]] == ["t0003", "t0002", "t0001", "t0000"]
+    assert "0.824" in lines[2] and "0.814" in lines[3]  # values whole, never cut across a line
+    if width < 120:
+        assert lines[-1].startswith(f"hidden to fit {width} columns: acc_1x")
 
 
 def test_a_dead_driver_is_detected():
@@ -208,7 +232,7 @@ def test_status_without_a_name_lists_every_sweep_of_the_storage_and_a_damaged_on
     out = capsys.readouterr().out.splitlines()
     listed = {line.split(":")[0].strip(): line for line in out if line.startswith("  ")}
     assert set(listed) == {"first", "second", "damaged"}
-    assert "finished; 1 completed, 2 to sample; best acc_3x 0.500 (t0, step 10)" in listed["first"]
+    assert "finished; 1 completed, 2 to sample; best acc_3x: none judged yet (t0 leads with 0.500 at step 10)" in listed["first"]
     assert "interrupted" in listed["second"] and "unreadable" in listed["damaged"]
     assert any(line.startswith("no sweep service runs") for line in out)
     assert main(["status", "--storage", str(tmp_path / "empty")]) == 1

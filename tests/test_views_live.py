@@ -4,6 +4,7 @@ sweep across launches, `best` is status.json's judged best, and a Ctrl-C's last 
 interrupted, once."""
 
 import io
+import re
 import json
 
 import pytest
@@ -12,7 +13,8 @@ from rich.console import Console
 
 from sweeper.eta import Plan
 from sweeper.live import LiveView
-from sweeper.live_table import BAR_NARROW, BAR_WIDE, layout, running_rows, shortest_names, table
+from sweeper.live_table import BAR_NARROW, BAR_WIDE, layout, running_rows, table
+from sweeper.records import shortest_names
 from sweeper.records import TrialRecord
 from sweeper.status import STATUS_FILE
 
@@ -147,9 +149,9 @@ def test_best_is_the_judged_best_of_status_json_when_it_has_one(tmp_path):
     view = LiveView(tmp_path, PLAN, "none", clock=FakeClock(10_000.0))
     view.reload()
     assert "best acc_3x 0.910 (t0007, step 3000)" in frame_text(view) and "best acc_3x 0.910 (t0007" in view.line()
-    write_status(tmp_path, RECORDS)  # without it: the best trial's latest value
+    write_status(tmp_path, RECORDS)  # nothing judged yet: the leader's latest value, called that
     view.reload()
-    assert "best acc_3x 0.800 (t0004, step 6000)" in frame_text(view)
+    assert "best acc_3x: none judged yet (t0004 leads with 0.800 at step 6000)" in frame_text(view)
 
 
 # -- the last frame ----------------------------------------------------------------------------
@@ -168,6 +170,29 @@ def test_a_ctrl_c_last_frame_says_interrupted_once(tmp_path, state):
     assert "interrupted" in title and "finished" not in text and " running," not in text
     assert "3 interrupted, 1 completed, 20 to sample" in text  # the trials nothing trains any more
     assert "ETA" not in text and "~0:59:35 more once resumed" in title
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_resize_redraws_on_a_clean_screen_and_every_frame_fits(tmp_path):
+    write_status(tmp_path, RECORDS, launched=9_900.0, elapsed_before_s=0.0)
+    out = Tty()
+    view = LiveView(tmp_path, PLAN, "table", out=out, clock=FakeClock(10_000.0))
+    with view:
+        view._live.console.width = 120
+        view.tick()
+        view.tick()
+        assert "\x1b[2J" not in out.getvalue()  # the same width: the frame is redrawn in place
+        view._live.console.width = 80
+        view.tick()
+        drawn = out.getvalue()
+        assert drawn.count("\x1b[2J") == 1  # narrower: the old frame's rewrapped lines do not stay behind
+        last = drawn.split("\x1b[2J")[-1]
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", last)
+    assert plain.strip() and max(len(line) for line in plain.splitlines()) <= 80
 
 
 def test_a_sweep_that_ran_every_trial_ends_finished(tmp_path):

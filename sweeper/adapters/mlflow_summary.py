@@ -14,35 +14,37 @@ from mlflow.entities import Metric, RunTag
 
 from sweeper.adapters.mlflow_store import retrying
 from sweeper.adapters.mlflow_tracking import DRAIN_S, SweepTracker
-from sweeper.records import TrialRecord, ranked, score
+from sweeper.records import TrialRecord
 from sweeper.space import trial_config_for
 from sweeper.status import format_table, summary_csv
 
 
 def finish(tracker: SweepTracker, records: list[TrialRecord], pictures: list[Path], interrupted: bool,
-           timeout_s: float = DRAIN_S) -> None:
-    """Best-trial tags, summary tables and the sweep's plots (`pictures`, drawn already) on the parent
-    run. Retried while the store is unreachable, for at most `timeout_s`."""
-    retrying(lambda: _finish(tracker, records, pictures, interrupted), time.monotonic() + timeout_s,
+           best: dict | None, timeout_s: float = DRAIN_S) -> None:
+    """Best-trial tags (`best`: the sweep's best judged value, as every view shows it), summary tables
+    and the sweep's plots (`pictures`, drawn already) on the parent run. Retried while the store is
+    unreachable, for at most `timeout_s`."""
+    retrying(lambda: _finish(tracker, records, pictures, interrupted, best), time.monotonic() + timeout_s,
                     "finishing the sweep's run", tracker.say)
 
 
-def _finish(tracker: SweepTracker, records: list[TrialRecord], pictures: list[Path], interrupted: bool) -> None:
+def _finish(tracker: SweepTracker, records: list[TrialRecord], pictures: list[Path], interrupted: bool,
+            best: dict | None) -> None:
     tracker.sync_all(records)  # every trial as its folder and the ledger have it (a second sync writes nothing)
     client, spec, parent = tracker.client, tracker.spec, tracker.state["parent_run_id"]
     trials = tracker.state.get("trials", {})
-    top = ranked(records, spec.metric, spec.mode)
+    top = next((r for r in records if best is not None and r.trial_id == best["trial_id"]), None)
     for r in records:
         if r.trial_id in trials:
-            client.set_tag(trials[r.trial_id]["run_id"], "best", "true" if top and r is top[0] else "false")
-    if top:
-        best = top[0]
-        cfg = trial_config_for(spec, best.params).model_dump(mode="json")
+            client.set_tag(trials[r.trial_id]["run_id"], "best", "true" if r is top else "false")
+    if top is not None:
+        cfg = trial_config_for(spec, top.params).model_dump(mode="json")
         # the best point as tags, not params: params are immutable in MLflow, and a resumed sweep's
         # best trial may differ from the one an interrupted run wrote
-        client.log_batch(parent, metrics=[Metric(f"best_{spec.metric}", score(best, spec.metric), int(time.time() * 1000), 0)],
-                         tags=[RunTag(f"best.{k}", str(v)) for k, v in best.params.items()])
-        client.set_tag(parent, "best_trial", best.trial_id)
+        client.log_batch(parent, metrics=[Metric(f"best_{spec.metric}", float(best["value"]), int(time.time() * 1000),
+                                                 int(best["step"]))],
+                         tags=[RunTag(f"best.{k}", str(v)) for k, v in top.params.items()])
+        client.set_tag(parent, "best_trial", top.trial_id)
         client.log_text(parent, yaml.safe_dump(cfg, sort_keys=False), "best_config.yaml")
     client.log_text(parent, summary_csv(records), "summary.csv")
     client.log_text(parent, "```\n" + format_table(records, spec.metric, spec.mode, top=len(records)) + "\n```\n", "summary.md")

@@ -47,7 +47,11 @@ def init_ray(address: str | None, quiet: bool = True) -> None:
     kwargs: dict[str, Any] = {"log_to_driver": not quiet, "logging_level": "ERROR" if quiet else "INFO"}
     if address is None:  # a private instance, even if some other Ray runs on this machine,
         # reachable from this machine only: every Ray server binds the node IP, here loopback
-        # (with LOOPBACK_ENV set before ray was imported, see `loopback_only`)
+        # (with LOOPBACK_ENV set before ray was imported, see `loopback_only`), and its session
+        # files lie in a folder only this user can enter (`private_temp_dir`)
+        from sweeper.local_ray import private_temp_dir
+
+        private_temp_dir()
         address, kwargs["include_dashboard"] = "local", False
     ray.init(address=address, **kwargs)
 

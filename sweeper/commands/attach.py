@@ -15,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
-from sweeper.events import Fitted, Running, Say
+from sweeper.events import Fitted, Running, Say, TopTrials
 from sweeper.live_events import Terminal
 from sweeper.request import SweepRequest
 from sweeper.service_link import ANSWER_S, Messages, code_hash, connect, project_root, send, service_dir, unresponsive
@@ -94,6 +94,8 @@ def _follow(conn, terminal: Terminal, name: str) -> int | None:
                 terminal(Running(Path(message["sweep_dir"])))
             elif "fitted" in message:
                 terminal(Fitted())
+            elif "top_trials" in message:
+                terminal(TopTrials(Path(str(message["top_trials"]))))
             elif "stale" in message:
                 print(f"note: {message['stale']}", file=sys.stderr)
                 return None
