@@ -81,8 +81,8 @@ def _is_ours(path: Path) -> bool:
 ANSWER_S = 20.0  # a running service takes a connection and answers a request within this
 
 
-def unresponsive(directory: Path, what: str) -> ConfigError:
-    return ConfigError(f"the sweep service at {cut(str(directory), 120)} {what} within {ANSWER_S:.0f} s (stopped, or "
+def unresponsive(directory: Path, what: str, timeout_s: float = ANSWER_S) -> ConfigError:
+    return ConfigError(f"the sweep service at {cut(str(directory), 120)} {what} within {timeout_s:.0f} s (stopped, or "
                        "overloaded): `sweeper serve --status` says how it stands; `sweeper launch --in-process` runs "
                        "a sweep in its own process")
 
@@ -107,7 +107,7 @@ def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socke
         except (BlockingIOError, TimeoutError):  # listening, its queue full: wait for room, within the bound
             conn.close()
             if time.monotonic() >= deadline:
-                raise unresponsive(directory, "does not take a connection") from None
+                raise unresponsive(directory, "does not take a connection", timeout_s) from None
             time.sleep(0.2)
             continue
         except OSError:
@@ -164,7 +164,7 @@ def request(message: dict, directory: Path | None = None, timeout_s: float = ANS
             send(conn, message)
             return next(iter(Messages(conn, timeout_is_error=True)), None)
         except TimeoutError:
-            raise unresponsive(directory or service_dir(), "does not answer") from None
+            raise unresponsive(directory or service_dir(), "does not answer", timeout_s) from None
         except (OSError, ConfigError):
             return None
 

@@ -329,8 +329,10 @@ def test_a_damaged_results_section_is_one_line_and_the_page_is_left_as_it_was(tm
     assert dpd.RESULTS.read_text() == page and not list(tmp_path.glob("*.png"))
 
 
-def pack_of(tmp_path, runs: dict[str, tuple[dict, int]], extra: dict[str, bytes] | None = None):
-    """A pack as experiments/device_runs.py writes it: {name: (trial config, last step)}, and `extra` files."""
+def pack_of(tmp_path, runs: dict[str, tuple[dict, int]], extra: dict[str, bytes] | None = None,
+            machine: dict | None = None):
+    """A pack as experiments/device_runs.py writes it: {name: (trial config, last step)}, `extra`
+    files, and machine.json (`machine`, an H200's by default)."""
     import io
     import json
     import tarfile
@@ -339,7 +341,7 @@ def pack_of(tmp_path, runs: dict[str, tuple[dict, int]], extra: dict[str, bytes]
 
     path = tmp_path / "runs.tar.gz"
     with tarfile.open(path, "w:gz") as tar:
-        files = {"machine.json": json.dumps({"accelerator": "NVIDIA H200", "torch": "2.11.0+cu130"}).encode()}
+        files = {"machine.json": json.dumps(machine or {"accelerator": "NVIDIA H200", "torch": "2.11.0+cu130"}).encode()}
         for name, (config, last) in runs.items():
             files[f"{name}/config.yaml"] = yaml.safe_dump(config).encode()
             files[f"{name}/metrics.jsonl"] = b"".join(

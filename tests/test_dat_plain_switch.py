@@ -4,9 +4,7 @@ recorded with their provenance."""
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 
 import pytest
 import yaml
@@ -14,7 +12,7 @@ import yaml
 from experiments import dat_plain_switch as dps
 from experiments import dat_plain_switch_report as rep
 from experiments import packs
-from tests.test_dat_paper_depth import final
+from tests.test_dat_paper_depth import final, pack_of
 
 
 def record(c: dict, **final_kw) -> dict:
@@ -105,20 +103,11 @@ def test_holm_adjusts_the_smaller_p_by_the_number_of_tests_and_keeps_the_order()
 
 
 def pack(tmp_path, runs: dict[str, dict], commit: str | None) -> object:
-    path = tmp_path / "runs.tar.gz"
-    files = {"machine.json": json.dumps({"accelerator": "NVIDIA H100", "torch": "2.11.0+cu130", "commit": commit}).encode()}
-    for name, config in runs.items():
-        files[f"{name}/config.yaml"] = yaml.safe_dump(config).encode()
-        files[f"{name}/metrics.jsonl"] = b"".join(json.dumps({**final(), "step": s}).encode() + b"\n"
-                                                  for s in range(250, config["steps"] + 1, 250))
-        files[f"{name}/times.json"] = json.dumps({"started_utc": "2026-11-27T18:01:56Z",
-                                                  "ended_utc": "2026-11-27T18:12:46Z"}).encode()
-    with tarfile.open(path, "w:gz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return path
+    """A device pack of these configs (each trained to its end, with its times.json) from `commit`."""
+    times = json.dumps({"started_utc": "2026-11-27T18:01:56Z", "ended_utc": "2026-11-27T18:12:46Z"}).encode()
+    return pack_of(tmp_path, {name: (config, config["steps"]) for name, config in runs.items()},
+                   {f"{name}/times.json": times for name in runs},
+                   {"accelerator": "NVIDIA H100", "torch": "2.11.0+cu130", "commit": commit})
 
 
 def test_a_pack_s_runs_are_recorded_with_when_they_trained_the_commit_and_their_config_s_hash(tmp_path, monkeypatch):
