@@ -14,7 +14,7 @@ from typing import Callable, NoReturn
 
 from trainables.config import ConfigError, preset_names
 from core.errors import one_line
-from sweeper.cli_types import count, cpus, experiment_name, port, positive_int
+from sweeper.cli_types import cpus, experiment_name, port, positive_int, sample_count
 from sweeper.sweep_dir import DEFAULT_STORAGE
 
 
@@ -60,7 +60,7 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
 def _add_validate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check a search-space file and show what it searches; runs nothing")
     p.add_argument("file", help="search-space YAML (search_spaces/*.yaml)")
-    p.add_argument("--samples", type=count, default=3, help="sampled configs to print (default 3; 0 for none)")
+    p.add_argument("--samples", type=sample_count, default=3, help="sampled configs to print (default 3; 0 for none; at most 10,000)")
     p.set_defaults(func=verb("sweeper.commands.validate"))
 
 

@@ -26,6 +26,17 @@ def count(text: str) -> int:
     return 0 if text.strip() == "0" else positive_int(text)
 
 
+def sample_count(text: str) -> int:
+    """A whole number of configs to sample and print, 0 to MAX_SAMPLES."""
+    value = count(text)
+    if value > MAX_SAMPLES:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SAMPLES:,}, got {brief(text, 40)}")
+    return value
+
+
+MAX_SAMPLES = 10_000  # `validate --samples`: each is drawn, built and printed
+
+
 def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity mask, which a container's cpuset narrows)."""
     try:

@@ -59,8 +59,8 @@ def counts_line(records: list[TrialRecord], num_samples: int) -> str:
 def best_line(records: list[TrialRecord], metric: str, mode: str, best: dict | None = None) -> str:
     """The best value judged so far (status.json's `best`: at a rung or at a trial's end, so it never
     goes down); before anything was judged, the leading trial's latest value, called that."""
-    if isinstance(best, dict) and isinstance(best.get("value"), (int, float)):
-        return (f"best {cut(metric, MAX_CELL)} {best['value']:.3f} ({_fmt(best.get('trial_id', '?'))}, "
+    if isinstance(best, dict) and (value := finite(best.get("value"))) is not None:
+        return (f"best {cut(metric, MAX_CELL)} {value:.3f} ({_fmt(best.get('trial_id', '?'))}, "
                 f"step {_fmt(best.get('step', '?'))})")
     top = ranked(records, metric, mode)
     if not top:
@@ -101,9 +101,19 @@ def load_records(sweep_dir: Path) -> tuple[dict, list[TrialRecord]]:
 
 def launch_speed(status: dict) -> float | None:
     """The speed of one trial in the driver's launch (status.json's `trial_speed`), when it is a positive number."""
-    value = status.get("trial_speed")
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    return float(value) if ok else None
+    value = finite(status.get("trial_speed"))
+    return value if value is not None and value > 0 else None
+
+
+def finite(value) -> float | None:
+    """A number read from a file as a float, when it is one and finite (an integer of 400 digits is not)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def driver_alive(status: dict) -> bool:

@@ -31,11 +31,15 @@ def resolve_uri(cli_value: str | None, cwd: str | Path | None = None, environ: M
     caller's wherever the sweep runs."""
     environ = os.environ if environ is None else environ
     where = Path(cwd if cwd is not None else os.getcwd())
+    if cli_value == "":
+        return cli_value  # said on the command line, blank: the preflight refuses it in one line
     uri = cli_value or environ.get("MLFLOW_TRACKING_URI")
     if not uri:
         return f"sqlite:///{where / DEFAULT_DB}"
     if uri != uri.strip():
         return uri  # as written: the preflight refuses it in one line
+    if uri == "sqlite:///:memory:":
+        return uri  # not a file: the preflight refuses it
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         return f"sqlite:///{os.path.normpath(where / uri.removeprefix('sqlite:///'))}"
     if uri.startswith("file:") and not uri.startswith("file:/"):
@@ -52,7 +56,7 @@ def sqlite_path(uri: str) -> Path | None:
 
 def uri_source(cli_value: str | None, environ: Mapping[str, str] | None = None) -> str:
     """Where `resolve_uri` took the URI from, as a user would name it in an error."""
-    if cli_value:
+    if cli_value is not None:
         return "--tracking-uri"
     environ = os.environ if environ is None else environ
     return "$MLFLOW_TRACKING_URI" if environ.get("MLFLOW_TRACKING_URI") else "the default tracking URI"
@@ -71,6 +75,9 @@ def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") 
         check_databricks(uri, shown, source)
     elif uri.startswith("sqlite:///"):
         path = Path(uri.removeprefix("sqlite:///"))
+        if uri.removeprefix("sqlite:///") in ("", "/", ":memory:") or path.is_dir():
+            raise ConfigError(f"{source} {shown}: not a database file (the store must outlive the sweep and be "
+                              "shared by its processes); name one, sqlite:///PATH/mlflow.db")
         if not path.parent.is_dir():
             raise ConfigError(f"{source} {shown}: folder {cut(str(path.parent), 120)} does not exist")
         check_writable(path.parent, f"{source} {shown}: folder")

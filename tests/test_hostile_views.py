@@ -57,6 +57,15 @@ def test_a_huge_trial_id_or_parameter_leaves_every_line_bounded(tmp_path):
     assert max(len(line) for line in r.stdout.splitlines()) < 400, max(len(line) for line in r.stdout.splitlines())
 
 
+@pytest.mark.parametrize("value", [10**400, float("nan"), "0.9", [1]])
+def test_a_best_or_speed_that_is_no_finite_number_is_left_out_not_a_traceback(tmp_path, value):
+    _status(tmp_path, best={"value": value, "step": 10, "trial_id": "t0000"}, trial_speed=value, state="running")
+    for args in (("status", "s"), ("status",)):
+        r = sweeper(*args, cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(tmp_path / "no-service")}, timeout=120)
+        assert "Traceback" not in r.stderr and r.returncode in (0, 1), r.stderr[-2000:]
+        assert "none judged yet (t0000 leads with 0.500" in r.stdout, r.stdout  # the value is not taken for a best
+
+
 @pytest.mark.parametrize("where", ["a file", "under a file"])
 def test_a_service_folder_that_is_a_file_or_under_one_is_one_line(tmp_path, where):
     (tmp_path / "f").write_text("not a folder")

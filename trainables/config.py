@@ -314,9 +314,13 @@ def preset_names() -> list[str]:
 def load_trial_config(path_or_preset: str | Path) -> TrialConfig:
     """Load a trial config from a YAML file, or from a preset name (see trainables/presets/)."""
     path = Path(path_or_preset)
-    if not path.exists() and (PRESETS_DIR / f"{path_or_preset}.yaml").exists():
-        path = PRESETS_DIR / f"{path_or_preset}.yaml"
-    if not path.exists():
+    try:
+        if not path.exists() and (PRESETS_DIR / f"{path_or_preset}.yaml").exists():
+            path = PRESETS_DIR / f"{path_or_preset}.yaml"
+        found = path.exists()
+    except OSError as err:  # a name the file system refuses (too long, ...)
+        raise ConfigError(f"{brief(str(path_or_preset), 60)}: not a file or preset ({err.strerror})") from None
+    if not found:
         raise ConfigError(f"{short_path(path)}: no such file (and not a preset: {', '.join(preset_names())})")
     return trial_config_from_dict(read_yaml(path), source=short_path(path))
 

@@ -49,6 +49,12 @@ def list_sweeps(storage: str | None) -> int:
     folder = storage or DEFAULT_STORAGE
     if is_uri(folder):
         raise ConfigError(f"--storage {cut(folder, 80)}: sweeps are listed from a local folder; name the sweep instead")
+    try:
+        not_a_folder = storage is not None and Path(folder).expanduser().exists() and not Path(folder).expanduser().is_dir()
+    except OSError as err:  # a name the file system refuses
+        raise ConfigError(f"--storage {cut(folder, 80)}: not a folder ({err.strerror})") from None
+    if not_a_folder:
+        raise ConfigError(f"--storage {cut(folder, 80)}: not a folder")
     lines = sweep_list_lines(Path(folder).expanduser())
     print(f"sweeps in {cut(str(Path(folder).expanduser().resolve()), 120)}:" if lines else
           f"no sweep in {cut(str(Path(folder).expanduser().resolve()), 120)}")
