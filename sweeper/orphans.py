@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 
+from core.errors import ConfigError, cut
 from core.files import write_atomic
 
 PROCESSES_FILE = "ray_processes.json"
@@ -81,7 +82,7 @@ def _recorded(path: Path) -> tuple[tuple[int, float] | None, list[tuple[int, flo
         if not hmac.compare_digest(str(data.get("signature", "")), _signature([driver, *procs])):
             return None, []
         return (int(driver["pid"]), float(driver["started"])), [(int(p["pid"]), float(p["started"])) for p in procs]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError):
         return None, []  # cut by a kill, or not a record of ours: nothing we can safely call ours
 
 
@@ -113,6 +114,8 @@ def end_orphans(sweep_dir: Path, grace_s: float = 5.0) -> list[str]:
     """End the recorded processes of an earlier driver of this sweep that still run (SIGTERM, then
     SIGKILL after `grace_s`). Call only while holding the sweep's lock. Returns their names."""
     path = Path(sweep_dir) / PROCESSES_FILE
+    if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):  # this driver could not write its own record there
+        raise ConfigError(f"{cut(str(path), 160)}: not a file this sweep wrote (a folder, a link, ...); move it away")
     driver, recorded = _recorded(path)
     if driver is not None and _runs(driver):
         return []  # the driver runs on (a resident service): its Ray is not orphaned

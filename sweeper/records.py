@@ -30,14 +30,25 @@ class TrialRecord:
         if not isinstance(data, dict):
             raise ValueError(f"a trial must be a mapping, got {type(data).__name__}")
         record = cls(**data)
-        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in record.metrics.values()) \
-            if isinstance(record.metrics, dict) else False
+        numbers = all(_finite_number(v) for v in record.metrics.values()) if isinstance(record.metrics, dict) else False
         checks = {"trial_id": isinstance(record.trial_id, str), "params": isinstance(record.params, dict),
                   "status": record.status in STATUSES, "step": isinstance(record.step, int) and not isinstance(record.step, bool),
                   "metrics": numbers, "path": isinstance(record.path, str)}
         if wrong := [k for k, ok in checks.items() if not ok]:
             raise ValueError(f"trial field {wrong[0]}: not a {wrong[0]} of a trial")
         return record
+
+
+def _finite_number(value) -> bool:
+    """A number as a report holds one: not a bool; an integer within a float's range (a float may be
+    NaN: a diverged trial reports one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
 
 
 _PER_LENGTH = re.compile(r"(.+)_(\d+)x")  # acc_3x, state_acc_1x, raw_tv_4x: a metric at k x max_len

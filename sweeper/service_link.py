@@ -40,7 +40,11 @@ MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 
 def service_dir() -> Path:
     if os.environ.get("SWEEPER_SERVICE_DIR"):
-        return Path(os.environ["SWEEPER_SERVICE_DIR"]).expanduser().resolve()
+        try:
+            return Path(os.environ["SWEEPER_SERVICE_DIR"]).expanduser().resolve()
+        except (RuntimeError, OSError) as err:  # `~user` of no user, a loop of links
+            raise ConfigError(f"SWEEPER_SERVICE_DIR {cut(os.environ['SWEEPER_SERVICE_DIR'], 80)}: not a usable folder "
+                              f"({cut(str(err), 80)})") from None
     if os.environ.get("XDG_RUNTIME_DIR"):
         return Path(os.environ["XDG_RUNTIME_DIR"]) / "dat-sweeper"
     return Path.home() / ".cache" / "dat-sweeper" / "service"
@@ -200,5 +204,5 @@ def read_state(directory: Path | None = None) -> dict:
         with open((directory or service_dir()) / STATE) as f:
             state = json.loads(f.read(MAX_MESSAGE))
         return state if isinstance(state, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}

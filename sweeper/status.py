@@ -92,6 +92,8 @@ def load_records(sweep_dir: Path) -> tuple[dict, list[TrialRecord]]:
                 raise ValueError(f"{key}: missing")
             if not isinstance(data[key], kind) or isinstance(data[key], bool):
                 raise ValueError(f"{key}: must be a {getattr(kind, '__name__', 'number')}, got {brief(data[key], 30)}")
+        if finite(data["updated"]) is None:
+            raise ValueError(f"updated: must be a time in seconds, got {brief(data['updated'], 30)}")
         if data["state"] not in STATES or data["mode"] not in ("max", "min"):
             raise ValueError(f"state/mode: not one of {STATES} / (max, min)")
         return data, [TrialRecord.from_dict(t) for t in data["trials"]]

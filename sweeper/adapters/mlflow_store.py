@@ -37,7 +37,8 @@ def store_lock(uri: str):
 def client(uri: str, retries: bool = True):
     """An MLflow client of the store. `retries=False`: our own retries (BackgroundLog, `retrying`) decide
     how long to wait for a server; MLflow's HTTP client would otherwise retry each call for minutes.
-    MLflow's own log lines (store creation, migrations) stay out of the user's terminal unless
+    MLflow's own log lines (store creation, migrations, and the errors a failed call logs before
+    it raises: the caller says those in one line) stay out of the user's terminal unless
     $SWEEPER_VERBOSE is set."""
     import logging
 
@@ -49,7 +50,7 @@ def client(uri: str, retries: bool = True):
     if not os.environ.get("SWEEPER_VERBOSE"):
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a "View run" line per ended run
         for name in ("mlflow", "alembic"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     return MlflowClient(tracking_uri=uri)
 
 

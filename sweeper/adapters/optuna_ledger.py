@@ -140,7 +140,7 @@ class Ledger:
         for step, value in sorted(twin.values.items()):
             self.report(entry.number, step, value)
         if twin.state == TrialState.COMPLETE:
-            self.end(entry.number, twin.status, self.study.trials[twin.number].value)
+            self.end(entry.number, twin.status, self.storage.get_trial(self._id(twin.number)).value)  # one trial, not a copy of all
         else:
             self.end(entry.number, "stopped", None)
 
@@ -263,8 +263,8 @@ def sweep_attrs(db: str | Path, study_name: str) -> dict[str, Any]:
         return {}
     try:
         study = optuna.load_study(study_name=study_name, storage=storage_for(read_only_url(db)))
+        return dict(study.user_attrs)
     except KeyError:
         return {}
     except Exception as err:  # noqa: BLE001 - damaged, empty or foreign: one line
         raise ConfigError(f"{db}: not a readable Optuna study ({type(err).__name__}: {cut(str(err), 100)})") from None
-    return dict(study.user_attrs)

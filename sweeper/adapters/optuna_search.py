@@ -220,16 +220,20 @@ def describe_space(spec) -> list[str]:
 def param_importances(storage: Path, study_name: str) -> tuple[list[str], int]:
     """fANOVA importances over COMPLETE trials (ASHA-stopped ones trained less: left out; draws
     of an already-trained point, tagged `duplicate_of`, counted once)."""
-    ro = optuna.storages.RDBStorage(read_only_url(storage), skip_table_creation=True)
-    study = optuna.load_study(study_name=study_name, storage=ro)
-    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
+    try:
+        ro = optuna.storages.RDBStorage(read_only_url(storage), skip_table_creation=True)
+        study = optuna.load_study(study_name=study_name, storage=ro)
+        trials = study.trials
+    except Exception as err:  # noqa: BLE001 - a study damaged past its schema: one line
+        raise ConfigError(f"{storage}: not a readable Optuna study ({type(err).__name__}: {cut(str(err), 100)})") from None
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
     if len(complete) < 2:
         return [], len(complete)
-    trained = optuna.create_study(directions=study.directions)  # in memory: the trials that trained
-    trained.add_trials(complete)
     try:
+        trained = optuna.create_study(directions=study.directions)  # in memory: the trials that trained
+        trained.add_trials(complete)
         imp = optuna.importance.get_param_importances(trained)
-    except (RuntimeError, ValueError):
+    except (RuntimeError, ValueError, TypeError):  # too few distinct points, or values the study holds wrongly
         return [], len(complete)
     return [f"| `{k}` | {v:.3f} |" for k, v in imp.items()], len(complete)
 

@@ -25,7 +25,7 @@ from sweeper.records import length_metrics
 from sweeper.sweep_dir import OPTUNA_DB
 from sweeper.fs import check_output_file
 from trainables.config import ConfigError
-from core.errors import cut
+from core.errors import brief, cut
 
 
 @dataclass(frozen=True)
@@ -236,6 +236,9 @@ def report_uri(cli_value: str | None, logged_to: str | None, default: str, study
         return cli_value
     if not logged_to:
         return default
+    if not isinstance(logged_to, str) or len(logged_to) > 4096:
+        raise ConfigError(f"{study}: the tracking URI the sweep logged to is not a URI ({brief(logged_to, 40)}); pass "
+                          "--tracking-uri")
     if ":***@" in logged_to:
         if hide_password(default) == logged_to:
             return default

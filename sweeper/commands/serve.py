@@ -84,7 +84,10 @@ def stop() -> int:
     if answer is None:
         print("no sweep service runs for this user")
         return 0
-    pid = int(answer.get("pid", 0))
+    pid = answer.get("pid", 0)
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid < 2**22:
+        raise ConfigError(f"the sweep service at {cut(str(service_dir()), 120)} answered the stop with a pid that is no "
+                          f"process id ({brief(pid, 30)}); `sweeper serve --status` says how it stands")
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.2)
@@ -99,7 +102,8 @@ def detach(workers: int | None) -> int:
     directory = ensure_private_dir(service_dir())
     if (conn := connect(directory)) is not None:
         conn.close()
-        print(f"a sweep service already runs (pid {read_state(directory).get('pid', '?')}); `sweeper serve --status`")
+        print(f"a sweep service already runs (pid {brief(read_state(directory).get('pid', '?'), 20)}); "
+              "`sweeper serve --status`")
         return 0
     log_path = directory / LOG
     log = open(log_path, "ab")
