@@ -13,7 +13,7 @@ import sys
 from typing import Callable, NoReturn
 
 from trainables.config import ConfigError, preset_names
-from core.errors import one_line
+from core.errors import cut, one_line
 from sweeper.cli_types import cpus, experiment_name, port, positive_int, sample_count
 from sweeper.sweep_dir import DEFAULT_STORAGE
 
@@ -23,7 +23,7 @@ class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line and exit 2 (not usage + message)."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"error: {one_line(f'{self.prog}: {message}')} (see {self.prog} --help)", file=sys.stderr)
+        print(f"error: {one_line(f'{self.prog}: {cut(message, 200)}')} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
 
 

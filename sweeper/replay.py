@@ -6,8 +6,10 @@ stopping on it, the same objects a real sweep runs (Syne Tune's simulated backen
 
     the ledger     sweeper/adapters/optuna_ledger.py, on an in-memory Optuna storage: the
                    space's sampler draws each point, baselines first, duplicates told at once
-    the stopping   sweeper/stopping.py's RungStopper (ASHA, phase-aware or not), asked at each
-                   report exactly as the Ray Tune scheduler asks it
+    the stopping   sweeper/stopping.py's RungStopper (ASHA, phase-aware or not, ranking trials
+                   before their phase change by a signal of it or not), asked at each report
+                   exactly as the Ray Tune scheduler asks it; or another stopper of its family
+                   passed in (sweeper/pasha.py's progressive ASHA)
     the clock      `max_concurrent` workers; a trial takes one time unit per training step;
                    reports are handled in the order of their simulated time
 
@@ -24,11 +26,14 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from sweeper.adapters.optuna_ledger import MEMORY, Ledger
 from sweeper.space import SearchSpace
-from sweeper.stopping import stopper_for
+from sweeper.pasha import PAUSED_AT
+from sweeper.stopping import RungStopper, stopper_for
+
+StopperFor = Callable[[SearchSpace, Ledger], RungStopper]  # a space and its ledger -> the early stopping
 
 
 @dataclass(frozen=True)
@@ -82,15 +87,17 @@ class Trace:
     compute: int = 0  # training steps, all trials
 
     def incumbents(self, grid: Grid) -> list[tuple[int, float]]:
-        """(compute, the true value of the sweep's best point so far) after each completed trial:
-        the sweep picks by the values it saw; the truth is the point's mean over seeds."""
-        out, best_seen, best_key = [], None, None
-        better = (lambda a, b: a > b) if grid.mode == "max" else (lambda a, b: a < b)
+        """(compute, the true value of the sweep's best point so far) after each completed (or
+        paused) trial: the sweep picks by the values it saw, among the trials that trained furthest
+        (a completed trial outranks a paused one); the truth is the point's mean over seeds."""
+        out, best, best_key = [], None, None
+        sign = 1.0 if grid.mode == "max" else -1.0
         for e in self.ended:
-            if e["status"] != "completed":
+            if e["status"] not in ("completed", "paused"):
                 continue
-            if best_seen is None or better(e["value"], best_seen):
-                best_seen, best_key = e["value"], e["key"]
+            rank = (math.inf if e["status"] == "completed" else e["steps"], sign * e["value"])
+            if best is None or rank > best:
+                best, best_key = rank, e["key"]
             out.append((e["compute"], grid.final(best_key)))
         return out
 
@@ -103,11 +110,14 @@ class Trace:
         return None
 
 
-def replay(spec: SearchSpace, grid: Grid, seed: int) -> Trace:
-    """One sweep of `spec` on the grid's curves. `seed` seeds the sampler and the choice of runs."""
+def replay(spec: SearchSpace, grid: Grid, seed: int, stopping: StopperFor | None = None) -> Trace:
+    """One sweep of `spec` on the grid's curves. `seed` seeds the sampler and the choice of runs;
+    `stopping` replaces the space's own early stopping (`stopper_for`, when it names ASHA)."""
     spec = spec.model_copy(update={"searcher": spec.searcher.model_copy(update={"seed": seed})})
     ledger = Ledger(MEMORY, spec, create=True)
-    stopper = stopper_for(spec, ledger) if spec.scheduler.type == "asha" else None
+    if stopping is None and spec.scheduler.type == "asha":
+        stopping = stopper_for
+    stopper = stopping(spec, ledger) if stopping is not None else None
     pick = random.Random(seed)
     trace = Trace()
     events: list[tuple[int, int, int, int]] = []  # (time, worker, trial number, report index)
@@ -142,6 +152,8 @@ def replay(spec: SearchSpace, grid: Grid, seed: int) -> Trace:
             cut_short = step < spec.budget.max_steps and not report.get("diverged")
             status = "stopped" if stop or cut_short else "completed"
             ledger.end(number, status, float(value))
+            if PAUSED_AT in ledger.trials[number].attrs:
+                status = "paused"  # at a progressive ASHA's current max: stopped there, not cut by a rung
             trace.ended.append({"number": number, "key": grid.key(ledger.trials[number].params), "status": status,
                                 "steps": step, "compute": trace.compute, "value": float(value)})
             start(worker, now)

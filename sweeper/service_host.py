@@ -43,7 +43,7 @@ from sweeper.faults import Faults
 from sweeper.local_ray import LATE_NOTE, loopback_only
 from sweeper.lock import open_lock_file
 from sweeper.request import SweepRequest
-from sweeper.service_session import LaunchSink, Served, watch_client
+from sweeper.service_session import FIRST_REQUEST_S, LaunchSink, Served, reply_error, watch_client
 from sweeper.sweep import Sweep, SweepHost
 from sweeper.service_link import (LOG, SOCKET, STATE, Messages, code_hash, ensure_private_dir, peer,
                                   project_root, read_state, send, service_dir)
@@ -142,10 +142,12 @@ class Service:
                 if peer(conn)[1] != os.getuid():
                     send(conn, {"error": f"this sweep service answers its own user ({os.getuid()}) only"})
                     return
+                conn.settimeout(FIRST_REQUEST_S)  # a client that connects and says nothing does not hold a thread
                 messages = iter(Messages(conn))
                 message = next(messages, None)
                 if message is None:
                     return
+                conn.settimeout(None)
                 verb = message.get("verb")
                 if verb == "launch":
                     self._launch(conn, message, messages)
@@ -157,10 +159,12 @@ class Service:
                 else:
                     send(conn, {"error": f"unknown request verb {brief(verb, 40)} (launch, status, stop)"})
             except ConfigError as err:
-                _reply_error(conn, one_line(str(err)))
+                reply_error(conn, one_line(str(err)))
+            except OSError:
+                return  # the client left (a broken pipe, a reset): nothing to answer, nothing to log
             except Exception as err:  # noqa: BLE001 - a request must never stop the service
                 log.exception("a request failed")
-                _reply_error(conn, f"the service failed on this request ({type(err).__name__}: {cut(str(err), 160)}); "
+                reply_error(conn, f"the service failed on this request ({type(err).__name__}: {cut(str(err), 160)}); "
                                    f"its log has the details")
 
     def status(self) -> dict:
@@ -175,6 +179,9 @@ class Service:
 
     def _launch(self, conn: socket.socket, message: dict, rest) -> None:
         request = SweepRequest.from_message(message)
+        if request.address is not None:  # its trials would train on this service's Ray, not there
+            raise ConfigError(f"address {cut(request.address, 80)}: the service runs sweeps on its own Ray; "
+                              "`sweeper launch --in-process --address ...` joins a cluster")
         if message.get("root") != project_root():
             send(conn, {"stale": f"the sweep service runs the checkout at {project_root()}, this launch is from "
                                  f"{cut(str(message.get('root')), 120)}: it runs in its own process"})
@@ -262,14 +269,6 @@ class Service:
         self.lock.close()
         log.info("sweep service: stopped" + (" (restarting on new code)" if self.restart else ""))
         return 0
-
-
-def _reply_error(conn: socket.socket, text: str) -> None:
-    try:
-        send(conn, {"error": text})
-        send(conn, {"exit": 2})
-    except OSError:
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,18 @@ from sweeper.service_link import send
 from core.errors import ConfigError
 
 
+FIRST_REQUEST_S = 30.0  # a connection's first line must come within this
+
+
+def reply_error(conn: socket.socket, text: str) -> None:
+    """A refused request: its one line, then exit code 2 (a launch that left hears nothing)."""
+    try:
+        send(conn, {"error": text})
+        send(conn, {"exit": 2})
+    except OSError:
+        pass
+
+
 class LaunchSink:
     """A sweep's events as messages to the launch attached to it (sweeper/commands/attach.py)."""
 

@@ -7,7 +7,7 @@
     │               `when: {choice: {path: param, ...}}`, parameters that exist only
     │               when that choice is drawn (nesting allowed)
     ├── budget      num_samples, max_concurrent, max_steps, eval_every
-    ├── scheduler   asha (grace_period, max_t, reduction_factor) | fifo
+    ├── scheduler   asha (grace_period, max_t, reduction_factor, phases) | fifo: space_scheduler.py
     ├── searcher    sampler (tpe | random | cmaes | qmc | grid), seed, baseline points
     └── resources   cpu, gpu per trial (fractions allowed)
 
@@ -23,6 +23,7 @@ from typing import Annotated, Any, Iterator, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sweeper.asha import milestones
+from sweeper.space_scheduler import Scheduler
 from trainables.config import MAX_SEED, MAX_STEPS, ConfigError, TrialConfig, set_dotted, trial_config_from_dict
 from core.errors import brief
 from trainables.metrics import direction
@@ -141,17 +142,6 @@ class Budget(_Frozen):
         if self.eval_every > self.max_steps:
             raise ValueError(f"`eval_every <= max_steps` must hold, got ({self.eval_every}, {self.max_steps})")
         return self
-
-
-class Scheduler(_Frozen):
-    type: Literal["asha", "fifo"] = "asha"
-    grace_period: int | None = Field(None, ge=1, le=MAX_STEPS)  # steps before a trial can be stopped; default 2 x eval_every
-    max_t: int | None = Field(None, ge=1, le=MAX_STEPS)  # must equal budget.max_steps (its default)
-    reduction_factor: float = Field(3.0, gt=1.0, le=1000.0)
-    # phase-aware: a trial is judged only from its last training phase on (a DAT switch, the end of
-    # a curriculum: trainables/phases.py) + phase_margin steps; false: plain ASHA
-    phase_aware: bool = True
-    phase_margin: int | None = Field(None, ge=0, le=MAX_STEPS)  # default 2 x eval_every
 
 
 class Searcher(_Frozen):

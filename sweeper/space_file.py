@@ -120,12 +120,17 @@ def check_grid(spec: SearchSpace, source: str) -> None:
 
 
 def check_trial(spec: SearchSpace, cfg: TrialConfig, source: str, params: dict[str, Any]) -> None:
-    """What a sampled trial config must satisfy beyond its own rules: the sweep's metric is one
-    it reports, and it fits in this machine's memory."""
+    """What a sampled trial config must satisfy beyond its own rules: the sweep's metric (and the
+    scheduler's pre-phase metric) is one it reports, and it fits in this machine's memory."""
     names = reported_metrics(cfg)
     if spec.metric not in names:
         close = sorted(n for n in names if n.split("_")[0] == spec.metric.split("_")[0]) or sorted(names)
         raise SpaceError(f"{source}: metric: trials of this space do not report {brief(spec.metric, 40)} "
+                         f"(task {cfg.task.name}, lengths {list(cfg.eval.multipliers)}); e.g. {', '.join(close[:4])}")
+    signal = spec.scheduler.pre_phase_metric
+    if signal is not None and signal not in names:
+        close = sorted(n for n in names if n.split("_")[0] == signal.split("_")[0]) or sorted(names)
+        raise SpaceError(f"{source}: scheduler.pre_phase_metric: trials of this space do not report {brief(signal, 40)} "
                          f"(task {cfg.task.name}, lengths {list(cfg.eval.multipliers)}); e.g. {', '.join(close[:4])}")
     try:
         footprint.check_fits(cfg, source)

@@ -78,6 +78,7 @@ def mark_state(sweep_dir: Path, state: str) -> None:
 
 
 STATES = ("running", "interrupted", "finished")
+MAX_SAMPLES = 1_000_000  # trials a sweep can hold (as a space file allows)
 HEAD = {"name": str, "metric": str, "mode": str, "state": str, "updated": (int, float), "num_samples": int,
         "trials": list}  # the fields of status.json a view reads, and their kinds
 
@@ -92,6 +93,8 @@ def load_records(sweep_dir: Path) -> tuple[dict, list[TrialRecord]]:
                 raise ValueError(f"{key}: missing")
             if not isinstance(data[key], kind) or isinstance(data[key], bool):
                 raise ValueError(f"{key}: must be a {getattr(kind, '__name__', 'number')}, got {brief(data[key], 30)}")
+        if not 0 <= data["num_samples"] <= MAX_SAMPLES:
+            raise ValueError(f"num_samples: must be within [0, {MAX_SAMPLES:,}], got {brief(data['num_samples'], 30)}")
         if finite(data["updated"]) is None:
             raise ValueError(f"updated: must be a time in seconds, got {brief(data['updated'], 30)}")
         if data["state"] not in STATES or data["mode"] not in ("max", "min"):

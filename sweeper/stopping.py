@@ -4,6 +4,12 @@
 (sweeper/replay.py) both ask at every report, so a replay stops the trials a sweep would stop. The
 rule is sweeper/asha.py's; the values it compares live in the ledger (the Optuna study), so a
 resumed sweep continues with the rungs the killed one left.
+
+With a `pre_metric` (the space's `scheduler.pre_phase_metric`), a trial before its last phase + margin
+is not passed unjudged: it is ranked at those rungs by that metric (a signal of the phase it is in,
+e.g. the recurrent path's state accuracy), against the values other trials left there before their
+own phase change (`pre_rung.STEP` attributes); from its phase change + margin on, by the metric.
+Each rung judges a trial once, by whichever signal its phase gives.
 """
 
 from __future__ import annotations
@@ -18,17 +24,30 @@ from sweeper import asha
 PhaseOf = Callable[[int, dict], "int | None"]
 
 
+PRE_RUNG = "pre_rung."  # a trial attribute: the pre-phase signal's value a rung judged it by
+
+
 def no_phases(number: int, report: dict) -> int:
     return 0
 
 
+def pre_rungs(attrs: dict[str, Any]) -> dict[int, float]:
+    """{rung: value} of the rungs a trial was judged at by the pre-phase signal."""
+    return {int(k[len(PRE_RUNG):]): float(v) for k, v in attrs.items() if k.startswith(PRE_RUNG)}
+
+
 class RungStopper:
+    """ASHA on the ledger, phase-aware through `phase_of` + `margin`; with `pre_metric`, the
+    phase-state rule (the module's docstring); `pre_mode`: that metric's better direction."""
+
     def __init__(self, ledger, metric: str, mode: str, grace_period: int, max_t: int, reduction_factor: float,
-                 max_steps: int, phase_of: PhaseOf = no_phases, margin: int = 0):
+                 max_steps: int, phase_of: PhaseOf = no_phases, margin: int = 0,
+                 pre_metric: str | None = None, pre_mode: str = "max"):
         self.ledger, self.metric, self.mode = ledger, metric, mode
         self.reduction_factor, self.max_t, self.max_steps = reduction_factor, max_t, max_steps
         self.rungs = asha.milestones(grace_period, max_t, reduction_factor)
         self.phase_of, self.margin = phase_of, margin
+        self.pre_metric, self.pre_mode = pre_metric, pre_mode
 
     def not_before(self, number: int, report: dict) -> int | None:
         start = self.phase_of(number, report)
@@ -45,12 +64,35 @@ class RungStopper:
         stopped_at = entry.attrs.get("stopped_at")
         if stopped_at is not None and step >= stopped_at:
             return True  # decided before a kill, never carried out
-        judged = entry.rungs()
-        recorded = {m: self.ledger.rung_values(m, but=number) for m in self.rungs if step >= m and m not in judged}
-        rung, stop = asha.judge(step, value, judged, recorded, self.rungs, self.reduction_factor, self.mode,
-                                self.not_before(number, report))
+        judged = set(entry.rungs()) | set(pre_rungs(entry.attrs))
+        not_before = self.not_before(number, report)
+        if self.pre_metric is not None and (not_before is None or step < not_before):
+            stop = self._judge_before_phase(number, step, report.get(self.pre_metric), judged, not_before)
+        else:
+            recorded = {m: self.ledger.rung_values(m, but=number) for m in self.rungs if step >= m and m not in judged}
+            rung, stop = asha.judge(step, value, judged, recorded, self.rungs, self.reduction_factor, self.mode,
+                                    not_before)
+            if rung is not None:
+                self.ledger.record_rung(number, rung, value)
+        return self._verdict(number, step, stop)
+
+    def _judge_before_phase(self, number: int, step: int, signal: Any, judged: set[int], not_before: int | None) -> bool:
+        """ASHA at the rungs before the trial's phase change + margin, by the pre-phase signal,
+        against the values other trials left there before theirs."""
+        if not isinstance(signal, (int, float)) or not math.isfinite(signal):
+            return False  # no signal in this report: not judged now
+        rungs = tuple(m for m in self.rungs if not_before is None or m < not_before)
+        recorded = {m: self._pre_values(m, but=number) for m in rungs if step >= m and m not in judged}
+        rung, stop = asha.judge(step, float(signal), judged, recorded, rungs, self.reduction_factor, self.pre_mode)
         if rung is not None:
-            self.ledger.record_rung(number, rung, value)
+            self.ledger.set_trial_attr(number, f"{PRE_RUNG}{rung}", float(signal))
+        return stop
+
+    def _pre_values(self, rung: int, but: int) -> list[float]:
+        key = f"{PRE_RUNG}{rung}"
+        return [float(t.attrs[key]) for n, t in self.ledger.trials.items() if key in t.attrs and n != but]
+
+    def _verdict(self, number: int, step: int, stop: bool) -> bool:
         if step >= self.max_steps or not stop and step < self.max_t:
             return False  # the last report ends the trial as completed, whatever the rung says
         self.ledger.set_trial_attr(number, "stopped_at", step)
@@ -58,12 +100,17 @@ class RungStopper:
 
 
 def stopper_for(spec, ledger) -> RungStopper:
-    """The early stopping of a validated SearchSpace with ASHA: phase-aware unless the space turns it off."""
+    """The early stopping of a validated SearchSpace with ASHA: phase-aware unless the space turns it
+    off; ranking trials before their phase change by `scheduler.pre_phase_metric` when it is set."""
+    from trainables.metrics import direction
+
     grace_period, max_t = spec.asha_limits()
     margin = spec.phase_margin()
     phase_of = no_phases if margin is None else TrialPhases(spec, ledger)
+    pre_metric = spec.scheduler.pre_phase_metric if margin is not None else None
     return RungStopper(ledger, spec.metric, spec.mode, grace_period, max_t, spec.scheduler.reduction_factor,
-                       spec.budget.max_steps, phase_of, margin or 0)
+                       spec.budget.max_steps, phase_of, margin or 0,
+                       pre_metric, (direction(pre_metric) if pre_metric else None) or "max")
 
 
 class TrialPhases:

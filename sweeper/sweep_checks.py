@@ -79,6 +79,10 @@ def prepare_sweep_dir(spec: SearchSpace, space_file: str, sweep_dir: Path, resta
                          "reports and end) is gone; put it back, or pass --restart to start the sweep over")
     elif kind == "sweep":
         saved = sweep_dir / SPACE_FILE
+        for path in (saved, sweep_dir / OPTUNA_DB):
+            if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):  # a FIFO would block the read
+                raise SpaceError(f"{path}: not a regular file (a link, a FIFO, a folder); put the sweep's own back, "
+                                 "or pass --restart to start the sweep over")
         if saved.exists() and space_digest(saved) != space_digest(space_file):
             raise SpaceError(
                 f"{space_file}: differs from the file sweep `{spec.name}` was started with ({saved}); "

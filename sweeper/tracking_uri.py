@@ -189,7 +189,10 @@ def check_databricks(uri: str, shown: str, source: str) -> None:
 
 def check_sqlite_file(path: Path, shown: str, source: str) -> None:
     """An existing SQLite store must open as a database (MLflow would fail on it only once Ray runs);
-    read-only, so nothing is written to it. A missing or empty file MLflow makes a store of."""
+    read-only, so nothing is written to it. A missing or empty file MLflow makes a store of; anything
+    else there (a FIFO, a device) is one line: reading it would block or never end."""
+    if os.path.lexists(path) and not path.is_file():
+        raise ConfigError(f"{source} {shown}: not a regular file (a FIFO, a device, a folder); name a database file")
     if not path.is_file() or path.stat().st_size == 0:
         return
     url = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"

@@ -192,6 +192,8 @@ def ensure_status(sweep_dir: Path) -> bool:
     from sweeper.sweep_dir import OPTUNA_DB
 
     sweep_dir = Path(sweep_dir)
+    if (sweep_dir / STATUS_FILE).is_symlink():  # a link planted where the view goes: never written through
+        raise ConfigError(f"{sweep_dir / STATUS_FILE}: a link, not the sweep's view; move it away to rebuild it")
     if (sweep_dir / STATUS_FILE).exists() or not (sweep_dir / OPTUNA_DB).is_file() or driver_running(sweep_dir):
         return False
     from sweeper.adapters.optuna_ledger import Ledger

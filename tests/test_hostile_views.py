@@ -4,6 +4,7 @@ nothing written), never a traceback or an unbounded line."""
 from __future__ import annotations
 
 import fcntl
+import os
 import json
 import socket
 import subprocess
@@ -55,6 +56,27 @@ def test_a_huge_trial_id_or_parameter_leaves_every_line_bounded(tmp_path):
     r = sweeper("status", "s", cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert max(len(line) for line in r.stdout.splitlines()) < 400, max(len(line) for line in r.stdout.splitlines())
+
+
+def test_a_status_file_that_is_a_dangling_link_or_holds_an_absurd_count_is_one_line(tmp_path):
+    _status(tmp_path, num_samples=10**100)
+    r = sweeper("status", "s", cwd=tmp_path, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "num_samples" in r.stderr, r.stderr
+    folder = tmp_path / "sweeps" / "s"
+    (folder / "status.json").unlink()
+    (folder / "optuna.db").write_bytes(b"")  # a study and a space there: `status` would rebuild the view
+    (folder / "space.yaml").write_text((ROOT / "search_spaces" / "smoke.yaml").read_text())
+    (folder / "status.json").symlink_to(tmp_path / "elsewhere.json")
+    r = sweeper("status", "s", cwd=tmp_path, timeout=120)
+    assert r.returncode == 2 and "a link" in r.stderr and not (tmp_path / "elsewhere.json").exists(), r.stderr
+
+
+def test_a_tracking_store_that_is_a_fifo_is_one_line_not_a_hang(tmp_path):
+    os.mkfifo(tmp_path / "m.db")
+    before = snapshot(tmp_path)
+    r = sweeper("launch", ROOT / "search_spaces" / "smoke.yaml", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}",
+                cwd=tmp_path, timeout=120)
+    assert_refused(r, "not a regular file", root=tmp_path, before=before)
 
 
 @pytest.mark.parametrize("value", [10**400, float("nan"), "0.9", [1]])

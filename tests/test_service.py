@@ -252,9 +252,22 @@ def test_the_socket_answers_its_user_only_and_bad_requests_get_one_line(tmp_path
             s.sendall(line)
             answer = next(iter(Messages(s)))
         assert expected in answer["error"] and "\n" not in answer["error"]
+    from sweeper.request import SweepRequest
+
+    elsewhere = SweepRequest.from_caller(str(ROOT / "search_spaces" / "smoke.yaml"), cwd=tmp_path, environ={},
+                                         address="ray://127.0.0.1:1").message()  # a cluster: not the service's Ray
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(sock))
+        s.sendall(json.dumps({"verb": "launch", **elsewhere}).encode() + b"\n")
+        answer = next(iter(Messages(s)))
+    assert "runs sweeps on its own Ray" in answer["error"] and not (tmp_path / "sweeps").exists()
     with socket.socket(socket.AF_UNIX) as s:  # a client that connects and leaves
         s.connect(str(sock))
+    with socket.socket(socket.AF_UNIX) as s:  # a client that leaves before the answer: no traceback in the log
+        s.connect(str(sock))
+        s.sendall(b'{"verb": "status"}\n')
     assert request({"verb": "status"}, service_dir)["pid"] == read_state(service_dir)["pid"]  # still serving
+    assert "Traceback" not in (service_dir / "service.log").read_text()
     if os.getuid() != 0:
         pytest.skip("another user's connection needs root to act as that user")
     nobody = 65534

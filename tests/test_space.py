@@ -73,6 +73,14 @@ BROKEN = {
     "bad_sampler": (("searcher:\n", "searcher:\n  sampler: hyperband\n"), "searcher.sampler: must be 'tpe', 'random', 'cmaes', 'qmc' or 'grid'"),
     "cmaes_categorical": (("searcher:\n", "searcher:\n  sampler: cmaes\n"), "cmaes cannot search categorical"),
     "empty_space": (("space:\n", "space: {}\nx_space:\n"), "space: Dictionary should have at least 1 item"),
+    "pre_phase_metric_no_direction": (("budget:", "scheduler: {pre_phase_metric: lr}\nbudget:"),
+                                      "scheduler.pre_phase_metric: must be a per-length metric with a better direction"),
+    "pre_phase_metric_not_reported": (("budget:", "scheduler: {pre_phase_metric: state_acc_9x}\nbudget:"),
+                                      "scheduler.pre_phase_metric: trials of this space do not report 'state_acc_9x'"),
+    "pre_phase_metric_plain_asha": (("budget:", "scheduler: {phase_aware: false, pre_phase_metric: state_acc_1x}\nbudget:"),
+                                    "scheduler: `pre_phase_metric` needs `type: asha` with `phase_aware: true`"),
+    "pre_phase_metric_fifo": (("budget:", "scheduler: {type: fifo, pre_phase_metric: state_acc_1x}\nbudget:"),
+                              "got type fifo"),
 }
 
 
@@ -86,6 +94,18 @@ def test_each_rule_gives_one_line_naming_file_key_and_rule(tmp_path, case):
     assert "\n" not in msg
     assert msg.startswith(f"{path}: ")
     assert expected in msg, msg
+
+
+def test_the_pre_phase_metric_defaults_to_none_and_reaches_the_early_stopping(tmp_path):
+    from sweeper.adapters.optuna_ledger import MEMORY, Ledger
+    from sweeper.stopping import stopper_for
+
+    default = load_space(write(tmp_path, GOOD))
+    assert default.scheduler.pre_phase_metric is None
+    assert stopper_for(default, Ledger(MEMORY, default, create=True)).pre_metric is None  # today's rule
+    spec = load_space(write(tmp_path, edit(GOOD, "budget:", "scheduler: {pre_phase_metric: ood_state_acc_3x}\nbudget:"), "p.yaml"))
+    stopper = stopper_for(spec, Ledger(MEMORY, spec, create=True))
+    assert (stopper.pre_metric, stopper.pre_mode) == ("ood_state_acc_3x", "max")
 
 
 def test_ambiguous_conditional_paths_are_different_parameters(tmp_path):

@@ -214,8 +214,9 @@ def fetch_trial_runs(uri: str, sweep_name: str, experiment: str | None = None) -
         "run_id": r.info.run_id, "trial_id": r.data.tags.get("trial_id", r.info.run_name),
         "status": r.data.tags.get("status", ""), "best": r.data.tags.get("best") == "true",
         "searched": [s for s in r.data.tags.get("searched", "").split(",") if s],
-        "params": dict(r.data.params), "metrics": dict(r.data.metrics),
-    } for r in runs]
+        "params": dict(r.data.params),
+        "metrics": {k: float(v) for k, v in r.data.metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+    } for r in runs]  # a value a damaged store holds as text is left out, not drawn
 
 
 def describe_unlogged(left: list[tuple[str, TrialRecord, str]]) -> str:

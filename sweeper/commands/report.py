@@ -14,6 +14,8 @@ line, exit 2, and stays as it was), and `--markdown FILE` is checked before anyt
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass
 
 import math
@@ -259,6 +261,8 @@ def run(options: Options) -> int:
     if not sweep_dir.exists() and not options.tracking_uri:
         raise ConfigError(f"{sweep_dir}: no sweep here; pass --tracking-uri to read `{name}` from an MLflow server")
     study = sweep_dir / OPTUNA_DB
+    if os.path.lexists(study) and not study.is_file():
+        raise ConfigError(f"{study}: not a regular file (a FIFO, a folder); put the sweep's study back")
     if study.is_file() and study.stat().st_size == 0:
         raise ConfigError(f"{study}: empty, not a sweep's Optuna study; move it away (`sweeper launch` makes a new one)")
     logged_to = sweep_attrs(study, name).get("sweeper.tracking_uri")  # read-only
