@@ -4,11 +4,8 @@ Every cell of switch step x curriculum x learning rate x training seed is traine
 (no early stopping) and every report of every run is kept, so that searchers and schedulers can
 be replayed on these curves (sweeper/replay.py, bench/search_replay.py) without training again.
 
-The runs go through the service: a sweep (`sweeper launch`) whose baseline points are the cells
-not yet recorded, one run per core. `export` copies each finished run's reports into
-docs/results/switch_grid.json.gz, the committed data file; `run` exports after every sweep and
-skips what the file already has, so a grid interrupted in any way resumes where it stopped (in a
-new checkout too: the data file is the record, the sweep folder only a cache).
+Recorded as every curve grid is (experiments/curve_grid.py): sweeps of the cells not yet in
+docs/results/switch_grid.json.gz, the committed data file, exported as they finish; resumable.
 
     python -m experiments.switch_grid run [--concurrent 2]   # train the missing cells, export as they finish
     python -m experiments.switch_grid export                 # copy finished runs into the data file
@@ -19,18 +16,12 @@ new checkout too: the data file is the record, the sweep folder only a cache).
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import subprocess
-import sys
 from itertools import product
 from pathlib import Path
 
-from experiments.record import finished_trials, read_record, write_record
+from experiments.curve_grid import ROOT, CurveGrid
 
-ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "switch_grid.json.gz"
-SWEEPS = ROOT / "sweeps"
 
 # The grid. Training seeds 41001-41002 and evaluation seed 41100 were used by nothing before
 # this grid (no exploration, sweep or reproduction touched them).
@@ -59,103 +50,39 @@ def cells() -> list[dict]:
     return out
 
 
+def cell_of(config: dict) -> dict:
+    """A trained trial's cell, from its config."""
+    return {"dat.switch_step": config["dat"]["switch_step"], "curriculum.state_only_steps": config["curriculum"]["state_only_steps"],
+            "optim.lr": config["optim"]["lr"], "seed": config["seed"]}
+
+
+def grid() -> CurveGrid:
+    return CurveGrid("switch_grid", DATA, AXES, tuple(cells()), FIXED, MAX_STEPS, EVAL_EVERY, {
+        "command": "python -m experiments.switch_grid run",
+        "seeds_note": "training seeds 41001-41002 and evaluation seed 41100: used by nothing before this grid"}, cell_of)
+
+
 def key(cell: dict) -> tuple:
-    return tuple(cell[a] for a in AXES)
+    return grid().key(cell)
 
 
 def load() -> dict:
     """The data file: {"grid": ..., "runs": [{"params": cell, "reports": [report, ...]}, ...]}."""
-    return read_record(DATA, lambda: {"grid": grid_description(), "runs": []})
-
-
-def grid_description() -> dict:
-    return {"axes": {"dat.switch_step": list(SWITCH_STEPS), "curriculum.state_only_steps": list(STATE_ONLY_STEPS),
-                     "optim.lr": list(LEARNING_RATES), "seed": list(SEEDS)},
-            "fixed": FIXED, "max_steps": MAX_STEPS, "eval_every": EVAL_EVERY, "metric": "acc_3x", "mode": "max",
-            "command": "python -m experiments.switch_grid run",
-            "seeds_note": "training seeds 41001-41002 and evaluation seed 41100: used by nothing before this grid"}
-
-
-def save(data: dict) -> None:
-    data["runs"].sort(key=lambda r: key(r["params"]))
-    write_record(DATA, data)
+    return grid().load()
 
 
 def missing(data: dict) -> list[dict]:
-    have = {key(r["params"]) for r in data["runs"]}
-    return [c for c in cells() if key(c) not in have]
+    return grid().missing(data)
 
 
 def space_for(todo: list[dict], concurrent: int) -> tuple[str, dict]:
     """A sweep that runs exactly the cells in `todo` (as baseline points), every run to the end."""
-    digest = hashlib.sha256(json.dumps([key(c) for c in todo]).encode()).hexdigest()[:8]
-    name = f"switch_grid_{digest}"
-    space = {
-        "name": name,
-        "description": "switch-question learning-curve grid (experiments/switch_grid.py)",
-        "metric": "acc_3x", "mode": "max",
-        "fixed": FIXED,
-        "space": {"dat.switch_step": {"type": "categorical", "choices": list(SWITCH_STEPS)},
-                  "curriculum.state_only_steps": {"type": "categorical", "choices": list(STATE_ONLY_STEPS)},
-                  "optim.lr": {"type": "categorical", "choices": list(LEARNING_RATES)},
-                  "seed": {"type": "categorical", "choices": list(SEEDS)}},
-        "budget": {"num_samples": len(todo), "max_concurrent": concurrent, "max_steps": MAX_STEPS, "eval_every": EVAL_EVERY},
-        "scheduler": {"type": "fifo"},
-        "searcher": {"sampler": "random", "seed": 0, "baseline": todo},
-        "resources": {"cpu": 1},
-    }
-    return name, space
-
-
-def finished_runs(sweep: Path) -> list[dict]:
-    """Each run of the sweep folder that trained every step: its cell and every report."""
-    out = []
-    for config, reports, _ in finished_trials(sweep):
-        if config["steps"] != MAX_STEPS:
-            continue
-        cell = {"dat.switch_step": config["dat"]["switch_step"],
-                "curriculum.state_only_steps": config["curriculum"]["state_only_steps"],
-                "optim.lr": config["optim"]["lr"], "seed": config["seed"]}
-        out.append({"params": cell, "reports": reports})
-    return out
+    return grid().space_for(todo, concurrent)
 
 
 def export(sweep_dirs: list[Path] | None = None) -> int:
     """Copy every finished run of the grid's sweep folders into the data file; the number added."""
-    data = load()
-    have = {key(r["params"]) for r in data["runs"]}
-    planned = {key(c) for c in cells()}
-    added = 0
-    for sweep in sweep_dirs if sweep_dirs is not None else sorted(SWEEPS.glob("switch_grid_*")):
-        for run in finished_runs(sweep):
-            k = key(run["params"])
-            if k in planned and k not in have:
-                data["runs"].append(run)
-                have.add(k)
-                added += 1
-    if added:
-        save(data)
-    return added
-
-
-def run(concurrent: int) -> int:
-    todo = missing(load())
-    if not todo:
-        print(f"switch grid: all {len(cells())} cells recorded in {DATA.relative_to(ROOT)}")
-        return 0
-    name, space = space_for(todo, concurrent)
-    SWEEPS.mkdir(exist_ok=True)
-    path = SWEEPS / f"{name}.yaml"
-    import yaml
-
-    path.write_text(yaml.safe_dump(space, sort_keys=False))
-    print(f"switch grid: {len(todo)} of {len(cells())} cells to train, sweep {name}", flush=True)
-    sweeper = str(Path(sys.executable).with_name("sweeper"))
-    rc = subprocess.call([sweeper, "launch", str(path), "--storage", str(SWEEPS), "--progress", "lines",
-                          "--progress-every", "300"], cwd=ROOT)
-    added = export([SWEEPS / name])
-    print(f"switch grid: {added} runs added to {DATA.relative_to(ROOT)}; {len(missing(load()))} cells left", flush=True)
-    return rc
+    return grid().export(sweep_dirs)
 
 
 REPORT = ROOT / "docs" / "results" / "switch_grid"
@@ -217,15 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("report", help="the switch question itself: docs/results/switch_grid.{md,png}")
     args = parser.parse_args(argv)
     if args.verb == "run":
-        return run(args.concurrent)
+        return grid().run(args.concurrent)
     if args.verb == "report":
         print(report())
         return 0
     if args.verb == "export":
         print(f"switch grid: {export()} runs added")
         return 0
-    data = load()
-    print(f"switch grid: {len(data['runs'])} of {len(cells())} cells recorded")
+    print(grid().status())
     return 0
 
 

@@ -1,0 +1,125 @@
+"""A grid of learning curves recorded once for the search replay: every cell trained to the end
+(no early stopping), every report of every run kept in a committed data file.
+
+The runs go through the service: a sweep (`sweeper launch`) whose baseline points are the cells not
+yet recorded. `export` copies each finished run's reports into the data file; `run` exports after
+its sweep and skips what the file already has, so a grid interrupted in any way resumes where it
+stopped (in a new checkout too: the data file is the record, the sweep folder only a cache).
+experiments/switch_grid.py and experiments/adaptive_grid.py are two such grids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from experiments.record import finished_trials, read_record, write_record
+
+ROOT = Path(__file__).resolve().parent.parent
+SWEEPS = ROOT / "sweeps"
+
+
+@dataclass(frozen=True)
+class CurveGrid:
+    """One grid: its cells (each a point of `axes`, every axis given), what every run shares, and
+    where its record lives."""
+
+    name: str  # its sweeps are `<name>_<digest of the cells to train>`
+    data: Path
+    axes: tuple[str, ...]
+    cells: tuple[dict, ...]  # in the order they train: the first seed's whole grid first
+    fixed: dict
+    max_steps: int
+    eval_every: int
+    description: dict  # what the data file says of the grid beside its axes
+    cell_of: Callable[[dict], dict]  # a trained trial's config -> its cell
+
+    def key(self, cell: dict) -> tuple:
+        return tuple(cell[a] for a in self.axes)
+
+    def load(self) -> dict:
+        """The data file: {"grid": ..., "runs": [{"params": cell, "reports": [report, ...]}, ...]}."""
+        axes = {a: sorted({c[a] for c in self.cells}, key=str) for a in self.axes}
+        return read_record(self.data, lambda: {"grid": {"axes": axes, "fixed": self.fixed, "max_steps": self.max_steps,
+                                                        "eval_every": self.eval_every, "metric": "acc_3x", "mode": "max",
+                                                        **self.description}, "runs": []})
+
+    def save(self, data: dict) -> None:
+        data["runs"].sort(key=lambda r: [(isinstance(v, str), v) for v in self.key(r["params"])])
+        write_record(self.data, data)
+
+    def missing(self, data: dict) -> list[dict]:
+        have = {self.key(r["params"]) for r in data["runs"]}
+        return [c for c in self.cells if self.key(c) not in have]
+
+    def space_for(self, todo: list[dict], concurrent: int) -> tuple[str, dict]:
+        """A sweep that runs exactly the cells in `todo` (as baseline points), every run to the end."""
+        digest = hashlib.sha256(json.dumps([self.key(c) for c in todo]).encode()).hexdigest()[:8]
+        name = f"{self.name}_{digest}"
+        choices = {a: sorted({c[a] for c in self.cells}, key=str) for a in self.axes}
+        space = {
+            "name": name,
+            "description": f"learning-curve grid {self.name} (experiments/)",
+            "metric": "acc_3x", "mode": "max",
+            "fixed": self.fixed,
+            "space": {a: {"type": "categorical", "choices": choices[a]} for a in self.axes},
+            "budget": {"num_samples": len(todo), "max_concurrent": concurrent, "max_steps": self.max_steps,
+                       "eval_every": self.eval_every},
+            "scheduler": {"type": "fifo"},
+            "searcher": {"sampler": "random", "seed": 0, "baseline": todo},
+            "resources": {"cpu": 1},
+        }
+        return name, space
+
+    def finished_runs(self, sweep: Path) -> list[dict]:
+        """Each run of the sweep folder that trained every step: its cell and every report."""
+        return [{"params": self.cell_of(config), "reports": reports}
+                for config, reports, _ in finished_trials(sweep) if config["steps"] == self.max_steps]
+
+    def export(self, sweep_dirs: list[Path] | None = None) -> int:
+        """Copy every finished run of the grid's sweep folders into the data file; the number added."""
+        data = self.load()
+        have = {self.key(r["params"]) for r in data["runs"]}
+        planned = {self.key(c) for c in self.cells}
+        added = 0
+        for sweep in sweep_dirs if sweep_dirs is not None else sorted(SWEEPS.glob(f"{self.name}_*")):
+            if not sweep.is_dir():
+                continue
+            for run in self.finished_runs(sweep):
+                k = self.key(run["params"])
+                if k in planned and k not in have:
+                    data["runs"].append(run)
+                    have.add(k)
+                    added += 1
+        if added:
+            self.save(data)
+        return added
+
+    def run(self, concurrent: int) -> int:
+        """Train the cells the data file lacks (one sweep), then export them."""
+        import yaml
+
+        todo = self.missing(self.load())
+        if not todo:
+            print(f"{self.name}: all {len(self.cells)} cells recorded in {self.data.relative_to(ROOT)}")
+            return 0
+        name, space = self.space_for(todo, concurrent)
+        SWEEPS.mkdir(exist_ok=True)
+        path = SWEEPS / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(space, sort_keys=False))
+        print(f"{self.name}: {len(todo)} of {len(self.cells)} cells to train, sweep {name}", flush=True)
+        sweeper = str(Path(sys.executable).with_name("sweeper"))
+        rc = subprocess.call([sweeper, "launch", str(path), "--storage", str(SWEEPS), "--progress", "lines",
+                              "--progress-every", "300"], cwd=ROOT)
+        added = self.export([SWEEPS / name])
+        print(f"{self.name}: {added} runs added to {self.data.relative_to(ROOT)}; {len(self.missing(self.load()))} cells "
+              "left", flush=True)
+        return rc
+
+    def status(self) -> str:
+        return f"{self.name}: {len(self.load()['runs'])} of {len(self.cells)} cells recorded"
