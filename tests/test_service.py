@@ -121,8 +121,9 @@ def test_two_sweeps_at_once_and_a_ctrl_c_stops_only_its_own(tmp_path, service_di
     assert json.loads((tmp_path / "sweeps" / "b" / "summary.json").read_text())
     status_a = json.loads((tmp_path / "sweeps" / "a" / "status.json").read_text())
     assert status_a["state"] == "interrupted"
-    stopped_at = max(t["step"] for t in status_a["trials"])
-    assert 0 < stopped_at < LONG
+    cut_off = [t["step"] for t in status_a["trials"] if t["status"] == "interrupted"]
+    assert cut_off and all(step < LONG for step in cut_off), status_a["trials"]  # (one may have ended before the Ctrl-C)
+    assert max(t["step"] for t in status_a["trials"]) > 0
     again = subprocess.run(sweeper_cmd("launch", a, "--progress", "none"), cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=400)
     assert again.returncode == 0, again.stdout + again.stderr
