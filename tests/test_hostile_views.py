@@ -141,3 +141,21 @@ def test_a_reader_that_leaves_early_is_not_an_error(tmp_path):
 def test_the_module_entry_point_of_the_games_still_prints_them(tmp_path):
     r = module("trainables.othello", "sample", "--n", "2", cwd=tmp_path)
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 2, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("damage", ["UPDATE study_user_attributes SET value_json='[[[['",
+                                    "UPDATE study_user_attributes SET value_json='1e999'"])
+def test_report_of_a_study_damaged_past_its_schema_is_one_line(tmp_path, damage):
+    import sqlite3
+
+    import optuna
+
+    folder = tmp_path / "sweeps" / "s"
+    folder.mkdir(parents=True)
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{folder / 'optuna.db'}")
+    study.set_user_attr("sweeper.tracking_uri", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    with sqlite3.connect(folder / "optuna.db") as db:
+        db.execute(damage)
+    before = snapshot(tmp_path)
+    r = sweeper("report", "s", cwd=tmp_path, timeout=120)
+    assert_refused(r, "optuna.db", root=tmp_path, before=before)
