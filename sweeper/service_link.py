@@ -169,7 +169,10 @@ def request(message: dict, directory: Path | None = None, timeout_s: float = ANS
             return next(iter(Messages(conn, timeout_is_error=True)), None)
         except TimeoutError:
             raise unresponsive(directory or service_dir(), "does not answer", timeout_s) from None
-        except (OSError, ConfigError):
+        except ConfigError as err:  # something answers on the socket, but not in the service's words
+            raise ConfigError(f"the sweep service at {cut(str(directory or service_dir()), 120)} answered what is not "
+                              f"its protocol ({cut(str(err), 80)}); its log: {(directory or service_dir()) / LOG}") from None
+        except OSError:
             return None
 
 

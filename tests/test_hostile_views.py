@@ -159,3 +159,29 @@ def test_report_of_a_study_damaged_past_its_schema_is_one_line(tmp_path, damage)
     before = snapshot(tmp_path)
     r = sweeper("report", "s", cwd=tmp_path, timeout=120)
     assert_refused(r, "optuna.db", root=tmp_path, before=before)
+
+
+def test_a_socket_that_answers_outside_the_protocol_is_said_not_taken_for_no_service(tmp_path):
+    from core.errors import ConfigError
+    from sweeper.service_link import SOCKET, request
+
+    folder = tmp_path / "svc"
+    folder.mkdir(mode=0o700)
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(folder / SOCKET))
+    os.chmod(folder / SOCKET, 0o600)
+    server.listen(1)
+
+    def answer_garbage():
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(1024)
+            conn.sendall(b"<html>not the service</html>\n")
+
+    threading.Thread(target=answer_garbage, daemon=True).start()
+    try:
+        with pytest.raises(ConfigError) as err:
+            request({"verb": "status"}, folder, timeout_s=10)
+        assert "not its protocol" in str(err.value) and "\n" not in str(err.value)
+    finally:
+        server.close()
