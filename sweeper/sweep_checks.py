@@ -83,7 +83,10 @@ def prepare_sweep_dir(spec: SearchSpace, space_file: str, sweep_dir: Path, resta
             if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):  # a FIFO would block the read
                 raise SpaceError(f"{path}: not a regular file (a link, a FIFO, a folder); put the sweep's own back, "
                                  "or pass --restart to start the sweep over")
-        if saved.exists() and space_digest(saved) != space_digest(space_file):
+        if not os.path.lexists(saved):  # written before the study: a study without it lost its space
+            raise SpaceError(f"{saved}: missing: the space file sweep `{spec.name}` was started with is gone; put it "
+                             f"back (a copy of {space_file}, if that is the one), or pass --restart to start over")
+        if space_digest(saved) != space_digest(space_file):
             raise SpaceError(
                 f"{space_file}: differs from the file sweep `{spec.name}` was started with ({saved}); "
                 f"pass --restart to start over, or change `name` to keep both"

@@ -92,6 +92,14 @@ def test_lost_state_files_are_rebuilt_or_refused(tmp_path):
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert sorted(c.data.tags["trial_id"] for c in children) == sorted(before)
 
+    saved = (sweep_dir / "space.yaml").read_bytes()
+    (sweep_dir / "space.yaml").unlink()  # the space it started with: refused, in one line, before Ray starts
+    r = launch()
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "space.yaml: missing" in lines[0] and "--restart" in lines[0], r.stderr
+    assert _statuses(sweep_dir) == before and r.stdout == ""
+    (sweep_dir / "space.yaml").write_bytes(saved)
+
     (sweep_dir / "optuna.db").unlink()  # the study: refused, in one line, before Ray starts
     r = launch()
     lines = r.stderr.strip().splitlines()
