@@ -14,10 +14,10 @@ curve grid is (experiments/curve_grid.py): resumable, exported as runs finish.
 
 from __future__ import annotations
 
-import argparse
 from itertools import product
 
 from experiments import switch_grid
+from experiments import curve_grid
 from experiments.curve_grid import ROOT, CurveGrid
 
 DATA = ROOT / "docs" / "results" / "adaptive_grid.json.gz"
@@ -66,20 +66,7 @@ def grid() -> CurveGrid:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.adaptive_grid", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="verb", required=True)
-    r = sub.add_parser("run", help="train the cells the data file lacks, then export them")
-    r.add_argument("--concurrent", type=int, default=1, help="runs at once (one core each)")
-    sub.add_parser("export", help="copy finished runs of sweeps/adaptive_grid_* into the data file")
-    sub.add_parser("status", help="cells recorded / planned")
-    args = parser.parse_args(argv)
-    if args.verb == "run":
-        return grid().run(args.concurrent)
-    if args.verb == "export":
-        print(f"adaptive grid: {grid().export()} runs added")
-        return 0
-    print(grid().status())
-    return 0
+    return curve_grid.main(grid(), argv, "python -m experiments.adaptive_grid", __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ experiments/switch_grid.py and experiments/adaptive_grid.py are two such grids.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import subprocess
@@ -123,3 +124,26 @@ class CurveGrid:
 
     def status(self) -> str:
         return f"{self.name}: {len(self.load()['runs'])} of {len(self.cells)} cells recorded"
+
+
+def main(grid: CurveGrid, argv: list[str] | None, prog: str, description: str,
+         report: Callable[[], str] | None = None) -> int:
+    """A grid's verbs: run, export, status, and report where the grid has one."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    sub = parser.add_subparsers(dest="verb", required=True)
+    r = sub.add_parser("run", help="train the cells the data file lacks, then export them")
+    r.add_argument("--concurrent", type=int, default=1, help="runs at once (one core each)")
+    sub.add_parser("export", help=f"copy finished runs of sweeps/{grid.name}_* into the data file")
+    sub.add_parser("status", help="cells recorded / planned")
+    if report is not None:
+        sub.add_parser("report", help="the grid's own question: its table and picture")
+    args = parser.parse_args(argv)
+    if args.verb == "run":
+        return grid.run(args.concurrent)
+    if args.verb == "report":
+        print(report())
+    elif args.verb == "export":
+        print(f"{grid.name}: {grid.export()} runs added")
+    else:
+        print(grid.status())
+    return 0

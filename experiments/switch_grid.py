@@ -15,10 +15,10 @@ docs/results/switch_grid.json.gz, the committed data file, exported as they fini
 
 from __future__ import annotations
 
-import argparse
 from itertools import product
 from pathlib import Path
 
+from experiments import curve_grid
 from experiments.curve_grid import ROOT, CurveGrid
 
 DATA = ROOT / "docs" / "results" / "switch_grid.json.gz"
@@ -135,24 +135,7 @@ def report() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.switch_grid", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="verb", required=True)
-    r = sub.add_parser("run", help="train the cells the data file lacks, then export them")
-    r.add_argument("--concurrent", type=int, default=1, help="runs at once (one core each)")
-    sub.add_parser("export", help="copy finished runs of sweeps/switch_grid_* into the data file")
-    sub.add_parser("status", help="cells recorded / planned")
-    sub.add_parser("report", help="the switch question itself: docs/results/switch_grid.{md,png}")
-    args = parser.parse_args(argv)
-    if args.verb == "run":
-        return grid().run(args.concurrent)
-    if args.verb == "report":
-        print(report())
-        return 0
-    if args.verb == "export":
-        print(f"switch grid: {export()} runs added")
-        return 0
-    print(grid().status())
-    return 0
+    return curve_grid.main(grid(), argv, "python -m experiments.switch_grid", __doc__.splitlines()[0], report)
 
 
 if __name__ == "__main__":
