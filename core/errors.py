@@ -72,6 +72,9 @@ def short_path(path, limit: int = 100) -> str:
 
 
 def one_line(message: str, limit: int = MAX_LINE) -> str:
-    """The message on one line of at most `limit` characters."""
+    """The message on one line of at most `limit` characters. A line too long first gives up
+    the start of its long paths (their ends name the files), so the advice after them stays."""
     text = " ".join(message.split())
+    if len(text) > limit:
+        text = " ".join(short_path(word, 60) if "/" in word and len(word) > 60 else word for word in text.split(" "))
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -196,3 +196,15 @@ def test_the_cli_prints_one_bounded_line_or_succeeds(tmp_path, doc):
     assert code in (0, 2), (code, printed)
     if code == 2:
         assert printed.count("\n") == 0 and len(printed) <= MAX_LINE + len("error: "), printed
+
+
+@given(st.lists(st.text(alphabet="abcdefgh_", min_size=1, max_size=40), min_size=3, max_size=12))
+def test_a_line_too_long_gives_up_the_start_of_its_paths_before_its_advice(parts):
+    """A refusal that names two deep paths keeps the advice at its end: the paths lose their
+    starts (their ends still name the files) before the line is cut."""
+    from core.errors import one_line
+
+    deep = "/" + "/".join(parts) + "/space.yaml"
+    line = one_line(f"{deep}: missing: the space file is gone; put it back (a copy of {deep}), or pass --restart to start over")
+    assert len(line) <= MAX_LINE and "\n" not in line
+    assert line.endswith("or pass --restart to start over") and "space.yaml: missing" in line
