@@ -46,9 +46,11 @@ def sweep_lock_path(sweep_dir: Path) -> Path:
     return Path(sweep_dir).parent / f".{Path(sweep_dir).name}.lock"
 
 
-def hold_sweep_lock(sweep_dir: Path, name: str, on_service: bool = False) -> IO:
+def hold_sweep_lock(sweep_dir: Path, name: str, on_service: bool = False, claim: bool = True) -> IO:
     """Take the sweep's lock until `release_sweep_lock` (or the process's end), or refuse in one
-    line naming the driver that holds it. The caller keeps the handle: the lock lives with it."""
+    line naming the driver that holds it. The caller keeps the handle: the lock lives with it.
+    `claim=False`: the file keeps the last holder's record until `claim_sweep_lock` (a launch
+    refused before it changes nothing)."""
     path = sweep_lock_path(sweep_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     f = open_lock_file(path)
@@ -68,11 +70,17 @@ def hold_sweep_lock(sweep_dir: Path, name: str, on_service: bool = False) -> IO:
                               "for it, or stop it (Ctrl-C in the launch that started it) and run this again") from None
         raise ConfigError(f"sweep {name} is already running (driver pid {pid} on {host}); "
                           f"wait for it, or stop it (Ctrl-C there, or kill -INT {pid}) and run this again") from None
-    f.seek(0)
-    f.truncate()
-    f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "service": on_service}))
-    f.flush()
+    if claim:
+        claim_sweep_lock(f, on_service)
     return f
+
+
+def claim_sweep_lock(handle: IO, on_service: bool) -> None:
+    """Write this driver into the lock it holds: the pid and host a second launch names."""
+    handle.seek(0)
+    handle.truncate()
+    handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "service": on_service}))
+    handle.flush()
 
 
 def release_sweep_lock(handle: IO) -> None:

@@ -98,8 +98,13 @@ def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socke
     path = directory / SOCKET
     try:
         info = os.lstat(directory)
+    except NotADirectoryError:
+        info = None
     except OSError:
         return None
+    if info is None or not (stat.S_ISDIR(info.st_mode) or stat.S_ISLNK(info.st_mode)):  # no service could run there
+        raise ConfigError(f"{cut(str(directory), 120)}: cannot be the service's folder (a file, or under one); set "
+                          "SWEEPER_SERVICE_DIR to a folder of yours, or unset it")
     if info.st_uid != os.getuid() or info.st_mode & 0o077 or not _is_ours(path):
         return None  # not this user's alone: never talk to it
     deadline = time.monotonic() + timeout_s

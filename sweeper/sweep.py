@@ -32,10 +32,10 @@ from sweeper import orphans
 from sweeper.events import Fitted, Running, Sink, Speaker, TopTrials
 from sweeper.faults import Faults
 from sweeper.fs import first_missing, narrow_modes
-from sweeper.lock import hold_sweep_lock, release_sweep_lock, sweep_lock_path
+from sweeper.lock import claim_sweep_lock, hold_sweep_lock, release_sweep_lock, sweep_lock_path
 from sweeper.request import SweepRequest, current_umask
 from sweeper.status import SPACE_FILE, write_summary
-from sweeper.sweep_checks import check_checkpoints, check_request, check_same_store, prepare_sweep_dir
+from sweeper.sweep_checks import check_request, check_resume, prepare_sweep_dir
 from sweeper.sweep_dir import OPTUNA_DB
 from sweeper.tracking_uri import hide_password, sqlite_path, store_failure
 from core.errors import ConfigError
@@ -89,12 +89,19 @@ class Sweep:
                               "multi-node cluster every node must see it (NFS, a shared volume; pass --shared-storage "
                               "to confirm it is shared)")
         self._created += [p for p in (first_missing(sweep_dir.parent),) if p is not None]
-        lock = hold_sweep_lock(sweep_dir, spec.name, on_service=host is not None)  # one driver per sweep
+        lock = hold_sweep_lock(sweep_dir, spec.name, claim=False)  # one driver per sweep
         self._narrow_at_close(sweep_dir)  # runs last: after the trials and the MLflow thread have stopped
         self._resources.callback(release_sweep_lock, lock)
+        resuming = False
+        if not req.restart:  # a resume's checks only read: a refused one leaves the folder as it was
+            resuming = prepare_sweep_dir(spec, req.file, sweep_dir, False, self.say.info)
+            if resuming:
+                check_resume(sweep_dir, spec, req.tracking_uri, req.tracking_source)
+        claim_sweep_lock(lock, on_service=host is not None)
         if ended := orphans.end_orphans(sweep_dir):  # a SIGKILLed driver's local Ray: ours to end
             self.say.note(f"ended {len(ended)} processes of this sweep's earlier local Ray ({', '.join(sorted(set(ended)))})")
-        resuming = prepare_sweep_dir(spec, req.file, sweep_dir, req.restart, self.say.info)
+        if req.restart:
+            prepare_sweep_dir(spec, req.file, sweep_dir, True, self.say.info)
         self._narrow([sweep_dir, *self._created, sweep_lock_path(sweep_dir)])  # closed to others from here on
         self.ledger, self.views, records = self._open_records(resuming)
         from sweeper.eta import Plan
@@ -126,16 +133,11 @@ class Sweep:
     def _open_records(self, resuming: bool):
         """The ledger (the sweep's Optuna study), its MLflow tracker and its views."""
         from sweeper.adapters import mlflow_tracking as tracking
-        from sweeper.adapters.optuna_ledger import Ledger, check_ledger
+        from sweeper.adapters.optuna_ledger import Ledger
         from sweeper.views import SweepViews
 
         req, spec, sweep_dir = self.request, self.spec, self.sweep_dir
-        study_url = f"sqlite:///{sweep_dir / OPTUNA_DB}"
-        if resuming:
-            check_ledger(study_url, spec, str(sweep_dir / OPTUNA_DB))  # one line for a damaged or foreign study
-        ledger = Ledger(study_url, spec, create=not resuming)
-        check_checkpoints(ledger.unfinished(), Path(sweep_dir) / TRIALS_DIR)  # before anything is changed or started
-        check_same_store(sweep_dir, req.tracking_uri, req.tracking_source, ledger.attr("sweeper.tracking_uri"))
+        ledger = Ledger(f"sqlite:///{sweep_dir / OPTUNA_DB}", spec, create=not resuming)  # checked by check_resume
         ledger.set_attr("sweeper.tracking_uri", hide_password(req.tracking_uri))  # a password never goes into the study
         if closed := ledger.close_decided():
             self.say.note(f"ended {len(closed)} trials whose end the study held before the last driver stopped")

@@ -136,6 +136,20 @@ def check_address(address: str) -> None:
                          f"({err.strerror or err}); is the cluster up, and is that its Ray client or GCS port?") from None
 
 
+def check_resume(sweep_dir: Path, spec, uri: str, source: str) -> None:
+    """Everything a resume needs of the folder, read without a write: the study is this project's
+    ledger of `spec`, the checkpoints its unfinished trials continue from are sound, and the
+    tracking store is the one the sweep started with."""
+    from sweeper.adapters.optuna_ledger import check_ledger, resume_facts
+    from sweeper.sweep_dir import OPTUNA_DB
+
+    db = Path(sweep_dir) / OPTUNA_DB
+    check_ledger(db, spec, str(db))  # one line for a damaged or foreign study
+    unfinished, started_with = resume_facts(db, spec.name)
+    check_checkpoints(unfinished, Path(sweep_dir) / "trials")
+    check_same_store(Path(sweep_dir), uri, source, started_with)
+
+
 def check_same_store(sweep_dir: Path, uri: str, source: str, started_with: str | None) -> None:
     """A resumed sweep logs to the store it started with: its parent and child runs are there."""
     if started_with and hide_password(started_with) != hide_password(uri):  # kept without its password

@@ -155,6 +155,7 @@ CLI_MISUSE = {
     "tracking_empty": (["launch", SMOKE, "--tracking-uri", ""], "tracking_uri"),
     "tracking_sqlite_in_memory": (["launch", SMOKE, "--tracking-uri", "sqlite:///:memory:"], "not a database file"),
     "tracking_sqlite_no_path": (["launch", SMOKE, "--tracking-uri", "sqlite:///"], "not a database file"),
+    "tracking_sqlite_query": (["launch", SMOKE, "--tracking-uri", "sqlite:///m.db?mode=ro"], "query arguments"),
     "ui_tracking_empty": (["ui", "--tracking-uri", ""], "blank or with spaces around it"),
     "validate_samples_huge": (["validate", SMOKE, "--samples", "99999999999"], "at most 10,000"),
     "trial_name_too_long": (["trial", "a" * 300], "not a file or preset"),

@@ -88,12 +88,14 @@ def test_a_best_or_speed_that_is_no_finite_number_is_left_out_not_a_traceback(tm
         assert "none judged yet (t0000 leads with 0.500" in r.stdout, r.stdout  # the value is not taken for a best
 
 
+@pytest.mark.parametrize("verb", [("serve",), ("launch", str(ROOT / "search_spaces" / "smoke.yaml"))])
 @pytest.mark.parametrize("where", ["a file", "under a file"])
-def test_a_service_folder_that_is_a_file_or_under_one_is_one_line(tmp_path, where):
+def test_a_service_folder_that_is_a_file_or_under_one_is_one_line(tmp_path, where, verb):
+    """Said by the service and by a launch alike: a launch does not quietly run without the service."""
     (tmp_path / "f").write_text("not a folder")
     target = tmp_path / "f" if where == "a file" else tmp_path / "f" / "service"
     before = snapshot(tmp_path)
-    r = sweeper("serve", cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(target)}, timeout=120)
+    r = sweeper(*verb, cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(target)}, timeout=120)
     assert_refused(r, "cannot be the service's folder", root=tmp_path, before=before)
 
 

@@ -100,6 +100,15 @@ def test_lost_state_files_are_rebuilt_or_refused(tmp_path):
     assert _statuses(sweep_dir) == before and r.stdout == ""
     (sweep_dir / "space.yaml").write_bytes(saved)
 
+    files = {p: p.read_bytes() for p in (tmp_path / "sweeps").rglob("*") if p.is_file()}  # the lock beside it too
+    assert sweep_dir.parent / ".lost.lock" in files and sweep_dir / "ray_processes.json" in files
+    r = subprocess.run(cmd + ["--tracking-uri", f"sqlite:///{tmp_path / 'other.db'}"], cwd=tmp_path, env=ENV,
+                       capture_output=True, text=True, timeout=600)  # another store: refused with nothing changed
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "logs to" in lines[0], r.stderr
+    assert {p: p.read_bytes() for p in (tmp_path / "sweeps").rglob("*") if p.is_file()} == files
+    assert not (tmp_path / "other.db").exists()
+
     (sweep_dir / "optuna.db").unlink()  # the study: refused, in one line, before Ray starts
     r = launch()
     lines = r.stderr.strip().splitlines()

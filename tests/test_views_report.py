@@ -175,3 +175,29 @@ def test_two_trials_or_one_value_tried_show_no_effect_rather_than_a_meaningless_
     same = [{"searched": ["model.mixer"], "params": {"model.mixer": "lstm"}, "metrics": {"acc_3x": a}} for a in (0.1, 0.2, 0.3)]
     (row,) = parameter_effects(same, "acc_3x", "max", ranges, kinds)
     assert "too few trials to say (3 scored, 1 value;" in row
+
+
+@pytest.mark.parametrize("change", ["PRAGMA journal_mode=WAL", "DROP TABLE trial_values"])
+def test_a_study_in_wal_mode_or_missing_a_table_is_read_and_nothing_is_left_beside_it(tmp_path, change):
+    """A study in WAL mode is read (SQLite would leave -wal and -shm files beside a read-only
+    reader); one missing a table is our one line, without Optuna's SQL before it."""
+    import sqlite3
+
+    import optuna
+
+    sweep_dir, uri = make_sweep(tmp_path)
+    study = optuna.create_study(study_name="smoke", storage=f"sqlite:///{sweep_dir / 'optuna.db'}", direction="maximize")
+    lr = optuna.distributions.FloatDistribution(1e-3, 1e-2, log=True)
+    for *_, rate, acc in TRIALS:
+        study.add_trial(optuna.trial.create_trial(params={"optim.lr": rate}, distributions={"optim.lr": lr}, value=acc))
+    db = sqlite3.connect(sweep_dir / "optuna.db")
+    db.execute(change)
+    db.close()
+    before = {p.name: digest(p) for p in sweep_dir.iterdir() if p.is_file()}
+    r = sweeper(tmp_path, "report", "smoke", "--tracking-uri", uri)
+    assert {p.name: digest(p) for p in sweep_dir.iterdir() if p.is_file()} == before
+    if change.startswith("DROP"):
+        assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "optuna.db: not a readable Optuna study" in r.stderr
+    else:
+        assert r.returncode == 0 and "## Parameter importance" in r.stdout and r.stderr == "", r.stderr

@@ -229,10 +229,10 @@ def _import_notes() -> None:
         pass
 
 
-def check_ledger(url: str, spec: SearchSpace, where: str) -> None:
-    """One line when the study of a sweep folder is not this project's ledger of `spec`."""
+def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
+    """One line when the study of a sweep folder is not this project's ledger of `spec`; read-only."""
     try:
-        summaries = optuna.study.get_all_study_summaries(storage=url)
+        summaries = optuna.study.get_all_study_summaries(storage=storage_for(read_only_url(db)))
     except Exception as err:  # noqa: BLE001 - a damaged or foreign database: one line
         raise ConfigError(f"{where}: not a readable Optuna study ({type(err).__name__}: {cut(str(err), 100)}); "
                           "move it away, or pass --restart to start the sweep over") from None
@@ -244,6 +244,14 @@ def check_ledger(url: str, spec: SearchSpace, where: str) -> None:
         raise ConfigError(f"{where}: a sweep of folder format {version or 1} (this sweeper reads format {FORMAT}: "
                           "the study is the ledger, each trial's folder its own); pass --restart to start it over, "
                           "or finish it with the sweeper version that started it")
+
+
+def resume_facts(db: str | Path, study_name: str) -> tuple[list[int], str | None]:
+    """Read-only, of a checked ledger: the trials a resume continues (started, not ended, not a
+    duplicate draw), oldest first, and the tracking URI the sweep started with."""
+    study = optuna.load_study(study_name=study_name, storage=storage_for(read_only_url(db)))
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    return sorted(t.number for t in running if "duplicate_of" not in t.user_attrs), study.user_attrs.get("sweeper.tracking_uri")
 
 
 def study_id(db: str | Path, study_name: str) -> int | None:

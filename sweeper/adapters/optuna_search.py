@@ -7,6 +7,8 @@ is drawn, so Optuna's trials hold exactly the parameters that exist for them.
 
 from __future__ import annotations
 
+import os
+import stat
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -239,5 +241,24 @@ def param_importances(storage: Path, study_name: str) -> tuple[list[str], int]:
 
 
 def read_only_url(db: str | Path) -> str:
-    """An SQLite study opened read-only: a verb that only reads never writes (nor creates tables)."""
-    return f"sqlite:///file:{Path(db).resolve()}?mode=ro&uri=true"
+    """An SQLite study opened read-only: a verb that only reads never writes (nor creates tables).
+    A database in WAL mode with no -wal file beside it holds all of its data: it is opened
+    immutable, since SQLite would otherwise leave a -wal and a -shm file beside it."""
+    path = Path(db).resolve()
+    return f"sqlite:///file:{path}?mode=ro{'&immutable=1' * _settled_wal(path)}&uri=true"
+
+
+def _settled_wal(path: Path) -> bool:
+    """The file is an SQLite database in WAL mode (header bytes 18-19) with no write-ahead log."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO in its place never blocks the read
+    except OSError:
+        return False
+    try:
+        header = os.read(fd, 20) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        header = b""
+    finally:
+        os.close(fd)
+    wal = header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
+    return wal and not os.path.lexists(f"{path}-wal")
