@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from experiments import switch_grid  # noqa: E402
 from sweeper.pasha import progressive_for  # noqa: E402
-from sweeper.replay import Grid, kendall_tau, load_grid, replay  # noqa: E402
+from sweeper.replay import Grid, kendall_tau, load_grid, outcome  # noqa: E402
 from sweeper.replay_stats import N_BOOT, paired, speedup_interval  # noqa: E402
 from sweeper.space import SearchSpace  # noqa: E402
 
@@ -107,18 +107,8 @@ def replays(name: str, seeds: range, grid: Grid, samples: int, lrs: list[float])
     """One method's replays at the given seeds: what each did, in the seeds' order."""
     sampler, scheduler, stopping = METHODS[name]
     spec = space(sampler, scheduler, samples, lrs)
-    top3 = set(grid.ranked()[:3])
-    out = []
-    for seed in seeds:
-        trace = replay(spec, grid, seed, STOPPING[stopping])
-        at_top = [e for e in trace.ended if e["key"] in top3]
-        incumbents = trace.incumbents(grid)
-        out.append({"to_best": trace.compute_to_reach(grid, TOLERANCE), "top3_trials": len(at_top),
-                    "top3_stopped": sum(e["status"] == "stopped" for e in at_top),
-                    "top3_paused": sum(e["status"] == "paused" for e in at_top),
-                    "paused": sum(e["status"] == "paused" for e in trace.ended),
-                    "final": incumbents[-1][1] if incumbents else None, "curve": incumbents})
-    return out
+    rows = [outcome(spec, grid, seed, STOPPING[stopping], TOLERANCE, top=3) for seed in seeds]
+    return [{k.replace("top_", "top3_"): v for k, v in row.items()} for row in rows]
 
 
 def compare(grid: Grid, seeds: int, samples: int, lrs: list[float], jobs: int) -> dict:

@@ -14,7 +14,7 @@ from typing import Callable, NoReturn
 
 from trainables.config import ConfigError, preset_names
 from core.errors import cut, one_line
-from sweeper.cli_types import cpus, experiment_name, port, positive_int, sample_count
+from sweeper.cli_types import cpus, experiment_name, port, positive_int, replay_count, sample_count, tolerance
 from sweeper.sweep_dir import DEFAULT_STORAGE
 
 
@@ -62,6 +62,24 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", help="search-space YAML (search_spaces/*.yaml)")
     p.add_argument("--samples", type=sample_count, default=3, help="sampled configs to print (default 3; 0 for none; at most 10,000)")
     p.set_defaults(func=verb("sweeper.commands.validate"))
+
+
+def _add_replay(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("replay", help="try a space's search and early stopping on curves already recorded; trains nothing",
+                       description="Replay the space's own search and early stopping, many times, on learning curves "
+                                   "already recorded (the trials of sweeps you ran, or a record file), beside random "
+                                   "search with every trial trained to the end: the compute each needs to come within "
+                                   "--tolerance of the best recorded point, and how often the early stopping ended a "
+                                   "trial at one of the best points. Curves cut short are left out; a point the space "
+                                   "draws that no curve holds trains on the nearest recorded one.")
+    p.add_argument("file", help="search-space YAML to try (search_spaces/*.yaml)")
+    p.add_argument("--curves", action="append", required=True, metavar="SWEEP_OR_RECORD",
+                   help="a sweep's name under --storage or its folder, or a record file (.json, .json.gz); repeatable")
+    p.add_argument("--storage", help=f"where named sweeps are (default ./{DEFAULT_STORAGE})")
+    p.add_argument("--replays", type=replay_count, default=100, help="replays per method (default 100; at most 10,000)")
+    p.add_argument("--tolerance", type=tolerance, default=0.01, help="how close to the best counts as found (default 0.01)")
+    p.add_argument("--top", type=positive_int, default=3, help="the best points whose stopped trials are counted (default 3)")
+    p.set_defaults(func=verb("sweeper.commands.replay"))
 
 
 def _add_launch(sub: argparse._SubParsersAction) -> None:
@@ -189,7 +207,7 @@ def _add_ui(sub: argparse._SubParsersAction) -> None:
 
 
 PARSERS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
-    _add_trial, _add_validate, _add_launch, _add_serve, _add_status, _add_report, _add_ui, _add_dashboard, _add_submit,
+    _add_trial, _add_validate, _add_replay, _add_launch, _add_serve, _add_status, _add_report, _add_ui, _add_dashboard, _add_submit,
     _add_job)
 VERB_PLUGINS = "sweeper.verbs"  # entry points that add verbs (the project's experiments add `reproduce`)
 

@@ -35,6 +35,26 @@ def sample_count(text: str) -> int:
 
 
 MAX_SAMPLES = 10_000  # `validate --samples`: each is drawn, built and printed
+MAX_REPLAYS = 10_000  # `replay --replays`: each replays a whole sweep
+
+
+def replay_count(text: str) -> int:
+    """A whole number of replays, 1 to MAX_REPLAYS."""
+    value = positive_int(text)
+    if value > MAX_REPLAYS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_REPLAYS:,}, got {brief(text, 40)}")
+    return value
+
+
+def tolerance(text: str) -> float:
+    """A finite number >= 0 (a difference in the metric's units)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {brief(text, 40)}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {brief(text, 40)}")
+    return value
 
 
 def usable_cpus() -> int:

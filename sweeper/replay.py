@@ -19,6 +19,7 @@ Only Ray is left out: it would add scheduling jitter, not decisions. Determinist
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import heapq
 import json
@@ -36,18 +37,56 @@ from sweeper.stopping import RungStopper, stopper_for
 StopperFor = Callable[[SearchSpace, Ledger], RungStopper]  # a space and its ledger -> the early stopping
 
 
+Scale = tuple  # of one axis: ("num", low, high, log) or ("cat",)
+
+
 @dataclass(frozen=True)
 class Grid:
-    """Recorded runs by point: {point key: [reports of one run, ...]} (one run per training seed)."""
+    """Recorded runs by point: {point key: [reports of one run, ...]} (one run per training seed).
+    With `scales`, a point that was not recorded stands in for the nearest one that was."""
 
     axes: tuple[str, ...]  # the searched parameters, in key order
     runs: dict[tuple, list[list[dict]]]
     metric: str
     mode: str
     max_steps: int
+    scales: tuple[Scale, ...] | None = None  # per axis; None: only recorded points may be drawn
 
     def key(self, params: dict[str, Any]) -> tuple:
-        return tuple(_norm(params[a]) for a in self.axes)
+        return tuple(_norm(params.get(a)) for a in self.axes)
+
+    def point(self, params: dict[str, Any]) -> tuple:
+        """The recorded point a trial at `params` trains on: its own, else the nearest (with scales)."""
+        key = self.key(params)
+        if key in self.runs or self.scales is None:
+            return key
+        return min(self.runs, key=lambda k: (self.distance(key, k), repr(k)))
+
+    def distance(self, a: tuple, b: tuple) -> float:
+        """Each axis in the space's own scale: a numeric one as the share of its range (of its log
+        for a log range), a categorical one (or an absent value) 0 when equal, else 1."""
+        total = 0.0
+        for x, y, scale in zip(a, b, self.scales or ()):
+            if x == y:
+                continue
+            if scale[0] == "num" and isinstance(x, (int, float)) and isinstance(y, (int, float)):
+                _, low, high, log = scale
+                f = (lambda v: math.log(max(v, 1e-300))) if log else float
+                total += abs(f(x) - f(y)) / max(f(high) - f(low), 1e-12)
+            else:
+                total += 1.0
+        return total
+
+    def with_scales_of(self, spec: SearchSpace) -> "Grid":
+        """This grid, drawn from by `spec`'s own search: every point the space draws trains on the
+        nearest recorded one (a nearest-neighbour surrogate of the recorded curves)."""
+        from sweeper.adapters.optuna_search import walk
+        from sweeper.space import CategoricalParam, param_names
+
+        params = {name: p for _, p, name, _ in walk(spec.space, param_names(spec.space))}
+        scales = tuple(("cat",) if isinstance(params.get(a), (CategoricalParam, type(None)))
+                       else ("num", params[a].low, params[a].high, bool(getattr(params[a], "log", False))) for a in self.axes)
+        return dataclasses.replace(self, scales=scales)
 
     def final(self, key: tuple) -> float:
         """The point's value: its runs' final metric, averaged over training seeds."""
@@ -129,7 +168,7 @@ def replay(spec: SearchSpace, grid: Grid, seed: int, stopping: StopperFor | None
             entry = ledger.trials[number]
             if entry.state.name != "RUNNING":  # a draw of a point that already ran: told its outcome at once
                 continue
-            runs = grid.runs[grid.key(entry.params)]
+            runs = grid.runs[grid.point(entry.params)]
             chosen[number] = runs[pick.randrange(len(runs))]
             first = chosen[number][0]
             heapq.heappush(events, (now + int(first["step"]), worker, number, 0))
@@ -154,13 +193,28 @@ def replay(spec: SearchSpace, grid: Grid, seed: int, stopping: StopperFor | None
             ledger.end(number, status, float(value))
             if PAUSED_AT in ledger.trials[number].attrs:
                 status = "paused"  # at a progressive ASHA's current max: stopped there, not cut by a rung
-            trace.ended.append({"number": number, "key": grid.key(ledger.trials[number].params), "status": status,
+            trace.ended.append({"number": number, "key": grid.point(ledger.trials[number].params), "status": status,
                                 "steps": step, "compute": trace.compute, "value": float(value)})
             start(worker, now)
         else:
             nxt = chosen[number][i + 1]
             heapq.heappush(events, (now + int(nxt["step"]) - step, worker, number, i + 1))
     return trace
+
+
+def outcome(spec: SearchSpace, grid: Grid, seed: int, stopping: StopperFor | None = None,
+            tolerance: float = 0.01, top: int = 3) -> dict:
+    """What one replay gives a comparison: compute until within `tolerance` of the grid's best (None:
+    never), how the trials at the grid's `top` best points ended, and the best-so-far curve."""
+    trace = replay(spec, grid, seed, stopping)
+    best = set(grid.ranked()[:top])
+    at_top = [e for e in trace.ended if e["key"] in best]
+    incumbents = trace.incumbents(grid)
+    return {"to_best": trace.compute_to_reach(grid, tolerance), "top_trials": len(at_top),
+            "top_stopped": sum(e["status"] == "stopped" for e in at_top),
+            "top_paused": sum(e["status"] == "paused" for e in at_top),
+            "paused": sum(e["status"] == "paused" for e in trace.ended),
+            "final": incumbents[-1][1] if incumbents else None, "curve": incumbents}
 
 
 def grid_of_sweep(sweep_dir: str | Path, spec: SearchSpace) -> Grid:

@@ -1,0 +1,133 @@
+"""Learning curves to replay a space on: the trials of sweeps already run, or a stored record.
+
+    load_curves(sources, spec, storage)   a Grid (sweeper/replay.py) of every curve that reached the
+                                          space's `max_steps` (or diverged), grouped by the space's
+                                          searched parameters; a point the space draws that no curve
+                                          holds trains on the nearest one that does
+
+A source is a sweep (its name under `storage`, or its folder: the study says each trial's point,
+the trial's folder its reports) or a record file (`.json` or `.json.gz`, as experiments/curve_grid.py
+writes them: {"grid": {...}, "runs": [{"params": {...}, "reports": [...]}]}). Everything is read,
+nothing written. A curve cut short (a trial stopped early, or still running) says nothing about where
+its point ends, so it is left out; the count of those is kept for the caller to say.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import ConfigError, brief, cut, short_path
+from sweeper.replay import Grid
+from sweeper.space import SearchSpace
+
+MAX_RECORD_BYTES = 1 << 30  # a record file read whole: larger is refused, not read
+
+
+@dataclass(frozen=True)
+class Curves:
+    grid: Grid
+    complete: int  # curves that reached max_steps (or diverged): the grid's runs
+    cut_short: int  # curves left out: stopped early, still running, or without the metric
+    sources: tuple[str, ...]
+
+
+def load_curves(sources: list[str], spec: SearchSpace, storage: str | None) -> Curves:
+    from sweeper.adapters.optuna_search import walk
+    from sweeper.space import param_names
+
+    axes = tuple(sorted(name for _, _, name, _ in walk(spec.space, param_names(spec.space))))
+    runs: dict[tuple, list[list[dict]]] = {}
+    complete = cut_short = 0
+    for source in sources:
+        for params, reports in _read(source, storage):
+            if _complete(reports, spec):
+                key = tuple(_norm(params.get(a)) for a in axes)
+                runs.setdefault(key, []).append([r for r in reports if spec.metric in r])
+                complete += 1
+            else:
+                cut_short += 1
+    if not runs:
+        raise ConfigError(f"--curves {cut(', '.join(sources), 120)}: no curve reaches step {spec.budget.max_steps} "
+                          f"with `{spec.metric}` in its reports ({cut_short} cut short or without it); a replay needs "
+                          "curves trained to the space's budget.max_steps")
+    for i, axis in enumerate(axes):
+        if all(key[i] is None for key in runs):
+            raise ConfigError(f"--curves: the space searches `{axis}`, which none of the {complete} complete curves "
+                              "recorded; replay a space that searches what the curves vary")
+    grid = Grid(axes, runs, spec.metric, spec.mode, spec.budget.max_steps).with_scales_of(spec)
+    return Curves(grid, complete, cut_short, tuple(sources))
+
+
+def _norm(value):
+    return float(value) if isinstance(value, float) else value
+
+
+def _complete(reports: list[dict], spec: SearchSpace) -> bool:
+    """Trained to the space's max_steps, or ended by divergence; the metric a finite number throughout."""
+    scored = [r for r in reports if spec.metric in r]
+    if not scored or not all(isinstance(r[spec.metric], (int, float)) and math.isfinite(r[spec.metric]) for r in scored):
+        return False
+    return scored[-1].get("step", 0) >= spec.budget.max_steps or bool(reports[-1].get("diverged"))
+
+
+def _read(source: str, storage: str | None) -> list[tuple[dict, list[dict]]]:
+    path = Path(source)
+    try:
+        if path.is_file() or path.suffix in (".json", ".gz"):
+            return _read_record(path)
+    except OSError as err:
+        raise ConfigError(f"--curves {short_path(source, 120)}: cannot be read ({err.strerror or err})") from None
+    return _read_sweep(source, storage)
+
+
+def _read_record(path: Path) -> list[tuple[dict, list[dict]]]:
+    """A record file's runs; one line for a file that is not one."""
+    shown = short_path(path, 120)
+    if not path.is_file():
+        raise ConfigError(f"--curves {shown}: no such record file")
+    if path.stat().st_size > MAX_RECORD_BYTES:
+        raise ConfigError(f"--curves {shown}: larger than {MAX_RECORD_BYTES >> 20} MiB; not a record of curves")
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            data = json.load(f)
+        runs = data["runs"]
+        out = []
+        for run in runs:
+            params, reports = run["params"], run["reports"]
+            if not isinstance(params, dict) or not isinstance(reports, list) or not all(isinstance(r, dict) for r in reports):
+                raise ValueError(f"a run must hold a `params` mapping and a list of `reports`, got {brief(run, 40)}")
+            out.append((params, reports))
+        return out
+    except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError) as err:
+        what = f"no key {err}" if isinstance(err, KeyError) else cut(str(err), 100)
+        raise ConfigError(f"--curves {shown}: not a record of learning curves ({what})") from None
+
+
+def _read_sweep(source: str, storage: str | None) -> list[tuple[dict, list[dict]]]:
+    """Each trial of a sweep as (its point, its reports), read-only from its study and its folder."""
+    import optuna
+
+    from sweeper.adapters.optuna_ledger import storage_for
+    from sweeper.adapters.optuna_search import read_only_url
+    from sweeper.records import trial_name
+    from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
+    from trainables.run_dir import RunDir
+
+    sweep_dir = find_sweep_dir(source, storage, OPTUNA_DB, missing="no sweep (no optuna.db) and no record file here")
+    db = sweep_dir / OPTUNA_DB
+    try:
+        storage_ = storage_for(read_only_url(db))
+        studies = optuna.get_all_study_names(storage=storage_)
+        if len(studies) != 1:
+            raise ValueError(f"{len(studies)} studies, a sweep's holds one")
+        trials = optuna.load_study(study_name=studies[0], storage=storage_).get_trials(deepcopy=False)
+    except Exception as err:  # noqa: BLE001 - damaged, empty or foreign: one line
+        raise ConfigError(f"--curves {short_path(db, 120)}: not a readable sweep study ({type(err).__name__}: "
+                          f"{cut(str(err), 100)})") from None
+    return [(dict(t.params), RunDir(sweep_dir / "trials" / trial_name(t.number)).reports()) for t in trials
+            if "duplicate_of" not in t.user_attrs]
