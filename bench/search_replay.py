@@ -39,13 +39,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments import switch_grid  # noqa: E402
+from experiments import adaptive_grid, switch_grid  # noqa: E402
 from sweeper.pasha import progressive_for  # noqa: E402
 from sweeper.replay import Grid, kendall_tau, load_grid, outcome  # noqa: E402
 from sweeper.replay_stats import N_BOOT, paired, speedup_interval  # noqa: E402
 from sweeper.space import SearchSpace  # noqa: E402
 
 OUT = ROOT / "docs" / "results" / "search_efficiency"
+SHIPPED_SPACE = ROOT / "search_spaces" / "switch_time.yaml"
 AXES = ("dat.switch_step", "curriculum.state_only_steps", "optim.lr")
 TOLERANCE = 0.01
 MARGIN = 500
@@ -103,20 +104,25 @@ def quartiles(xs: list[float]) -> tuple[float, float, float]:
     return q1, q2, q3
 
 
-def replays(name: str, seeds: range, grid: Grid, samples: int, lrs: list[float]) -> list[dict]:
+def replays(name: str, seeds: range, grid: Grid, samples: int, lrs: list[float], held_out: bool = False) -> list[dict]:
     """One method's replays at the given seeds: what each did, in the seeds' order."""
     sampler, scheduler, stopping = METHODS[name]
-    spec = space(sampler, scheduler, samples, lrs)
+    spec = held_out_space(sampler, scheduler, samples) if held_out else space(sampler, scheduler, samples, lrs)
     rows = [outcome(spec, grid, seed, STOPPING[stopping], TOLERANCE, top=3) for seed in seeds]
     return [{k.replace("top_", "top3_"): v for k, v in row.items()} for row in rows]
 
 
-def compare(grid: Grid, seeds: int, samples: int, lrs: list[float], jobs: int) -> dict:
+def compare(grid: Grid, seeds: int, samples: int, lrs: list[float], jobs: int, held_out: bool = False,
+            names: tuple[str, ...] = tuple(METHODS)) -> dict:
     """Every method's replays at seeds 0..seeds-1, `jobs` processes at a time, and their statistics."""
-    tasks = [(name, range(lo, min(lo + CHUNK, seeds))) for name in METHODS for lo in range(0, seeds, CHUNK)]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        done = list(pool.map(replays, *zip(*[(n, r, grid, samples, lrs) for n, r in tasks])))
-    per_method: dict[str, list[dict]] = {name: [] for name in METHODS}
+    tasks = [(name, range(lo, min(lo + CHUNK, seeds))) for name in names for lo in range(0, seeds, CHUNK)]
+    work = [(n, r, grid, samples, lrs, held_out) for n, r in tasks]
+    if jobs == 1:
+        done = [replays(*task) for task in work]
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            done = list(pool.map(replays, *zip(*work)))
+    per_method: dict[str, list[dict]] = {name: [] for name in names}
     for (name, _), rows in zip(tasks, done):
         per_method[name].extend(rows)
     out = {}
@@ -133,6 +139,94 @@ def compare(grid: Grid, seeds: int, samples: int, lrs: list[float], jobs: int) -
         r["speedup"] = dataclasses.asdict(speedup_interval(ref, r["to_best"]))
         r["paired_vs_before"] = dataclasses.asdict(paired(before, r["to_best"]))
     return out
+
+
+# -- the held-out set: experiments/adaptive_grid.py ---------------------------------------------------
+
+HELD_OUT_AXES = ("dat.mode", "dat.criterion", "dat.acc_threshold", "dat.patience", "dat.plateau_delta", "dat.grad_ratio",
+                 "curriculum.state_only_steps", "optim.lr")
+CRITERION_PARAMS = {"state_acc": ("dat.acc_threshold",), "loss_plateau": ("dat.patience", "dat.plateau_delta"),
+                    "grad_norm": ("dat.grad_ratio",)}
+
+
+def held_out_space(sampler: str, scheduler: dict, samples: int) -> SearchSpace:
+    """The held-out grid as a search space: adaptive_switch.yaml's question (joint, the fixed switch,
+    or an adaptive criterion and its parameter) at the recorded values, x curriculum x learning rate."""
+    choices = {p: sorted({point[p] for point in adaptive_grid.POINTS if p in point}) for ps in CRITERION_PARAMS.values() for p in ps}
+    when = {c: {p: {"type": "categorical", "choices": choices[p]} for p in ps} for c, ps in CRITERION_PARAMS.items()}
+    return SearchSpace.model_validate({
+        "name": "replay", "metric": "acc_3x", "mode": "max", "fixed": adaptive_grid.FIXED,
+        "space": {"dat.mode": {"type": "categorical", "choices": ["adaptive", "fixed", "none"], "when": {"adaptive": {
+                      "dat.criterion": {"type": "categorical", "choices": list(CRITERION_PARAMS), "when": when}}}},
+                  "curriculum.state_only_steps": {"type": "categorical", "choices": list(switch_grid.STATE_ONLY_STEPS)},
+                  "optim.lr": {"type": "categorical", "choices": list(switch_grid.LEARNING_RATES)}},
+        "budget": {"num_samples": samples, "max_concurrent": 2, "max_steps": switch_grid.MAX_STEPS,
+                   "eval_every": switch_grid.EVAL_EVERY},
+        "scheduler": scheduler, "searcher": searcher(sampler),
+    })
+
+
+def held_out_key(params: dict) -> tuple:
+    """A recorded run's point in held_out_space's terms: the parameters a point does not use are absent."""
+    active = {"dat.mode", "curriculum.state_only_steps", "optim.lr"}
+    if params["dat.mode"] == "adaptive":
+        active |= {"dat.criterion", *CRITERION_PARAMS[params["dat.criterion"]]}
+    return tuple((float(params[a]) if isinstance(params[a], float) else params[a]) if a in active else None
+                 for a in HELD_OUT_AXES)
+
+
+def load_held_out(path: Path) -> tuple[Grid, int]:
+    """The held-out grid's runs by point, and how many runs it holds."""
+    import gzip
+
+    with gzip.open(path, "rt") as f:
+        data = json.load(f)
+    runs: dict[tuple, list[list[dict]]] = {}
+    for run in sorted(data["runs"], key=lambda r: r["params"]["seed"]):
+        runs.setdefault(held_out_key(run["params"]), []).append(run["reports"])
+    return Grid(HELD_OUT_AXES, runs, "acc_3x", "max", switch_grid.MAX_STEPS), len(data["runs"])
+
+
+def held_out(seeds: int, samples: int, jobs: int, names: tuple[str, ...] = tuple(METHODS)) -> dict:
+    """Every method replayed on the held-out set, or {"pending": runs recorded} until it is whole."""
+    grid, recorded = load_held_out(adaptive_grid.DATA)
+    planned = len(adaptive_grid.cells())
+    if recorded < planned:
+        return {"pending": recorded, "planned": planned}
+    return {"grid": grid, "results": compare(grid, seeds, samples, [], jobs, held_out=True, names=names)}
+
+
+def summary_line(results: dict, name: str) -> str:
+    r = results[name]
+    return f"held-out: {name} speed-up {interval(r['speedup'])} vs {REFERENCE}, top-3 stopped {rate(r):.1%}"
+
+
+def held_out_lines(held: dict | None, seeds: int, samples: int) -> list[str]:
+    """The held-out set's section: the rule's step 4, every method's row, or what is still missing."""
+    if held is None:
+        return []
+    head = ["## The held-out set", ""]
+    if "pending" in held:
+        return [*head, f"Pending: {held['pending']} of the {held['planned']} runs of experiments/adaptive_grid.py are "
+                "recorded (training seeds 42001-42002, evaluation seed 42100; `python -m experiments.adaptive_grid run` "
+                "resumes it). The design rule's step 4 is applied once the set is whole; nothing here is a result yet."]
+    grid, results = held["grid"], held["results"]
+    chosen = held["selected_on_switch_grid"]
+    r, before = results[chosen], results[SHIPPED_BEFORE]
+    confirmed = r["speedup"]["low"] > 1.0 and rate(r) <= rate(before)
+    return [*head,
+            f"The same methods, {seeds} replays of {samples} trials each, on experiments/adaptive_grid.py's "
+            f"{len(grid.runs)} points (adaptive_switch.yaml's question; training seeds 42001-42002, used by nothing "
+            "before). Grid's best points: " + "; ".join(f"{held_out_point(k)}: {grid.final(k):.3f}" for k in grid.ranked()[:3]),
+            "", *method_table(grid, results), "",
+            f"Step 4 of the design rule for the method it selected on the switch grid, {chosen}: speed-up lower bound "
+            f"{r['speedup']['low']:.2f} (must be above 1.0), top-3 stop rate {rate(r):.0%} against {rate(before):.0%} for "
+            f"{SHIPPED_BEFORE}: **{'confirmed' if confirmed else 'not confirmed'}**."]
+
+
+def held_out_point(key: tuple) -> str:
+    return ", ".join(f"{a.split('.')[-1]} {v:g}" if isinstance(v, float) else f"{a.split('.')[-1]} {v}"
+                     for a, v in zip(HELD_OUT_AXES, key) if v is not None)
 
 
 def rung_taus(grid: Grid, rungs: tuple[int, ...]) -> list[dict]:
@@ -164,7 +258,15 @@ def main() -> int:
     parser.add_argument("--data", default=str(switch_grid.DATA))
     parser.add_argument("--out", default=str(OUT), help="the results' path, without suffix")
     parser.add_argument("--lr", type=float, choices=switch_grid.LEARNING_RATES, help="replay the grid at this learning rate only")
+    parser.add_argument("--held-out-summary", action="store_true",
+                        help="replay only the shipped default, the previous one and random + FIFO on the held-out set, "
+                             "print one line for the shipped default, and write nothing")
     args = parser.parse_args()
+    if args.held_out_summary:
+        held = held_out(args.seeds, args.samples, args.jobs, names=(REFERENCE, SHIPPED_BEFORE, SHIPPED))
+        print(f"held-out: pending, {held['pending']} of {held['planned']} runs recorded" if "pending" in held
+              else summary_line(held["results"], SHIPPED))
+        return 0
     grid = load_grid(args.data, AXES)
     lrs = list(switch_grid.LEARNING_RATES)
     if args.lr is not None:
@@ -177,10 +279,80 @@ def main() -> int:
         return 1
     started = time.monotonic()
     results = compare(grid, args.seeds, args.samples, lrs, args.jobs)
-    wall = time.monotonic() - started
     taus = rung_taus(grid, (500, 1000, 2000, 3000, 4000))
-    write(grid, results, taus, args, seeds_per_point, wall, Path(args.out))
+    shipped = shipped_space(grid, args.seeds, args.jobs) if args.lr is None else None
+    held = held_out(args.seeds, args.samples, args.jobs) if args.lr is None else None
+    if held is not None and "results" in held:
+        held["selected_on_switch_grid"] = selected(results)
+    wall = time.monotonic() - started
+    write(grid, results, taus, args, seeds_per_point, Path(args.out), shipped, held, wall)
+    if held is not None and "results" in held:
+        print(summary_line(held["results"], SHIPPED))
     return 0
+
+
+def shipped_space(grid: Grid, seeds: int, jobs: int) -> dict:
+    """search_spaces/switch_time.yaml as written (its switch every 250 steps, its continuous learning
+    rate, its 24 samples and 4 baselines), its FIFO variant and random + FIFO, each replayed on the
+    grid with a drawn point training on the nearest recorded one: `sweeper replay`'s own comparison."""
+    from sweeper.commands import replay as verb
+    from sweeper.space_file import load_space
+
+    spec = load_space(SHIPPED_SPACE)
+    near = grid.with_scales_of(spec)
+    names = list(verb.METHODS)
+    tasks = [(name, range(lo, min(lo + CHUNK, seeds))) for name in names for lo in range(0, seeds, CHUNK)]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        done = list(pool.map(_shipped_replays, *zip(*[(n, r, near) for n, r in tasks])))
+    rows: dict[str, list[dict]] = {name: [] for name in names}
+    for (name, _), part in zip(tasks, done):
+        rows[name].extend(part)
+    reference = [r["to_best"] for r in rows[verb.REFERENCE]]
+    out = {}
+    for name, rs in rows.items():
+        reach = [r["to_best"] for r in rs]
+        reached = sorted(x for x in reach if x is not None)
+        out[name] = {"to_best": reach, "to_best_quartiles": quartiles(reached) if reached else None,
+                     "not_reached": len(reach) - len(reached),
+                     "speedup": dataclasses.asdict(speedup_interval(reference, reach)),
+                     "top3_trials": sum(r["top_trials"] for r in rs), "top3_stopped": sum(r["top_stopped"] for r in rs)}
+    written = [r["to_best"] for r in rows["as written"]]
+    out["stopping_paired"] = dataclasses.asdict(paired([r["to_best"] for r in rows["as written, FIFO"]], written))
+    return out
+
+
+def _shipped_replays(name: str, seeds: range, grid: Grid) -> list[dict]:
+    from sweeper.commands import replay as verb
+    from sweeper.space_file import load_space
+
+    spec = verb.METHODS[name](load_space(SHIPPED_SPACE))
+    return [{k: v for k, v in outcome(spec, grid, seed, tolerance=TOLERANCE).items() if k != "curve"} for seed in seeds]
+
+
+def shipped_lines(shipped: dict | None, seeds: int) -> list[str]:
+    if not shipped:
+        return []
+    p = shipped["stopping_paired"]
+    lines = ["## The shipped space itself", "",
+             f"`sweeper replay search_spaces/switch_time.yaml --curves docs/results/switch_grid.json.gz --replays {seeds}` "
+             "runs the shipped space as written (its switch every 250 steps, its continuous learning rate, 24 samples "
+             "with its 4 baselines first, TPE and its early stopping) on this grid; a point the space draws trains on "
+             "the nearest recorded point (the switch to the nearest 500, the learning rate to the nearer of 1.5e-3 and "
+             "3e-3 on its log scale). Beside it, the same space without early stopping, and random + FIFO on the same "
+             "space (no baselines). Same replay seeds, same target (within 0.01 of the grid's best).", "",
+             "| method | steps to within 0.01 of the best, median [IQR] | not reached | speed-up vs random + FIFO [95% CI] "
+             "| top-3 trials stopped |", "|---|---|---|---|---|"]
+    for name, r in shipped.items():
+        if name == "stopping_paired":
+            continue
+        q = r["to_best_quartiles"]
+        reach = f"{q[1]:,.0f} [{q[0]:,.0f}-{q[2]:,.0f}]" if q else "never"
+        cut = f"{r['top3_stopped']}/{r['top3_trials']} ({rate(r):.0%})"
+        lines.append(f"| {name} | {reach} | {r['not_reached']}/{len(r['to_best'])} | {interval(r['speedup'])} | {cut} |")
+    lines += ["", f"What the early stopping adds to the shipped space, paired on the same seeds (as written, FIFO / as "
+              f"written): median ratio **{interval(p['median_ratio'])}**, less compute on {p['wins']} seeds, as much on "
+              f"{p['ties']}, more on {p['losses']}."]
+    return lines
 
 
 def interval(i: dict, unit: str = "x") -> str:
@@ -191,7 +363,8 @@ def rate(r: dict) -> float:
     return r["top3_stopped"] / r["top3_trials"] if r["top3_trials"] else 0.0
 
 
-def write(grid: Grid, results: dict, taus: list[dict], args, seeds_per_point: list[int], wall: float, out: Path) -> None:
+def method_table(grid: Grid, results: dict) -> list[str]:
+    """One row per method: to-best, speed-up, the paired comparison, top-3 stops, the final pick."""
     lines = ["| method | steps to within 0.01 of the best, median [IQR] | not reached | speed-up vs random + FIFO "
              "[95% CI] | paired vs TPE + ASHA (grace 3000): median ratio [95% CI] | seeds won / tied / lost | "
              "top-3 trials stopped | final point's true acc_3x, median | final point within 0.01 |",
@@ -208,6 +381,12 @@ def write(grid: Grid, results: dict, taus: list[dict], args, seeds_per_point: li
         lines.append(f"| {name} | {reach} | {r['not_reached']}/{len(r['to_best'])} | {interval(r['speedup'])} | {vs} | "
                      f"{wins} | {cut} | " + (f"{statistics.median(finals):.3f}" if finals else "-")
                      + f" | {ends}/{len(r['finals'])} |")
+    return lines
+
+
+def write(grid: Grid, results: dict, taus: list[dict], args, seeds_per_point: list[int], out: Path,
+          shipped: dict | None = None, held: dict | None = None, wall: float = 0.0) -> None:
+    lines = method_table(grid, results)
     tau_lines = ["| rung | runs before switch + margin | tau before (acc_3x) | " + " | ".join(f"tau before ({s})" for s in SIGNALS)
                  + " | runs after | tau after (acc_3x) |", "|---|---|---|" + "---|" * len(SIGNALS) + "---|---|"]
     for t in taus:
@@ -228,7 +407,7 @@ def write(grid: Grid, results: dict, taus: list[dict], args, seeds_per_point: li
         "experiments/switch_grid.py). Each method replays a sweep of "
         f"{args.samples} trials, 2 at a time, {args.seeds} times (replay seeds 0-{args.seeds - 1}, the same seeds for "
         "every method); compute is training steps summed over trials. A point's true value is its final acc_3x "
-        f"averaged over training seeds. The run took {wall / 60:.1f} min with {args.jobs} process(es).",
+        f"averaged over training seeds.",
         "",
         "Statistics (sweeper/replay_stats.py): a replay's cost is the compute until its best-so-far point's true "
         "value is within 0.01 of the grid's best; a replay that never gets there costs infinite compute, so it "
@@ -256,6 +435,8 @@ def write(grid: Grid, results: dict, taus: list[dict], args, seeds_per_point: li
         "",
         *verdict(results),
         "",
+        *shipped_lines(shipped, args.seeds),
+        "",
         f"Kendall's tau between a run's value at a rung and its final acc_3x (all recorded runs; a switch at "
         f"6000 left out; margin {MARGIN}): before the switch + margin by acc_3x and by each phase-state signal, after by acc_3x:",
         "",
@@ -263,12 +444,17 @@ def write(grid: Grid, results: dict, taus: list[dict], args, seeds_per_point: li
         "",
         f"![best-so-far against compute]({out.name}.png)",
         "",
+        *held_out_lines(held, args.seeds, args.samples),
+        "",
     ]
     out.with_suffix(".md").write_text("\n".join(md))
     kept = {name: {k: v for k, v in r.items() if k != "curves"} for name, r in results.items()}
+    held_kept = None if held is None else held if "pending" in held else {
+        name: {k: v for k, v in r.items() if k != "curves"} for name, r in held["results"].items()}
     out.with_suffix(".json").write_text(json.dumps({"args": {**vars(args), "data": str(source), "out": str(out.name)},
                                                     "wall_s": round(wall, 1), "n_boot": N_BOOT, "results": kept,
-                                                    "taus": taus}, indent=1, default=str))
+                                                    "taus": taus, "shipped_space": shipped, "held_out": held_kept},
+                                                   indent=1, default=str))
     plot(grid, results, out)
     print("\n".join(md))
 
@@ -299,10 +485,16 @@ def design_rule() -> list[str]:
     ]
 
 
+def selected(results: dict) -> str:
+    """Steps 2-3 of the design rule: the eligible method with the highest lower bound of its speed-up."""
+    eligible = [n for n in results if n != REFERENCE and rate(results[n]) <= rate(results[SHIPPED_BEFORE])]
+    return max(eligible, key=lambda n: (results[n]["speedup"]["low"], results[n]["paired_vs_before"]["median_ratio"]["value"]))
+
+
 def rule_applied(results: dict) -> list[str]:
     """The design rule's steps 1-3 on this grid: the eligible candidates and the one selected."""
     eligible = [n for n in results if n != REFERENCE and rate(results[n]) <= rate(results[SHIPPED_BEFORE])]
-    chosen = max(eligible, key=lambda n: (results[n]["speedup"]["low"], results[n]["paired_vs_before"]["median_ratio"]["value"]))
+    chosen = selected(results)
     return ["The design rule on this grid (steps 1-3): eligible (top-3 stop rate at most "
             f"{rate(results[SHIPPED_BEFORE]):.0%}): " + "; ".join(f"{n} (lower bound {results[n]['speedup']['low']:.2f})" for n in eligible)
             + f". Selected: **{chosen}**, to be confirmed on the second set (step 4)."]
