@@ -151,9 +151,11 @@ def test_auto_with_no_ray_cluster_is_one_line(tmp_path):
 
 @pytest.mark.integration
 @pytest.mark.serial  # `auto` would see the Ray of another test
-def test_auto_that_finds_only_another_drivers_own_ray_is_one_line(tmp_path):
+@pytest.mark.parametrize("owner, named", [("", "pid "), ("sweeper.service_host", "the sweep service's")])
+def test_auto_that_finds_only_another_drivers_own_ray_is_one_line(tmp_path, owner, named):
     """`auto` finds any Ray on the machine. The private Ray of another process (its `ray.init()`; another
-    sweep's driver) is not a cluster to join: refused in one line, before the join, nothing written."""
+    sweep's driver, or the sweep service, named by its command line) is not a cluster to join: refused in
+    one line, before the join, nothing written; the service is named as such, never by a pid to signal."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"PYTHONPATH": str(ROOT)}
     env.pop("MLFLOW_TRACKING_URI", None)
     sweep_dir, driver_dir = tmp_path / "sweep", tmp_path / "driver"
@@ -161,12 +163,12 @@ def test_auto_that_finds_only_another_drivers_own_ray_is_one_line(tmp_path):
     driver_dir.mkdir()
     before = snapshot(sweep_dir)
     driver = (f"cd {driver_dir} && {sys.executable} -c 'import ray, time; ray.init(include_dashboard=False); "
-              "open(\"up\", \"w\").close(); time.sleep(900)' > log 2>&1 & pid=$!; "
+              f"open(\"up\", \"w\").close(); time.sleep(900)' {owner} > log 2>&1 & pid=$!; "
               f"for i in $(seq 900); do [ -e {driver_dir}/up ] && break; sleep 0.2; done; "
               f"{SWEEPER} launch {SMOKE} --address auto; code=$?; kill $pid; exit $code")
     r = subprocess.run([*_alone(), "sh", "-c", driver], cwd=sweep_dir, env=env, capture_output=True, text=True, timeout=600)
     assert (driver_dir / "up").exists(), r.stderr[-2000:]
-    assert_refused(r, "--address auto", "another process's own", "ray start --head", root=sweep_dir, before=before)
+    assert_refused(r, "--address auto", "another process's own", "ray start --head", named, root=sweep_dir, before=before)
 
 
 @pytest.fixture

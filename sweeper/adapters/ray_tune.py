@@ -104,7 +104,10 @@ def private_instances() -> list[str] | None:
             ray_start = any(os.path.basename(part) == "ray" for part in command[:3]) and "start" in command
             if ray_start or not os.path.basename(parent.exe()).startswith("python"):
                 return None
-            owners.append(f"pid {parent.pid}, {cut(' '.join(os.path.basename(c) for c in command[:4]), 50)}")
+            if "sweeper.service_host" in command:  # the sweep service: its pid is no one's to signal
+                owners.append("the sweep service's: `sweeper serve --status` says how it stands")
+            else:
+                owners.append(f"pid {parent.pid}, {cut(' '.join(os.path.basename(c) for c in command[:4]), 50)}")
         except (psutil.Error, OSError):
             continue
     return owners or None
