@@ -139,6 +139,4 @@ def end_orphans(sweep_dir: Path, grace_s: float = 5.0) -> list[str]:
             proc.kill()
         except psutil.Error:
             continue
-    if path.is_file() and not path.is_symlink():
-        path.unlink()
-    return names
+    return names  # the record stays: its processes are gone (a pid and start time match no one), and the next Ray's replaces it
