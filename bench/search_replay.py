@@ -207,9 +207,10 @@ def held_out_lines(held: dict | None, seeds: int, samples: int) -> list[str]:
         return []
     head = ["## The held-out set", ""]
     if "pending" in held:
-        return [*head, f"Pending: {held['pending']} of the {held['planned']} runs of experiments/adaptive_grid.py are "
-                "recorded (training seeds 42001-42002, evaluation seed 42100; `python -m experiments.adaptive_grid run` "
-                "resumes it). The design rule's step 4 is applied once the set is whole; nothing here is a result yet."]
+        return [*head, f"Pending: experiments/adaptive_grid.py has not recorded all {held['planned']} runs yet (training "
+                "seeds 42001-42002, evaluation seed 42100; `python -m experiments.adaptive_grid status` says how many, "
+                "`... run` resumes it). The design rule's step 4 is applied once the set is whole; nothing here is a "
+                "result yet."]
     grid, results = held["grid"], held["results"]
     chosen = held["selected_on_switch_grid"]
     r, before = results[chosen], results[SHIPPED_BEFORE]
