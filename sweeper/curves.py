@@ -24,7 +24,7 @@ from core.errors import ConfigError, brief, cut, short_path
 from sweeper.replay import Grid
 from sweeper.space import SearchSpace
 
-MAX_RECORD_BYTES = 1 << 30  # a record file read whole: larger is refused, not read
+MAX_RECORD_BYTES = 256 << 20  # a record read whole (decompressed): larger is refused, not read
 
 
 @dataclass(frozen=True)
@@ -88,13 +88,15 @@ def _read_record(path: Path) -> list[tuple[dict, list[dict]]]:
     """A record file's runs; one line for a file that is not one."""
     shown = short_path(path, 120)
     if not path.is_file():
-        raise ConfigError(f"--curves {shown}: no such record file")
-    if path.stat().st_size > MAX_RECORD_BYTES:
-        raise ConfigError(f"--curves {shown}: larger than {MAX_RECORD_BYTES >> 20} MiB; not a record of curves")
+        raise ConfigError(f"--curves {shown}: " + ("not a regular file (a FIFO, a device, a folder?)" if path.exists()
+                                                    else "no such record file"))
     try:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt", encoding="utf-8") as f:
-            data = json.load(f)
+            text = f.read(MAX_RECORD_BYTES + 1)
+        if len(text) > MAX_RECORD_BYTES:
+            raise ValueError(f"more than {MAX_RECORD_BYTES >> 20} MiB of text")
+        data = json.loads(text)
         runs = data["runs"]
         out = []
         for run in runs:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import subprocess
 
 import pytest
@@ -153,6 +154,8 @@ def test_the_trials_of_a_sweep_are_read_from_its_study_and_folders_and_left_as_t
     ("a run without reports", ["--curves", "{tmp}/noreports.json.gz"], "not a record of learning curves (no key 'reports')"),
     ("only cut curves", ["--curves", "{tmp}/cut.json.gz"], "no curve reaches step 400"),
     ("an axis never recorded", ["--curves", "{tmp}/nolr.json.gz"], "searches `optim.lr`, which none of the"),
+    ("a FIFO", ["--curves", "{tmp}/fifo.json"], "not a regular file"),
+    ("a gzip bomb", ["--curves", "{tmp}/bomb.json.gz"], "more than 256 MiB of text"),
     ("zero replays", ["--curves", "{tmp}/curves.json.gz", "--replays", "0"], "--replays: must be >= 1"),
     ("too many replays", ["--curves", "{tmp}/curves.json.gz", "--replays", "10001"], "at most 10,000"),
     ("a tolerance not a number", ["--curves", "{tmp}/curves.json.gz", "--tolerance", "nan"], "finite number >= 0"),
@@ -163,6 +166,11 @@ def test_bad_curves_or_flags_are_one_line(tmp_path, what, args, says):
     record(tmp_path / "noreports.json.gz", [{"params": {"dat.switch_step": 0, "optim.lr": 1e-3}}])
     record(tmp_path / "cut.json.gz", [{"params": {"dat.switch_step": 0, "optim.lr": 1e-3}, "reports": curve(0, 1e-3, 0, 100)}])
     record(tmp_path / "nolr.json.gz", [{"params": {"dat.switch_step": s}, "reports": curve(s, 1e-3, 0)} for s in SWITCHES])
+    os.mkfifo(tmp_path / "fifo.json")
+    if what == "a gzip bomb":
+        with gzip.open(tmp_path / "bomb.json.gz", "wb", compresslevel=1) as f:  # 300 MiB of spaces in about 300 KiB
+            for _ in range(300):
+                f.write(b" " * (1 << 20))
     before = sorted(tmp_path.iterdir())
     r = sweeper(tmp_path, "replay", "tiny.yaml", *[a.replace("{tmp}", str(tmp_path)) for a in args])
     err = r.stderr.strip()
