@@ -9,7 +9,8 @@ The estimate (docs/usage.md, "How long will it take?"):
     s has passed the rungs below s; each later segment of its budget counts with the chance of
     getting there: expected steps left = sum over segments [a, b] above s of (b - max(a, s)) / eta^j,
     j the rungs still ahead of s before that segment (phase-aware ASHA: only the rungs at or after
-    the trial's switch + margin, as planned). From step 0 this is the expected length E of a new
+    the trial's switch + margin, as planned; with `pre_phase_metric`, every rung: a trial is judged
+    before its switch too, by that metric). From step 0 this is the expected length E of a new
     trial (FIFO: E = max_steps; a point not drawn yet: the mean over 64 draws of the space).
   * Speed v: steps per second of one trial, from this launch's own reports (LaunchSpeed: the
     steps of every report's interval over the seconds the trainer timed for them, evaluation and
@@ -60,21 +61,25 @@ class Plan:
     # points (the estimate averages over them); () when every trial may be judged from the first rung
     not_before: tuple[int, ...] = ()
     not_before_of: Callable[[dict], int] | None = field(default=None, compare=False, repr=False)  # a trial's, from its point
+    pre_phase_metric: str | None = None  # phase-aware ASHA that judges a trial before its switch by this metric: every rung
 
     @classmethod
     def from_space(cls, spec) -> "Plan":
         """From a validated sweeper.space.SearchSpace."""
         b, s = spec.budget, spec.scheduler
-        rungs, eta, not_before, of = (), 1.0, (), None
+        rungs, eta, not_before, of, pre = (), 1.0, (), None, None
         if s.type == "asha":
             grace, max_t = spec.asha_limits()
             rungs, eta = asha_rungs(grace, max_t, s.reduction_factor, b.eval_every, b.max_steps), s.reduction_factor
-            if spec.phase_margin() is not None:
+            if spec.phase_margin() is not None and s.pre_phase_metric:
+                pre = s.pre_phase_metric  # judged at every rung: by it before the switch, by the metric after
+            elif spec.phase_margin() is not None:
                 from sweeper.stopping import planned_not_before, sample_not_before
 
                 of = functools.partial(planned_not_before, spec)
                 not_before = sample_not_before(spec)
-        return cls(spec.name, spec.metric, spec.mode, b.num_samples, b.max_concurrent, b.max_steps, rungs, eta, not_before, of)
+        return cls(spec.name, spec.metric, spec.mode, b.num_samples, b.max_concurrent, b.max_steps, rungs, eta, not_before, of,
+                   pre)
 
     def expected_steps(self, step: int = 0, params: dict | None = None) -> float:
         """Expected steps a trial at `step` (at point `params`, or any point) still trains, with ASHA

@@ -50,7 +50,8 @@ def _elapsed(elapsed: float | None, since_resume: bool) -> str:
 def plan_line(plan: Plan, records: list[TrialRecord] = ()) -> str:
     """The line `sweeper launch` starts with: what will run and, from earlier reports (a resume), how long."""
     each = plan.expected_steps(0)
-    phases = ", each trial judged only after its switch" if plan.not_before_of is not None else ""
+    phases = (f", each trial judged by {plan.pre_phase_metric} before its switch" if plan.pre_phase_metric else
+              ", each trial judged only after its switch" if plan.not_before_of is not None else "")
     stopping = (f"ASHA (rungs {', '.join(map(str, plan.rungs))}, eta {plan.reduction_factor:g}{phases}) "
                 f"expects ~{each:,.0f} steps a trial" if plan.rungs else "every trial runs its full budget")
     p = progress(list(records), plan)

@@ -152,3 +152,32 @@ def test_the_plan_expects_full_runs_of_trials_judged_after_their_switch():
     assert 100 + 100 / 2 + 200 / 4 + 400 / 8 < fresh < 800
     off = eta.Plan.from_space(SearchSpace.model_validate({**SPACE, "scheduler": {**SPACE["scheduler"], "phase_aware": False}}))
     assert off.expected_steps(0, {"dat.switch_step": 400, "optim.lr": 1e-3}) == 100 + 100 / 2 + 200 / 4 + 400 / 8
+
+
+def test_the_plan_of_a_rule_that_judges_before_the_switch_expects_every_rung_and_says_so():
+    """With `pre_phase_metric`, a trial is judged at every rung (by that metric before its switch), so
+    the estimate is plain ASHA's for every point, and the plan line and `validate` name the metric."""
+    from sweeper import eta
+    from sweeper.live_table import plan_line
+
+    spec = SearchSpace.model_validate({**SPACE, "scheduler": {**SPACE["scheduler"], "pre_phase_metric": "state_acc_1x"}})
+    plan = eta.Plan.from_space(spec)
+    every_rung = 100 + 100 / 2 + 200 / 4 + 400 / 8
+    assert plan.expected_steps(0, {"dat.switch_step": 400, "optim.lr": 1e-3}) == every_rung  # not 800: judged before it
+    assert plan.expected_steps(0) == every_rung
+    assert "each trial judged by state_acc_1x before its switch" in plan_line(plan)
+
+
+def test_validate_names_how_the_phases_are_judged(tmp_path, capsys):
+    import yaml
+
+    from sweeper.commands import validate
+
+    for scheduler, said in (({}, "phase-aware: margin 100, judged only after it"),
+                            ({"pre_phase_metric": "state_acc_1x"}, "phase-aware: margin 100, before the phase change by state_acc_1x"),
+                            ({"phase_aware": False}, "reduction 2.0)")):
+        path = tmp_path / "space.yaml"
+        path.write_text(yaml.safe_dump({**SPACE, "metric": "acc_3x", "scheduler": {**SPACE["scheduler"], **scheduler},
+                                        "resources": {"cpu": 1, "gpu": 0}}))
+        assert validate.run(validate.Options(str(path), 0)) == 0
+        assert said in capsys.readouterr().out

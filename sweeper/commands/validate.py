@@ -27,7 +27,10 @@ def run(options: Options) -> int:
     print(f"name: {spec.name}   metric: {spec.metric} ({spec.mode})")
     print(f"budget: {b.num_samples} trials, {b.max_concurrent} at once, {b.max_steps} steps each, report every {b.eval_every}")
     grace, max_t = spec.asha_limits()
-    sched = f"asha (grace {grace}, max_t {max_t}, reduction {s.reduction_factor})" if s.type == "asha" else "fifo"
+    margin = spec.phase_margin()
+    phases = ("" if margin is None else f", phase-aware: margin {margin}"
+              + (f", before the phase change by {s.pre_phase_metric}" if s.pre_phase_metric else ", judged only after it"))
+    sched = f"asha (grace {grace}, max_t {max_t}, reduction {s.reduction_factor}{phases})" if s.type == "asha" else "fifo"
     print(f"scheduler: {sched}   searcher: {spec.searcher.sampler} (seed {spec.searcher.seed})")
     print(f"resources per trial: cpu {spec.resources.cpu}, gpu {spec.resources.gpu}")
     print("space:")
