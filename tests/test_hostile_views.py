@@ -187,3 +187,30 @@ def test_a_socket_that_answers_outside_the_protocol_is_said_not_taken_for_no_ser
         assert "not its protocol" in str(err.value) and "\n" not in str(err.value)
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("table", ["trials", "trial_values", "study_user_attributes"])
+def test_a_resume_of_a_study_missing_a_table_is_one_line_and_changes_nothing(tmp_path, table):
+    """The study is made by the sweep's own ledger, then loses a table: the resume's read-only checks
+    refuse it in one line (not Optuna's SQL), before Ray, with every file as it was."""
+    import sqlite3
+
+    from sweeper.adapters.optuna_ledger import Ledger
+    from sweeper.space_file import load_space
+
+    space = tmp_path / "smoke.yaml"
+    space.write_bytes((ROOT / "search_spaces" / "smoke.yaml").read_bytes())
+    folder = tmp_path / "sweeps" / "smoke"
+    folder.mkdir(parents=True)
+    (folder / "space.yaml").write_bytes(space.read_bytes())
+    (folder.parent / ".smoke.lock").write_text('{"pid": 1, "host": "h", "since": 1.0, "service": false}')  # its last driver's
+    ledger = Ledger(f"sqlite:///{folder / 'optuna.db'}", load_space(space), create=True)
+    ledger.new_trial()
+    db = sqlite3.connect(folder / "optuna.db")
+    db.execute("PRAGMA foreign_keys=OFF")
+    db.execute(f"DROP TABLE {table}")
+    db.commit()
+    db.close()
+    before = snapshot(tmp_path)
+    r = sweeper("launch", space, "--in-process", cwd=tmp_path, timeout=300)
+    assert_refused(r, "optuna.db", "--restart", root=tmp_path, before=before)

@@ -249,9 +249,14 @@ def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
 def resume_facts(db: str | Path, study_name: str) -> tuple[list[int], str | None]:
     """Read-only, of a checked ledger: the trials a resume continues (started, not ended, not a
     duplicate draw), oldest first, and the tracking URI the sweep started with."""
-    study = optuna.load_study(study_name=study_name, storage=storage_for(read_only_url(db)))
-    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    return sorted(t.number for t in running if "duplicate_of" not in t.user_attrs), study.user_attrs.get("sweeper.tracking_uri")
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage_for(read_only_url(db)))
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        started_with = study.user_attrs.get("sweeper.tracking_uri")
+    except Exception as err:  # noqa: BLE001 - damaged past what check_ledger reads: one line
+        raise ConfigError(f"{db}: not a readable Optuna study ({type(err).__name__}: {cut(str(err), 100)}); "
+                          "move it away, or pass --restart to start the sweep over") from None
+    return sorted(t.number for t in running if "duplicate_of" not in t.user_attrs), started_with
 
 
 def study_id(db: str | Path, study_name: str) -> int | None:

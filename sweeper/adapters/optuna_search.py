@@ -19,7 +19,7 @@ from trainables.config import ConfigError
 from core.errors import brief, cut
 from sweeper.space import CategoricalParam, FloatParam, IntParam, Param, SearchSpace, SpaceError, grid_points, param_names, trial_config_for
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
+optuna.logging.set_verbosity(optuna.logging.ERROR)  # what goes wrong is said in the sweeper's own lines, not Optuna's SQL
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 Condition = tuple[tuple[str, Any], ...]  # ((parent param name, required choice), ...)

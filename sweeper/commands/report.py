@@ -250,15 +250,10 @@ def report_uri(cli_value: str | None, logged_to: str | None, default: str, study
 
 
 def run(options: Options) -> int:
-    import optuna
-
-    import sweeper.adapters.optuna_search  # noqa: F401 - sets Optuna's verbosity on import: lowered after it
-    from sweeper.tracking_uri import resolve_uri, uri_source
-
-    optuna.logging.set_verbosity(optuna.logging.ERROR)  # a damaged study is our one line, not Optuna's SQL as well
     from sweeper.adapters.optuna_ledger import sweep_attrs
     from sweeper.status import SPACE_FILE
     from sweeper.sweep_dir import find_sweep_dir
+    from sweeper.tracking_uri import resolve_uri, uri_source
 
     markdown = check_markdown(options.markdown) if options.markdown else None
     sweep_dir = find_sweep_dir(options.name, options.storage, SPACE_FILE)
