@@ -18,7 +18,6 @@ from sweeper.cli_types import cpus, experiment_name, port, positive_int, replay_
 from sweeper.sweep_dir import DEFAULT_STORAGE
 
 
-
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line and exit 2 (not usage + message)."""
 
@@ -65,13 +64,7 @@ def _add_validate(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_replay(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("replay", help="try a space's search and early stopping on curves already recorded; trains nothing",
-                       description="Replay the space's own search and early stopping, many times, on learning curves "
-                                   "already recorded (the trials of sweeps you ran, or a record file), beside random "
-                                   "search with every trial trained to the end: the compute each needs to come within "
-                                   "--tolerance of the best recorded point, and how often the early stopping ended a "
-                                   "trial at one of the best points. Curves cut short are left out; a point the space "
-                                   "draws that no curve holds trains on the nearest recorded one.")
+    p = sub.add_parser("replay", help="try a space's search and early stopping on curves already recorded; trains nothing")
     p.add_argument("file", help="search-space YAML to try (search_spaces/*.yaml)")
     p.add_argument("--curves", action="append", required=True, metavar="SWEEP_OR_RECORD",
                    help="a sweep's name under --storage or its folder, or a record file (.json, .json.gz); repeatable")
@@ -231,10 +224,7 @@ def version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="sweeper",
-        description="Hyperparameter sweeps for Delayed Attention Training in Transformer-RNN hybrids.",
-    )
+    parser = Parser(prog="sweeper", description="Hyperparameter sweeps for Delayed Attention Training in Transformer-RNN hybrids.")
     parser.add_argument("--version", action="version", version=f"sweeper {version()}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for add in (*PARSERS, *plugin_verbs()):

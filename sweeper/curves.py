@@ -112,24 +112,14 @@ def _read_record(path: Path) -> list[tuple[dict, list[dict]]]:
 
 def _read_sweep(source: str, storage: str | None) -> list[tuple[dict, list[dict]]]:
     """Each trial of a sweep as (its point, its reports), read-only from its study and its folder."""
-    import optuna
-
-    from sweeper.adapters.optuna_ledger import storage_for
-    from sweeper.adapters.optuna_search import read_only_url
+    from sweeper.adapters.optuna_ledger import trial_points
     from sweeper.records import trial_name
     from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
     from trainables.run_dir import RunDir
 
     sweep_dir = find_sweep_dir(source, storage, OPTUNA_DB, missing="no sweep (no optuna.db) and no record file here")
-    db = sweep_dir / OPTUNA_DB
     try:
-        storage_ = storage_for(read_only_url(db))
-        studies = optuna.get_all_study_names(storage=storage_)
-        if len(studies) != 1:
-            raise ValueError(f"{len(studies)} studies, a sweep's holds one")
-        trials = optuna.load_study(study_name=studies[0], storage=storage_).get_trials(deepcopy=False)
-    except Exception as err:  # noqa: BLE001 - damaged, empty or foreign: one line
-        raise ConfigError(f"--curves {short_path(db, 120)}: not a readable sweep study ({type(err).__name__}: "
-                          f"{cut(str(err), 100)})") from None
-    return [(dict(t.params), RunDir(sweep_dir / "trials" / trial_name(t.number)).reports()) for t in trials
-            if "duplicate_of" not in t.user_attrs]
+        points = trial_points(sweep_dir / OPTUNA_DB)
+    except ConfigError as err:
+        raise ConfigError(f"--curves {err}") from None
+    return [(params, RunDir(sweep_dir / "trials" / trial_name(number)).reports()) for number, params in points]

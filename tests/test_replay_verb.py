@@ -155,6 +155,7 @@ def test_the_trials_of_a_sweep_are_read_from_its_study_and_folders_and_left_as_t
     ("only cut curves", ["--curves", "{tmp}/cut.json.gz"], "no curve reaches step 400"),
     ("an axis never recorded", ["--curves", "{tmp}/nolr.json.gz"], "searches `optim.lr`, which none of the"),
     ("a FIFO", ["--curves", "{tmp}/fifo.json"], "not a regular file"),
+    ("a damaged sweep study", ["--curves", "{tmp}/sweeps/tiny"], "optuna.db: not a readable sweep study"),
     ("a gzip bomb", ["--curves", "{tmp}/bomb.json.gz"], "more than 256 MiB of text"),
     ("zero replays", ["--curves", "{tmp}/curves.json.gz", "--replays", "0"], "--replays: must be >= 1"),
     ("too many replays", ["--curves", "{tmp}/curves.json.gz", "--replays", "10001"], "at most 10,000"),
@@ -167,6 +168,8 @@ def test_bad_curves_or_flags_are_one_line(tmp_path, what, args, says):
     record(tmp_path / "cut.json.gz", [{"params": {"dat.switch_step": 0, "optim.lr": 1e-3}, "reports": curve(0, 1e-3, 0, 100)}])
     record(tmp_path / "nolr.json.gz", [{"params": {"dat.switch_step": s}, "reports": curve(s, 1e-3, 0)} for s in SWITCHES])
     os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "sweeps" / "tiny").mkdir(parents=True)
+    (tmp_path / "sweeps" / "tiny" / "optuna.db").write_bytes(os.urandom(4096))
     if what == "a gzip bomb":
         with gzip.open(tmp_path / "bomb.json.gz", "wb", compresslevel=1) as f:  # 300 MiB of spaces in about 300 KiB
             for _ in range(300):

@@ -259,6 +259,20 @@ def resume_facts(db: str | Path, study_name: str) -> tuple[list[int], str | None
     return sorted(t.number for t in running if "duplicate_of" not in t.user_attrs), started_with
 
 
+def trial_points(db: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """Read-only, of a sweep's SQLite study (the one study it holds): each trial's number and point,
+    duplicate draws left out; one ConfigError line for a file that is not a readable sweep study."""
+    try:
+        storage = storage_for(read_only_url(db))
+        names = optuna.get_all_study_names(storage=storage)
+        if len(names) != 1:
+            raise ValueError(f"{len(names)} studies, a sweep's holds one")
+        trials = optuna.load_study(study_name=names[0], storage=storage).get_trials(deepcopy=False)
+    except Exception as err:  # noqa: BLE001 - damaged, empty or foreign: one line
+        raise ConfigError(f"{db}: not a readable sweep study ({type(err).__name__}: {cut(str(err), 100)})") from None
+    return [(t.number, dict(t.params)) for t in trials if "duplicate_of" not in t.user_attrs]
+
+
 def study_id(db: str | Path, study_name: str) -> int | None:
     """The study's id in a sweep's SQLite file (its page is /dashboard/studies/ID); None if it has no
     study of that name; a file that is not a readable study is one line (ConfigError)."""
