@@ -67,11 +67,19 @@ def _norm(value):
 
 
 def _complete(reports: list[dict], spec: SearchSpace) -> bool:
-    """Trained to the space's max_steps, or ended by divergence; the metric a finite number throughout."""
+    """Trained to the space's max_steps, or ended by divergence; the metric and the step finite
+    numbers throughout, the steps rising (anything else is no curve to replay)."""
     scored = [r for r in reports if spec.metric in r]
-    if not scored or not all(isinstance(r[spec.metric], (int, float)) and math.isfinite(r[spec.metric]) for r in scored):
+    if not scored or not all(_finite(r[spec.metric]) and _finite(r.get("step")) for r in scored):
         return False
-    return scored[-1].get("step", 0) >= spec.budget.max_steps or bool(reports[-1].get("diverged"))
+    steps = [int(r["step"]) for r in scored]
+    if any(b <= a for a, b in zip(steps, steps[1:])) or steps[0] <= 0:
+        return False
+    return steps[-1] >= spec.budget.max_steps or bool(reports[-1].get("diverged"))
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _read(source: str, storage: str | None) -> list[tuple[dict, list[dict]]]:

@@ -153,6 +153,7 @@ def test_the_trials_of_a_sweep_are_read_from_its_study_and_folders_and_left_as_t
     ("not a record", ["--curves", "{tmp}/bad.json.gz"], "not a record of learning curves"),
     ("a run without reports", ["--curves", "{tmp}/noreports.json.gz"], "not a record of learning curves (no key 'reports')"),
     ("only cut curves", ["--curves", "{tmp}/cut.json.gz"], "no curve reaches step 400"),
+    ("steps that are not numbers", ["--curves", "{tmp}/textsteps.json.gz"], "no curve reaches step 400"),
     ("an axis never recorded", ["--curves", "{tmp}/nolr.json.gz"], "searches `optim.lr`, which none of the"),
     ("a FIFO", ["--curves", "{tmp}/fifo.json"], "not a regular file"),
     ("a damaged sweep study", ["--curves", "{tmp}/sweeps/tiny"], "optuna.db: not a readable sweep study"),
@@ -166,6 +167,8 @@ def test_bad_curves_or_flags_are_one_line(tmp_path, what, args, says):
     (tmp_path / "bad.json.gz").write_bytes(b"\x1f\x8b not gzip at all")
     record(tmp_path / "noreports.json.gz", [{"params": {"dat.switch_step": 0, "optim.lr": 1e-3}}])
     record(tmp_path / "cut.json.gz", [{"params": {"dat.switch_step": 0, "optim.lr": 1e-3}, "reports": curve(0, 1e-3, 0, 100)}])
+    record(tmp_path / "textsteps.json.gz", [{"params": {"dat.switch_step": 0, "optim.lr": 1e-3},
+                                             "reports": [{**r, "step": str(r["step"])} for r in curve(0, 1e-3, 0)]}])
     record(tmp_path / "nolr.json.gz", [{"params": {"dat.switch_step": s}, "reports": curve(s, 1e-3, 0)} for s in SWITCHES])
     os.mkfifo(tmp_path / "fifo.json")
     (tmp_path / "sweeps" / "tiny").mkdir(parents=True)
