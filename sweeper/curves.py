@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ConfigError, brief, cut, short_path
-from sweeper.replay import Grid
+from sweeper.replay import Grid, point_key
+from sweeper.status import finite
 from sweeper.space import SearchSpace
 
 MAX_RECORD_BYTES = 256 << 20  # a record read whole (decompressed): larger is refused, not read
@@ -45,8 +45,7 @@ def load_curves(sources: list[str], spec: SearchSpace, storage: str | None) -> C
     for source in sources:
         for params, reports in _read(source, storage):
             if _complete(reports, spec):
-                key = tuple(_norm(params.get(a)) for a in axes)
-                runs.setdefault(key, []).append([r for r in reports if spec.metric in r])
+                runs.setdefault(point_key(axes, params), []).append([r for r in reports if spec.metric in r])
                 complete += 1
             else:
                 cut_short += 1
@@ -62,24 +61,17 @@ def load_curves(sources: list[str], spec: SearchSpace, storage: str | None) -> C
     return Curves(grid, complete, cut_short, tuple(sources))
 
 
-def _norm(value):
-    return float(value) if isinstance(value, float) else value
-
-
 def _complete(reports: list[dict], spec: SearchSpace) -> bool:
     """Trained to the space's max_steps, or ended by divergence; the metric and the step finite
     numbers throughout, the steps rising (anything else is no curve to replay)."""
     scored = [r for r in reports if spec.metric in r]
-    if not scored or not all(_finite(r[spec.metric]) and _finite(r.get("step")) for r in scored):
+    if not scored or not all(finite(r[spec.metric]) is not None and finite(r.get("step")) is not None for r in scored):
         return False
     steps = [int(r["step"]) for r in scored]
     if any(b <= a for a, b in zip(steps, steps[1:])) or steps[0] <= 0:
         return False
     return steps[-1] >= spec.budget.max_steps or bool(reports[-1].get("diverged"))
 
-
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _read(source: str, storage: str | None) -> list[tuple[dict, list[dict]]]:

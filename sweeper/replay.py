@@ -53,7 +53,7 @@ class Grid:
     scales: tuple[Scale, ...] | None = None  # per axis; None: only recorded points may be drawn
 
     def key(self, params: dict[str, Any]) -> tuple:
-        return tuple(_norm(params.get(a)) for a in self.axes)
+        return point_key(self.axes, params)
 
     def point(self, params: dict[str, Any]) -> tuple:
         """The recorded point a trial at `params` trains on: its own, else the nearest (with scales)."""
@@ -100,6 +100,11 @@ class Grid:
     def ranked(self) -> list[tuple]:
         """Points, best first."""
         return sorted(self.runs, key=self.final, reverse=self.mode == "max")
+
+
+def point_key(axes: tuple[str, ...], params: dict[str, Any]) -> tuple:
+    """A point's key in a grid of `axes`: its value on each (None where it has none)."""
+    return tuple(_norm(params.get(a)) for a in axes)
 
 
 def _norm(value: Any) -> Any:
@@ -228,7 +233,7 @@ def grid_of_sweep(sweep_dir: str | Path, spec: SearchSpace) -> Grid:
     for r in records:
         reports = RunDir(Path(sweep_dir) / "trials" / r.trial_id).reports()
         if reports and set(r.params) == set(axes):
-            runs[tuple(_norm(r.params[a]) for a in axes)] = [reports]
+            runs[point_key(axes, r.params)] = [reports]
     return Grid(axes, runs, spec.metric, spec.mode, spec.budget.max_steps)
 
 
