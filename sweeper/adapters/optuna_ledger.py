@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -229,13 +231,25 @@ def _import_notes() -> None:
         pass
 
 
+RESTART_ADVICE = "; move it away, or pass --restart to start the sweep over"
+
+
+@contextmanager
+def reading(db: str | Path, what: str = "Optuna study", where: str | None = None,
+            advice: str = "") -> Iterator[optuna.storages.BaseStorage]:
+    """A sweep's SQLite study opened read-only; anything that fails while reading it (a damaged,
+    empty or foreign file) is one ConfigError line naming `where` (default: the file)."""
+    try:
+        yield storage_for(read_only_url(db))
+    except Exception as err:  # noqa: BLE001 - a damaged or foreign database: one line
+        raise ConfigError(f"{where or db}: not a readable {what} ({type(err).__name__}: {cut(str(err), 100)})"
+                          f"{advice}") from None
+
+
 def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
     """One line when the study of a sweep folder is not this project's ledger of `spec`; read-only."""
-    try:
-        summaries = optuna.study.get_all_study_summaries(storage=storage_for(read_only_url(db)))
-    except Exception as err:  # noqa: BLE001 - a damaged or foreign database: one line
-        raise ConfigError(f"{where}: not a readable Optuna study ({type(err).__name__}: {cut(str(err), 100)}); "
-                          "move it away, or pass --restart to start the sweep over") from None
+    with reading(db, where=where, advice=RESTART_ADVICE) as storage:
+        summaries = optuna.study.get_all_study_summaries(storage=storage)
     mine = [s for s in summaries if s.study_name == spec.name]
     if not mine:
         raise ConfigError(f"{where}: holds no study `{spec.name}`; put the sweep's study back, or pass --restart")
@@ -249,49 +263,36 @@ def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
 def resume_facts(db: str | Path, study_name: str) -> tuple[list[int], str | None]:
     """Read-only, of a checked ledger: the trials a resume continues (started, not ended, not a
     duplicate draw), oldest first, and the tracking URI the sweep started with."""
-    try:
-        study = optuna.load_study(study_name=study_name, storage=storage_for(read_only_url(db)))
+    with reading(db, advice=RESTART_ADVICE) as storage:
+        study = optuna.load_study(study_name=study_name, storage=storage)
         running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         started_with = study.user_attrs.get("sweeper.tracking_uri")
-    except Exception as err:  # noqa: BLE001 - damaged past what check_ledger reads: one line
-        raise ConfigError(f"{db}: not a readable Optuna study ({type(err).__name__}: {cut(str(err), 100)}); "
-                          "move it away, or pass --restart to start the sweep over") from None
     return sorted(t.number for t in running if "duplicate_of" not in t.user_attrs), started_with
 
 
 def trial_points(db: str | Path) -> list[tuple[int, dict[str, Any]]]:
     """Read-only, of a sweep's SQLite study (the one study it holds): each trial's number and point,
     duplicate draws left out; one ConfigError line for a file that is not a readable sweep study."""
-    try:
-        storage = storage_for(read_only_url(db))
+    with reading(db, what="sweep study") as storage:
         names = optuna.get_all_study_names(storage=storage)
         if len(names) != 1:
             raise ValueError(f"{len(names)} studies, a sweep's holds one")
         trials = optuna.load_study(study_name=names[0], storage=storage).get_trials(deepcopy=False)
-    except Exception as err:  # noqa: BLE001 - damaged, empty or foreign: one line
-        raise ConfigError(f"{db}: not a readable sweep study ({type(err).__name__}: {cut(str(err), 100)})") from None
     return [(t.number, dict(t.params)) for t in trials if "duplicate_of" not in t.user_attrs]
 
 
 def study_id(db: str | Path, study_name: str) -> int | None:
     """The study's id in a sweep's SQLite file (its page is /dashboard/studies/ID); None if it has no
     study of that name; a file that is not a readable study is one line (ConfigError)."""
-    try:
-        storage = optuna.storages.RDBStorage(read_only_url(db), skip_table_creation=True)
+    with reading(db) as storage:
         names = [s.study_name for s in storage.get_all_studies()]
         return storage.get_study_id_from_name(study_name) if study_name in names else None
-    except Exception as err:  # noqa: BLE001 - damaged, empty or foreign: one line
-        raise ConfigError(f"{db}: not a readable Optuna study ({type(err).__name__}: {cut(str(err), 100)})") from None
 
 
 def sweep_attrs(db: str | Path, study_name: str) -> dict[str, Any]:
     """The study's own attributes (tracking URI, format...), read-only; {} where there is no study."""
     if not Path(db).is_file():
         return {}
-    try:
-        study = optuna.load_study(study_name=study_name, storage=storage_for(read_only_url(db)))
-        return dict(study.user_attrs)
-    except KeyError:
-        return {}
-    except Exception as err:  # noqa: BLE001 - damaged, empty or foreign: one line
-        raise ConfigError(f"{db}: not a readable Optuna study ({type(err).__name__}: {cut(str(err), 100)})") from None
+    with reading(db) as storage:
+        names = optuna.get_all_study_names(storage=storage)
+        return dict(optuna.load_study(study_name=study_name, storage=storage).user_attrs) if study_name in names else {}
