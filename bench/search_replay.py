@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from experiments import adaptive_grid, switch_grid  # noqa: E402
 from sweeper.pasha import progressive_for  # noqa: E402
 from sweeper.replay import Grid, kendall_tau, load_grid, outcome  # noqa: E402
-from sweeper.replay_stats import N_BOOT, paired, speedup_interval  # noqa: E402
+from sweeper.replay_stats import N_BOOT, paired, summarize  # noqa: E402
 from sweeper.space import SearchSpace  # noqa: E402
 
 OUT = ROOT / "docs" / "results" / "search_efficiency"
@@ -97,19 +97,11 @@ def searcher(name: str) -> dict:
     return {"sampler": sampler, "seed": 0, **({"startup_trials": int(startup)} if startup else {})}
 
 
-def quartiles(xs: list[float]) -> tuple[float, float, float]:
-    if len(xs) == 1:
-        return xs[0], xs[0], xs[0]
-    q1, q2, q3 = statistics.quantiles(xs, n=4, method="inclusive")
-    return q1, q2, q3
-
-
 def replays(name: str, seeds: range, grid: Grid, samples: int, lrs: list[float], held_out: bool = False) -> list[dict]:
     """One method's replays at the given seeds: what each did, in the seeds' order."""
     sampler, scheduler, stopping = METHODS[name]
     spec = held_out_space(sampler, scheduler, samples) if held_out else space(sampler, scheduler, samples, lrs)
-    rows = [outcome(spec, grid, seed, STOPPING[stopping], TOLERANCE, top=3) for seed in seeds]
-    return [{k.replace("top_", "top3_"): v for k, v in row.items()} for row in rows]
+    return [outcome(spec, grid, seed, STOPPING[stopping], TOLERANCE, top=3) for seed in seeds]
 
 
 def compare(grid: Grid, seeds: int, samples: int, lrs: list[float], jobs: int, held_out: bool = False,
@@ -125,20 +117,21 @@ def compare(grid: Grid, seeds: int, samples: int, lrs: list[float], jobs: int, h
     per_method: dict[str, list[dict]] = {name: [] for name in names}
     for (name, _), rows in zip(tasks, done):
         per_method[name].extend(rows)
+    ref, before = ([r["to_best"] for r in per_method[name]] for name in (REFERENCE, SHIPPED_BEFORE))
     out = {}
     for name, rows in per_method.items():
-        reach = [r["to_best"] for r in rows]
-        reached = [r for r in reach if r is not None]
-        out[name] = {"to_best": reach, "to_best_quartiles": quartiles(reached) if reached else None,
-                     "not_reached": len(reach) - len(reached), "top3_trials": sum(r["top3_trials"] for r in rows),
-                     "top3_stopped": sum(r["top3_stopped"] for r in rows), "paused": sum(r["paused"] for r in rows),
-                     "top3_paused": sum(r["top3_paused"] for r in rows),
-                     "finals": [r["final"] for r in rows], "curves": [r["curve"] for r in rows]}
-    ref, before = out[REFERENCE]["to_best"], out[SHIPPED_BEFORE]["to_best"]
-    for name, r in out.items():
-        r["speedup"] = dataclasses.asdict(speedup_interval(ref, r["to_best"]))
-        r["paired_vs_before"] = dataclasses.asdict(paired(before, r["to_best"]))
+        out[name] = {**summary_of(rows, ref), "paused": sum(r["paused"] for r in rows),
+                     "top3_paused": sum(r["top_paused"] for r in rows),
+                     "finals": [r["final"] for r in rows], "curves": [r["curve"] for r in rows],
+                     "paired_vs_before": dataclasses.asdict(paired(before, [r["to_best"] for r in rows]))}
     return out
+
+
+def summary_of(rows: list[dict], reference: list) -> dict:
+    """A method's replays as this record stores them (sweeper/replay_stats.py's summary)."""
+    m = summarize(rows, reference)
+    return {"to_best": m.to_best, "to_best_quartiles": m.quartiles, "not_reached": m.not_reached,
+            "top3_trials": m.top_trials, "top3_stopped": m.top_stopped, "speedup": dataclasses.asdict(m.speedup)}
 
 
 # -- the held-out set: experiments/adaptive_grid.py ---------------------------------------------------
@@ -309,14 +302,7 @@ def shipped_space(grid: Grid, seeds: int, jobs: int) -> dict:
     for (name, _), part in zip(tasks, done):
         rows[name].extend(part)
     reference = [r["to_best"] for r in rows[verb.REFERENCE]]
-    out = {}
-    for name, rs in rows.items():
-        reach = [r["to_best"] for r in rs]
-        reached = sorted(x for x in reach if x is not None)
-        out[name] = {"to_best": reach, "to_best_quartiles": quartiles(reached) if reached else None,
-                     "not_reached": len(reach) - len(reached),
-                     "speedup": dataclasses.asdict(speedup_interval(reference, reach)),
-                     "top3_trials": sum(r["top_trials"] for r in rs), "top3_stopped": sum(r["top_stopped"] for r in rs)}
+    out = {name: summary_of(rs, reference) for name, rs in rows.items()}
     written = [r["to_best"] for r in rows["as written"]]
     out["stopping_paired"] = dataclasses.asdict(paired([r["to_best"] for r in rows["as written, FIFO"]], written))
     return out

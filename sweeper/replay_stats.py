@@ -14,6 +14,7 @@ No framework in it: numpy only.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -87,3 +88,31 @@ def paired(baseline: Sequence[float | None], method: Sequence[float | None],
     same = (base == mine)
     return Paired(percentile_interval(boot, float(np.median(per_seed))),
                   int(np.sum((mine < base) & ~same)), int(np.sum(same)), int(np.sum((mine > base) & ~same)))
+
+
+def quartiles(xs: Sequence[float]) -> tuple[float, float, float]:
+    """The quartiles (inclusive method); one value is its own three quartiles."""
+    if len(xs) == 1:
+        return xs[0], xs[0], xs[0]
+    q1, q2, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One method's replays (rows of `sweeper.replay.outcome`) against the reference's."""
+
+    to_best: list[float | None]
+    quartiles: tuple[float, float, float] | None  # of the replays that got there
+    not_reached: int
+    speedup: Interval
+    top_trials: int  # trials at one of the top points
+    top_stopped: int  # ... of them stopped early
+
+
+def summarize(rows: Sequence[dict], reference: Sequence[float | None]) -> Summary:
+    reach = [r["to_best"] for r in rows]
+    reached = [x for x in reach if x is not None]
+    return Summary(reach, quartiles(reached) if reached else None, len(reach) - len(reached),
+                   speedup_interval(reference, reach), sum(r["top_trials"] for r in rows),
+                   sum(r["top_stopped"] for r in rows))

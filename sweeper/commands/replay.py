@@ -21,7 +21,6 @@ measured in the space's own scale (sweeper/curves.py). Per method:
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 
@@ -72,7 +71,7 @@ def compare(spec, grid, replays: int, tolerance: float, top: int) -> dict[str, l
 
 
 def render(options: Options, spec, curves, rows: dict[str, list[dict]]) -> list[str]:
-    from sweeper.replay_stats import speedup_interval
+    from sweeper.replay_stats import summarize
 
     grid = curves.grid
     s = spec.scheduler
@@ -91,14 +90,12 @@ def render(options: Options, spec, curves, rows: dict[str, list[dict]]) -> list[
              f"{'never':>7}  {'speed-up vs random + FIFO [95% CI]':<36} top-{options.top} stopped"]
     reference = [r["to_best"] for r in rows[REFERENCE]]
     for name, rs in rows.items():
-        reach = sorted(r["to_best"] for r in rs if r["to_best"] is not None)
-        q = statistics.quantiles(reach, n=4, method="inclusive") if len(reach) > 1 else reach * 3
-        shown = f"{q[1]:,.0f} [{q[0]:,.0f}-{q[2]:,.0f}] steps" if reach else "never"
-        i = speedup_interval(reference, [r["to_best"] for r in rs])
-        speed = f"{i.value:.2f}x [{i.low:.2f}, {i.high:.2f}]"
-        trials, stopped = sum(r["top_trials"] for r in rs), sum(r["top_stopped"] for r in rs)
-        cut = f"{stopped}/{trials} ({stopped / trials:.0%})" if trials else "no trial there"
-        lines.append(f"{name:<16} {shown:<44} {len(rs) - len(reach):>7}  {speed:<36} {cut}")
+        m = summarize(rs, reference)
+        q = m.quartiles
+        shown = f"{q[1]:,.0f} [{q[0]:,.0f}-{q[2]:,.0f}] steps" if q else "never"
+        speed = f"{m.speedup.value:.2f}x [{m.speedup.low:.2f}, {m.speedup.high:.2f}]"
+        cut = f"{m.top_stopped}/{m.top_trials} ({m.top_stopped / m.top_trials:.0%})" if m.top_trials else "no trial there"
+        lines.append(f"{name:<16} {shown:<44} {m.not_reached:>7}  {speed:<36} {cut}")
     lines += ["", "A point the space draws that no curve holds trains on the nearest recorded one; a replay's "
               "compute is training steps summed over its trials (sweeper/replay.py)."]
     return lines
