@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,7 @@ MAX_RECORD_BYTES = 256 << 20  # a record read whole (decompressed): larger is re
 class Curves:
     grid: Grid
     complete: int  # curves that reached max_steps (or diverged): the grid's runs
-    cut_short: int  # curves left out: stopped early, still running, or without the metric
+    cut_short: int  # curves left out: stopped early, still running, without the metric, or at no point of the space
     sources: tuple[str, ...]
 
 
@@ -44,14 +45,14 @@ def load_curves(sources: list[str], spec: SearchSpace, storage: str | None) -> C
     complete = cut_short = 0
     for source in sources:
         for params, reports in _read(source, storage):
-            if _complete(reports, spec):
+            if _complete(reports, spec) and _plain(params, axes):
                 runs.setdefault(point_key(axes, params), []).append([r for r in reports if spec.metric in r])
                 complete += 1
             else:
                 cut_short += 1
     if not runs:
         raise ConfigError(f"--curves {cut(', '.join(sources), 120)}: no curve reaches step {spec.budget.max_steps} "
-                          f"with `{spec.metric}` in its reports ({cut_short} cut short or without it); a replay needs "
+                          f"with `{spec.metric}` in its reports ({cut_short} cut short, without it or at no point of the space); a replay needs "
                           "curves trained to the space's budget.max_steps")
     for i, axis in enumerate(axes):
         if all(key[i] is None for key in runs):
@@ -59,6 +60,21 @@ def load_curves(sources: list[str], spec: SearchSpace, storage: str | None) -> C
                               "recorded; replay a space that searches what the curves vary")
     grid = Grid(axes, runs, spec.metric, spec.mode, spec.budget.max_steps).with_scales_of(spec)
     return Curves(grid, complete, cut_short, tuple(sources))
+
+
+def _plain(params: dict, axes: tuple[str, ...]) -> bool:
+    """Each searched value a string, a flag or a finite number (what a point of a space can be)."""
+    for axis in axes:
+        value = params.get(axis)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                if not math.isfinite(float(value)):
+                    return False
+            except OverflowError:
+                return False
+        elif value is not None and not isinstance(value, (str, bool)):
+            return False
+    return True
 
 
 def _complete(reports: list[dict], spec: SearchSpace) -> bool:
@@ -112,7 +128,7 @@ def _read_record(path: Path) -> list[tuple[dict, list[dict]]]:
 
 def _read_sweep(source: str, storage: str | None) -> list[tuple[dict, list[dict]]]:
     """Each trial of a sweep as (its point, its reports), read-only from its study and its folder."""
-    from sweeper.adapters.optuna_ledger import trial_points
+    from sweeper.adapters.optuna_study import trial_points
     from sweeper.records import trial_name
     from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
     from trainables.run_dir import RunDir

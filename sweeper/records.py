@@ -112,6 +112,9 @@ def shortest_names(names: list[str]) -> list[str]:
     return short
 
 
+TRIAL_NAME = re.compile(r"t\d{4,}")  # what trial_name gives
+
+
 def trial_name(number: int) -> str:
     """A trial's name in every view (status, MLflow, the trial's folder): stable across launches."""
     return f"t{number:04d}"

@@ -91,20 +91,29 @@ def unresponsive(directory: Path, what: str, timeout_s: float = ANSWER_S) -> Con
                        "a sweep in its own process")
 
 
-def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socket.socket | None:
-    """A connection to this user's service, or None when none runs (no socket, or a stale one);
-    a service that does not take it within `timeout_s` is a ConfigError."""
-    directory = directory or service_dir()
-    path = directory / SOCKET
+def folder_info(directory: Path) -> os.stat_result | None:
+    """The service folder's lstat, None where it does not exist (no service runs); a file there, or
+    above it, is a ConfigError: no service could ever run there."""
     try:
         info = os.lstat(directory)
     except NotADirectoryError:
         info = None
     except OSError:
         return None
-    if info is None or not (stat.S_ISDIR(info.st_mode) or stat.S_ISLNK(info.st_mode)):  # no service could run there
+    if info is None or not (stat.S_ISDIR(info.st_mode) or stat.S_ISLNK(info.st_mode)):
         raise ConfigError(f"{cut(str(directory), 120)}: cannot be the service's folder (a file, or under one); set "
                           "SWEEPER_SERVICE_DIR to a folder of yours, or unset it")
+    return info
+
+
+def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socket.socket | None:
+    """A connection to this user's service, or None when none runs (no socket, or a stale one);
+    a service that does not take it within `timeout_s` is a ConfigError."""
+    directory = directory or service_dir()
+    path = directory / SOCKET
+    info = folder_info(directory)
+    if info is None:
+        return None
     if info.st_uid != os.getuid() or info.st_mode & 0o077 or not _is_ours(path):
         return None  # not this user's alone: never talk to it
     deadline = time.monotonic() + timeout_s

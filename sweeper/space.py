@@ -17,6 +17,8 @@ a grid's points). Reading and checking a file: sweeper/space_file.py.
 
 from __future__ import annotations
 
+from decimal import Decimal, localcontext
+
 import itertools
 from typing import Annotated, Any, Iterator, Literal, Union
 
@@ -129,6 +131,12 @@ def _check_range(low: float, high: float, log: bool) -> None:
 def _check_step(low: float, high: float, step: float) -> None:
     if step > high - low:  # the range would collapse to its low end
         raise ValueError(f"`step <= high - low` must hold (else only `low` can be drawn), got step={step} for [{low}, {high}]")
+    with localcontext() as exact:  # the numbers as written, as Optuna checks them; wide enough for any float
+        exact.prec = 2000
+        rest = (Decimal(repr(high)) - Decimal(repr(low))) % Decimal(repr(step))
+    if rest != 0:
+        raise ValueError(f"`high - low` must be a multiple of `step` (else `high` is never drawn), got step={step} "
+                         f"for [{low}, {high}]")
 
 
 class Budget(_Frozen):
@@ -169,6 +177,9 @@ class Resources(_Frozen):
     def _check(self) -> "Resources":
         if self.gpu > 1 and self.gpu != int(self.gpu):
             raise ValueError(f"gpu above 1 must be a whole number, got {self.gpu}")
+        for name, amount in (("cpu", self.cpu), ("gpu", self.gpu)):
+            if amount != round(amount, 4):  # Ray counts resources in steps of 0.0001
+                raise ValueError(f"{name} may have at most 4 decimal places (Ray's resolution), got {amount!r}")
         return self
 
 

@@ -35,7 +35,7 @@ from sweeper.fs import first_missing, narrow_modes
 from sweeper.lock import claim_sweep_lock, hold_sweep_lock, release_sweep_lock, sweep_lock_path
 from sweeper.request import SweepRequest, current_umask
 from sweeper.status import SPACE_FILE, write_summary
-from sweeper.sweep_checks import check_request, check_resume, prepare_sweep_dir
+from sweeper.sweep_checks import check_request, check_resume, check_sweep_dir, prepare_sweep_dir
 from sweeper.sweep_dir import OPTUNA_DB
 from sweeper.tracking_uri import hide_password, sqlite_path, store_failure
 from core.errors import ConfigError
@@ -88,6 +88,9 @@ class Sweep:
                 self.say.note(f"note: --address {req.address} with the storage path {checked.experiment_dir}: on a "
                               "multi-node cluster every node must see it (NFS, a shared volume; pass --shared-storage "
                               "to confirm it is shared)")
+        if not os.path.lexists(sweep_lock_path(sweep_dir)):  # checked before the lock file is made: a refusal
+            if check_sweep_dir(spec, req.file, sweep_dir, req.restart):  # leaves the storage as it was
+                check_resume(sweep_dir, spec, req.tracking_uri, req.tracking_source)
         self._created += [p for p in (first_missing(sweep_dir.parent),) if p is not None]
         lock = hold_sweep_lock(sweep_dir, spec.name, claim=False)  # one driver per sweep
         self._narrow_at_close(sweep_dir)  # runs last: after the trials and the MLflow thread have stopped

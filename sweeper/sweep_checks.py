@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from sweeper.fs import check_writable
+from sweeper.orphans import key_path
 from sweeper.request import SweepRequest
 from sweeper.space import SearchSpace, SpaceError
 from sweeper.space_file import load_space
@@ -45,8 +46,11 @@ def check_request(request: SweepRequest) -> Checked:
                          "storage must be a path every node sees (a local folder, NFS, a shared volume)")
     default = request.storage == os.path.join(request.cwd, DEFAULT_STORAGE)
     check_writable(sweep_dir, "the sweep directory" if default else "--storage")
+    check_writable(key_path().parent, "the sweeper's state folder" + (" ($XDG_STATE_HOME)" if os.environ.get("XDG_STATE_HOME") else ""))
     if request.address is None:
         check_local_resources(spec, shown_path(request.file, request.cwd))
+        if os.environ.get("RAY_TMPDIR"):  # the local Ray's session folders
+            check_writable(os.environ["RAY_TMPDIR"], "$RAY_TMPDIR")
     else:
         check_address(request.address)
     preflight(request.tracking_uri, source=request.tracking_source)
@@ -67,17 +71,29 @@ def prepare_sweep_dir(spec: SearchSpace, space_file: str, sweep_dir: Path, resta
                       say: Callable[[str], None]) -> bool:
     """Create or check the sweep's folder. Returns True when the sweep resumes. A folder is deleted
     only on --restart and only when it is a sweep's (`say` hears of it); anything else is refused."""
+    if restart and folder_kind(sweep_dir) in ("sweep", "started", "lost"):
+        say(f"--restart: removing {sweep_dir}")
+        shutil.rmtree(sweep_dir)
+    elif check_sweep_dir(spec, space_file, sweep_dir, restart):
+        return True
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(space_file, sweep_dir / SPACE_FILE)
+    return False
+
+
+def check_sweep_dir(spec: SearchSpace, space_file: str, sweep_dir: Path, restart: bool) -> bool:
+    """Read-only: whether the sweep's folder resumes (True), or is new (False); a folder that is
+    not a sweep's, lost its study, or was started from another file is one SpaceError line."""
     kind = folder_kind(sweep_dir)
     if kind == "foreign":
         raise SpaceError(f"{sweep_dir}: holds files that are not a sweep's; nothing there was touched. Choose another "
                          "`name` or --storage, or move that folder away")
-    if restart and kind in ("sweep", "started", "lost"):
-        say(f"--restart: removing {sweep_dir}")
-        shutil.rmtree(sweep_dir)
-    elif kind == "lost":
+    if restart:
+        return False
+    if kind == "lost":
         raise SpaceError(f"{sweep_dir / OPTUNA_DB}: missing: the sweep's study (its ledger: every trial's point, "
                          "reports and end) is gone; put it back, or pass --restart to start the sweep over")
-    elif kind == "sweep":
+    if kind == "sweep":
         saved = sweep_dir / SPACE_FILE
         for path in (saved, sweep_dir / OPTUNA_DB):
             if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):  # a FIFO would block the read
@@ -92,8 +108,6 @@ def prepare_sweep_dir(spec: SearchSpace, space_file: str, sweep_dir: Path, resta
                 f"pass --restart to start over, or change `name` to keep both"
             )
         return True
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(space_file, sweep_dir / SPACE_FILE)
     return False
 
 
@@ -140,14 +154,40 @@ def check_resume(sweep_dir: Path, spec, uri: str, source: str) -> None:
     """Everything a resume needs of the folder, read without a write: the study is this project's
     ledger of `spec`, the checkpoints its unfinished trials continue from are sound, and the
     tracking store is the one the sweep started with."""
-    from sweeper.adapters.optuna_ledger import check_ledger, resume_facts
+    from sweeper.adapters.optuna_study import check_ledger, resume_facts
     from sweeper.sweep_dir import OPTUNA_DB
 
     db = Path(sweep_dir) / OPTUNA_DB
+    check_layout(Path(sweep_dir))
     check_ledger(db, spec, str(db))  # one line for a damaged or foreign study
     unfinished, started_with = resume_facts(db, spec.name)
     check_checkpoints(unfinished, Path(sweep_dir) / "trials")
     check_same_store(Path(sweep_dir), uri, source, started_with)
+
+
+def check_layout(sweep_dir: Path) -> None:
+    """The sweep's views are plain files and its trials folders, where they exist: anything else in
+    their place is one line before a resume starts Ray, not a failure when it is first written."""
+    from sweeper.records import TRIAL_NAME
+    from sweeper.status import STATUS_FILE, SUMMARY_FILE
+
+    def kind(path: Path) -> str:
+        return "a link" if path.is_symlink() else "a folder" if path.is_dir() else "not a plain file"
+
+    for view in (STATUS_FILE, SUMMARY_FILE):
+        path = sweep_dir / view
+        if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):
+            raise SpaceError(f"{path}: {kind(path)}, not the sweep's view; move it away (the resume rebuilds it)")
+    trials = sweep_dir / "trials"
+    if not os.path.lexists(trials):
+        return
+    if trials.is_symlink() or not trials.is_dir():
+        raise SpaceError(f"{trials}: {'a link' if trials.is_symlink() else 'a file'}, not the folder of the sweep's "
+                         "trials; put that folder back, or pass --restart to start the sweep over")
+    for entry in trials.iterdir():
+        if TRIAL_NAME.fullmatch(entry.name) and (entry.is_symlink() or not entry.is_dir()):
+            raise SpaceError(f"{entry}: {'a link' if entry.is_symlink() else 'a file'}, not the trial's folder; put "
+                             "that folder back, or pass --restart to start the sweep over")
 
 
 def check_same_store(sweep_dir: Path, uri: str, source: str, started_with: str | None) -> None:

@@ -103,6 +103,8 @@ GENERATED = {
     "empty_file": (b"", "name:"),
     "only_comments": (b"# nothing here\n", "name:"),
     "binary_garbage": (bytes(range(256)) * 4, "not UTF-8 text"),
+    "whole_number_of_5000_digits": (GOOD_SPACE.replace("num_samples: 6", "num_samples: " + "9" * 5000).encode(),
+                                    "budget.num_samples: a number of 5,000 characters"),
 }
 
 
@@ -214,3 +216,19 @@ def test_a_reader_that_leaves_early_is_not_an_error(workdir):
     cmd = " ".join(map(str, sweeper_cmd("validate", SMOKE, "--samples", "5000"))) + " | head -1; exit ${PIPESTATUS[0]}"
     r = subprocess.run(["bash", "-c", cmd], cwd=workdir, env=ENV, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr[-2000:]
+
+
+HOSTILE_ENV = {
+    # variable: (value, verb's arguments, text the line must contain): each refused before anything is written
+    "XDG_STATE_HOME": ("/etc/hostname/state", ["launch", SMOKE], "/etc/hostname is a file, not a folder"),
+    "RAY_TMPDIR": ("/etc/hostname", ["launch", SMOKE], "$RAY_TMPDIR /etc/hostname"),
+    "XDG_RUNTIME_DIR": ("/etc/hostname", ["status", "--storage", "."], "cannot be the service's folder"),
+}
+
+
+@pytest.mark.parametrize("variable", sorted(HOSTILE_ENV))
+def test_a_folder_variable_naming_a_file_is_one_line_before_anything_is_written(variable, workdir):
+    value, args, must = HOSTILE_ENV[variable]
+    env = {k: v for k, v in ENV.items() if k not in ("SWEEPER_SERVICE_DIR", "RAY_TMPDIR")} | {variable: value}
+    r = subprocess.run(sweeper_cmd(*args), cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
+    assert_one_line_refusal(r, must, workdir, set())

@@ -90,7 +90,7 @@ def test_planted_pickles_in_a_sweep_folder_never_run(smoke_sweep, tmp_path):
     mark = tmp_path / "planted-code-ran"
     for name in ("asha.pkl", "tuner.pkl", "searcher-state.pkl", "ended.json"):
         (sweep_dir / name).write_bytes(pickle.dumps(Planted(str(mark))))
-    from sweeper.adapters.optuna_ledger import sweep_attrs
+    from sweeper.adapters.optuna_study import sweep_attrs
 
     uri = sweep_attrs(sweep_dir / "optuna.db", "smoke")["sweeper.tracking_uri"]
     trials = _tree(sweep_dir / "trials")

@@ -87,6 +87,15 @@ def test_a_record_s_complete_curves_are_grouped_by_the_searched_point_and_the_cu
     assert curves.grid.ranked()[0] == (200, 4e-3)
 
 
+@pytest.mark.parametrize("value", [{"a": 1}, [1, 2], 10 ** 400, float("inf")], ids=["mapping", "list", "huge", "inf"])
+def test_a_curve_at_a_value_no_point_can_take_is_left_out_not_a_traceback(tmp_path, value):
+    path, _ = full_record(tmp_path)
+    odd = tmp_path / "odd.json.gz"
+    record(odd, [{"params": {"dat.switch_step": value, "optim.lr": 1e-3, "seed": 0}, "reports": curve(0, 1e-3, 0)}])
+    curves = load_curves([str(path), str(odd)], spec(), None)
+    assert curves.complete == 12 and curves.cut_short == 2 and len(curves.grid.runs) == 6
+
+
 def test_a_point_no_curve_holds_trains_on_the_nearest_in_the_space_s_own_scale(tmp_path):
     path, _ = full_record(tmp_path)
     grid = load_curves([str(path)], spec(), None).grid

@@ -10,6 +10,8 @@ read under limits, each refused with its own one-line `ConfigError`:
               (a 1-KB "billion laughs" file expands to ~10^9); no alias inside its own anchor
     keys      plain scalars, each at most once per mapping (YAML 1.1 would silently keep the
               last of two equal keys, dropping the first block)
+    numbers   a whole number written with at most MAX_DIGITS digits (Python refuses to convert
+              one of over 4,300 digits, past the point where any setting means anything)
     root      a mapping
 
 The checks run on libyaml's event stream, which is iterative: a file nested 100,000 levels
@@ -19,6 +21,7 @@ types only, no Python objects).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,8 @@ from core.errors import ConfigError, brief, cut, short_path
 MAX_BYTES = 256 * 1024
 MAX_DEPTH = 32
 MAX_NODES = 100_000
+MAX_DIGITS = 100
+_LONG_NUMBER = re.compile(r"[-+]?[0-9][0-9_:]*")  # YAML 1.1 ints (decimal, octal, sexagesimal)
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _MERGE = "<<"
@@ -112,6 +117,11 @@ def check_events(text: str, source: str) -> None:
             total = _add(stack, done.size, total, source)
         elif isinstance(event, yaml.ScalarEvent):
             frame = stack[-1] if stack else None
+            if event.implicit[0] and len(event.value) > MAX_DIGITS and _LONG_NUMBER.fullmatch(event.value):
+                where = _at(frame, event) if frame is not None and frame.is_mapping and frame.expect_key else \
+                    (_child_path(frame) or "<root>")
+                raise ConfigError(f"{source}: {where}: a number of {len(event.value):,} characters; "
+                                  f"a whole number may have at most {MAX_DIGITS} digits")
             if frame is not None and frame.is_mapping and frame.expect_key:
                 key = event.value
                 if key in frame.seen and key != _MERGE:

@@ -21,19 +21,15 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
 from sweeper.adapters.optuna_trial import LedgerTrial
-from sweeper.adapters.optuna_search import DefineByRun, baseline_points, make_sampler, read_only_url
+from sweeper.adapters.optuna_search import DefineByRun, baseline_points, make_sampler
 from sweeper.space import SearchSpace
 from trainables.config import ConfigError
-from core.errors import cut
 
 FORMAT = 2  # the sweep folder's layout: the study is the ledger, the trainer owns each trial's folder
 FORMAT_ATTR = "sweeper.format"
@@ -229,70 +225,3 @@ def _import_notes() -> None:
         import optuna_dashboard  # noqa: F401
     except ImportError:
         pass
-
-
-RESTART_ADVICE = "; move it away, or pass --restart to start the sweep over"
-
-
-@contextmanager
-def reading(db: str | Path, what: str = "Optuna study", where: str | None = None,
-            advice: str = "") -> Iterator[optuna.storages.BaseStorage]:
-    """A sweep's SQLite study opened read-only; anything that fails while reading it (a damaged,
-    empty or foreign file) is one ConfigError line naming `where` (default: the file)."""
-    try:
-        yield storage_for(read_only_url(db))
-    except Exception as err:  # noqa: BLE001 - a damaged or foreign database: one line
-        raise ConfigError(f"{where or db}: not a readable {what} ({type(err).__name__}: {cut(str(err), 100)})"
-                          f"{advice}") from None
-
-
-def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
-    """One line when the study of a sweep folder is not this project's ledger of `spec`; read-only."""
-    with reading(db, where=where, advice=RESTART_ADVICE) as storage:
-        summaries = optuna.study.get_all_study_summaries(storage=storage)
-    mine = [s for s in summaries if s.study_name == spec.name]
-    if not mine:
-        raise ConfigError(f"{where}: holds no study `{spec.name}`; put the sweep's study back, or pass --restart")
-    version = mine[0].user_attrs.get(FORMAT_ATTR)
-    if version != FORMAT:
-        raise ConfigError(f"{where}: a sweep of folder format {version or 1} (this sweeper reads format {FORMAT}: "
-                          "the study is the ledger, each trial's folder its own); pass --restart to start it over, "
-                          "or finish it with the sweeper version that started it")
-
-
-def resume_facts(db: str | Path, study_name: str) -> tuple[list[int], str | None]:
-    """Read-only, of a checked ledger: the trials a resume continues (started, not ended, not a
-    duplicate draw), oldest first, and the tracking URI the sweep started with."""
-    with reading(db, advice=RESTART_ADVICE) as storage:
-        study = optuna.load_study(study_name=study_name, storage=storage)
-        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        started_with = study.user_attrs.get("sweeper.tracking_uri")
-    return sorted(t.number for t in running if "duplicate_of" not in t.user_attrs), started_with
-
-
-def trial_points(db: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """Read-only, of a sweep's SQLite study (the one study it holds): each trial's number and point,
-    duplicate draws left out; one ConfigError line for a file that is not a readable sweep study."""
-    with reading(db, what="sweep study") as storage:
-        names = optuna.get_all_study_names(storage=storage)
-        if len(names) != 1:
-            raise ValueError(f"{len(names)} studies, a sweep's holds one")
-        trials = optuna.load_study(study_name=names[0], storage=storage).get_trials(deepcopy=False)
-    return [(t.number, dict(t.params)) for t in trials if "duplicate_of" not in t.user_attrs]
-
-
-def study_id(db: str | Path, study_name: str) -> int | None:
-    """The study's id in a sweep's SQLite file (its page is /dashboard/studies/ID); None if it has no
-    study of that name; a file that is not a readable study is one line (ConfigError)."""
-    with reading(db) as storage:
-        names = [s.study_name for s in storage.get_all_studies()]
-        return storage.get_study_id_from_name(study_name) if study_name in names else None
-
-
-def sweep_attrs(db: str | Path, study_name: str) -> dict[str, Any]:
-    """The study's own attributes (tracking URI, format...), read-only; {} where there is no study."""
-    if not Path(db).is_file():
-        return {}
-    with reading(db) as storage:
-        names = optuna.get_all_study_names(storage=storage)
-        return dict(optuna.load_study(study_name=study_name, storage=storage).user_attrs) if study_name in names else {}

@@ -7,6 +7,8 @@ is drawn, so Optuna's trials hold exactly the parameters that exist for them.
 
 from __future__ import annotations
 
+import math
+
 import os
 import stat
 import warnings
@@ -141,7 +143,7 @@ def contains(p: Param, value: Any) -> bool:
     """Whether the parameter `p` can take `value` (inside its range, on its step, among its choices)."""
     if isinstance(p, CategoricalParam):
         return any(value == c and type(value) is type(c) for c in p.choices) or value in p.choices
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
         return False
     if isinstance(p, IntParam) and value != int(value):
         return False
@@ -165,7 +167,7 @@ def sample_configs(spec: SearchSpace, source: str, n_random: int) -> list[dict[s
     names = param_names(spec.space)
     forced: list[dict[str, Any]] = list(baseline_points(spec, source))
     for _, p, name, cond in walk(spec.space, names):
-        values = p.choices if isinstance(p, CategoricalParam) else [p.low, _top(p)]
+        values = p.choices if isinstance(p, CategoricalParam) else [p.low, p.high]  # a step divides the range
         forced += [{**dict(cond), name: v} for v in values]
 
     if spec.searcher.sampler == "grid":  # small by construction: check every point
@@ -200,14 +202,6 @@ def random_points(spec: SearchSpace, n: int) -> list[dict[str, Any]]:
         points.append(dict(trial.params))
         study.tell(trial, 0.0)
     return points
-
-
-def _top(p: IntParam | FloatParam) -> float:
-    """The largest value the sampler can draw (the top of a stepped range may be unreachable)."""
-    if p.step is None or (isinstance(p, IntParam) and p.step == 1):
-        return p.high
-    n = int((p.high - p.low) // p.step)
-    return type(p.low)(p.low + n * p.step)
 
 
 def describe_space(spec) -> list[str]:

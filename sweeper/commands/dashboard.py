@@ -15,7 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from sweeper.adapters.optuna_ledger import study_id
+from sweeper.adapters.optuna_study import study_id
 from sweeper.commands.web_server import Server, check_address, exposure_warning, url_of
 from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
 from core.errors import ConfigError

@@ -82,7 +82,7 @@ def render(options: Options, spec, curves, rows: dict[str, list[dict]]) -> list[
     best = grid.ranked()[: options.top]
     lines = [f"replay of {options.file} ({written}, {spec.budget.num_samples} trials, {spec.budget.max_concurrent} at "
              f"once) on {curves.complete} curves at {len(grid.runs)} points"
-             + (f" ({curves.cut_short} cut short or without {spec.metric}: left out)" if curves.cut_short else "")
+             + (f" ({curves.cut_short} cut short, without {spec.metric} or at no point of the space: left out)" if curves.cut_short else "")
              + f"; {options.replays} replays each",
              f"best recorded point: {_point(grid, best[0])}: {spec.metric} {grid.final(best[0]):.3f}",
              "",

@@ -200,7 +200,7 @@ def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | 
     lines += ["", "## Parameter effect", "", "| parameter | kind | effect | best value |", "|---|---|---|---|",
               *parameter_effects(runs, metric, mode, ranges, kinds)]
     if sweep_dir is not None and (sweep_dir / OPTUNA_DB).exists():
-        from sweeper.adapters.optuna_ledger import study_id
+        from sweeper.adapters.optuna_study import study_id
         from sweeper.adapters.optuna_search import param_importances
 
         if study_id(sweep_dir / OPTUNA_DB, name) is not None:  # read-only: a damaged study is one line
@@ -250,7 +250,7 @@ def report_uri(cli_value: str | None, logged_to: str | None, default: str, study
 
 
 def run(options: Options) -> int:
-    from sweeper.adapters.optuna_ledger import sweep_attrs
+    from sweeper.adapters.optuna_study import sweep_attrs
     from sweeper.status import SPACE_FILE
     from sweeper.sweep_dir import find_sweep_dir
     from sweeper.tracking_uri import resolve_uri, uri_source

@@ -46,9 +46,9 @@ def list_sweeps(storage: str | None) -> int:
 
     from sweeper.commands.serve import status as service_status
 
-    from sweeper.service_link import service_dir
+    from sweeper.service_link import folder_info, service_dir
 
-    service_dir()  # a service folder that cannot be one is said before anything is listed
+    folder_info(service_dir())  # a service folder that cannot be one is said before anything is listed
     folder = storage or DEFAULT_STORAGE
     if is_uri(folder):
         raise ConfigError(f"--storage {cut(folder, 80)}: sweeps are listed from a local folder; name the sweep instead")

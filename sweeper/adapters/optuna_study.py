@@ -1,0 +1,115 @@
+"""A sweep's study read without a write: the checks of a resume and what the views and `replay` read.
+
+Each reader opens the SQLite file read-only (`read_only_url`: no table is created, no journal left
+beside it), and anything that fails while reading it (a damaged, empty or foreign file) is one
+ConfigError line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from sweeper.adapters.optuna_ledger import FORMAT, FORMAT_ATTR, storage_for
+from sweeper.adapters.optuna_search import read_only_url
+from sweeper.space import SearchSpace
+from trainables.config import ConfigError
+from core.errors import brief, cut
+
+RESTART_ADVICE = "; move it away, or pass --restart to start the sweep over"
+
+
+@contextmanager
+def reading(db: str | Path, what: str = "Optuna study", where: str | None = None,
+            advice: str = "") -> Iterator[optuna.storages.BaseStorage]:
+    """A sweep's SQLite study opened read-only; anything that fails while reading it (a damaged,
+    empty or foreign file) is one ConfigError line naming `where` (default: the file)."""
+    try:
+        yield storage_for(read_only_url(db))
+    except Exception as err:  # noqa: BLE001 - a damaged or foreign database: one line
+        raise ConfigError(f"{where or db}: not a readable {what} ({type(err).__name__}: {cut(str(err), 100)})"
+                          f"{advice}") from None
+
+
+def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
+    """One line when the study of a sweep folder is not this project's ledger of `spec`; read-only."""
+    with reading(db, where=where, advice=RESTART_ADVICE) as storage:
+        summaries = optuna.study.get_all_study_summaries(storage=storage)
+    mine = [s for s in summaries if s.study_name == spec.name]
+    if not mine:
+        raise ConfigError(f"{where}: holds no study `{spec.name}`; put the sweep's study back, or pass --restart")
+    version = mine[0].user_attrs.get(FORMAT_ATTR)
+    if version != FORMAT:
+        raise ConfigError(f"{where}: a sweep of folder format {version or 1} (this sweeper reads format {FORMAT}: "
+                          "the study is the ledger, each trial's folder its own); pass --restart to start it over, "
+                          "or finish it with the sweeper version that started it")
+
+
+def resume_facts(db: str | Path, study_name: str) -> tuple[list[int], str | None]:
+    """Read-only, of a checked ledger: the trials a resume continues (started, not ended, not a
+    duplicate draw), oldest first, and the tracking URI the sweep started with."""
+    with reading(db, advice=RESTART_ADVICE) as storage:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+        trials = study.get_trials(deepcopy=False)
+        started_with = study.user_attrs.get("sweeper.tracking_uri")
+        rows = storage.get_n_trials(storage.get_study_id_from_name(study_name))  # Optuna keeps one trial per number
+        bad = _bad_value(study.user_attrs, trials) or (f"{rows} trial rows hold {len(trials)} trial numbers (a number "
+                                                        "given twice)" if rows != len(trials) else None)
+    if bad:
+        raise ConfigError(f"{db}: {bad}; the study was changed outside the sweeper: put the sweep's own back, "
+                          "or pass --restart to start the sweep over")
+    running = [t for t in trials if t.state == TrialState.RUNNING and "duplicate_of" not in t.user_attrs]
+    return sorted(t.number for t in running), started_with
+
+
+NUMBER_ATTRS = ("rung.", "pre_rung.", "stopped_at", "paused_at", "duplicate_of")  # trial attributes that hold numbers
+
+
+def _bad_value(study_attrs: dict, trials: list) -> str | None:
+    """What in a study's attributes the sweeper could not read back (a number that is not one), or None."""
+    def number(value: Any) -> bool:  # what float() reads back (a rung may hold nan: a diverged trial)
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    for key in ("sweeper.started", "sweeper.elapsed_s"):
+        if key in study_attrs and not number(study_attrs[key]):
+            return f"study attribute {key} is {brief(study_attrs[key])}, not a number"
+    for t in trials:
+        for key, value in t.user_attrs.items():
+            if key.startswith(NUMBER_ATTRS) and not number(value):
+                return f"trial {t.number}'s attribute {cut(key, 40)} is {brief(value)}, not a number"
+            if key.startswith(("rung.", "pre_rung.")) and not key.split(".", 1)[1].isdigit():
+                return f"trial {t.number}'s attribute {cut(key, 40)} names no step"
+    return None
+
+
+def trial_points(db: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """Read-only, of a sweep's SQLite study (the one study it holds): each trial's number and point,
+    duplicate draws left out; one ConfigError line for a file that is not a readable sweep study."""
+    with reading(db, what="sweep study") as storage:
+        names = optuna.get_all_study_names(storage=storage)
+        if len(names) != 1:
+            raise ValueError(f"{len(names)} studies, a sweep's holds one")
+        trials = optuna.load_study(study_name=names[0], storage=storage).get_trials(deepcopy=False)
+    return [(t.number, dict(t.params)) for t in trials if "duplicate_of" not in t.user_attrs]
+
+
+def study_id(db: str | Path, study_name: str) -> int | None:
+    """The study's id in a sweep's SQLite file (its page is /dashboard/studies/ID); None if it has no
+    study of that name; a file that is not a readable study is one line (ConfigError)."""
+    with reading(db) as storage:
+        names = [s.study_name for s in storage.get_all_studies()]
+        return storage.get_study_id_from_name(study_name) if study_name in names else None
+
+
+def sweep_attrs(db: str | Path, study_name: str) -> dict[str, Any]:
+    """The study's own attributes (tracking URI, format...), read-only; {} where there is no study."""
+    if not Path(db).is_file():
+        return {}
+    with reading(db) as storage:
+        names = optuna.get_all_study_names(storage=storage)
+        return dict(optuna.load_study(study_name=study_name, storage=storage).user_attrs) if study_name in names else {}

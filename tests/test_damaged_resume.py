@@ -1,0 +1,100 @@
+"""A resume of a sweep folder damaged where the sweeper reads or writes it (a view or a trial's
+folder replaced by something else, a study row no sweeper wrote) is one line before Ray starts,
+and the storage is left byte for byte as it was: no lock file where there was none."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import sweeper_cmd, sweeper_env
+
+pytestmark = pytest.mark.integration
+ENV = sweeper_env()
+
+SPACE = """
+name: dmg
+fixed:
+  model: {d_model: 16, n_layers: 1, n_heads: 2}
+  eval: {n_sequences: 16, batch_size: 16}
+  optim: {batch_size: 16, warmup_steps: 5}
+space:
+  dat.switch_step: {type: int, low: 0, high: 40, step: 20}
+budget: {num_samples: 2, max_concurrent: 2, max_steps: 40, eval_every: 20}
+scheduler: {type: asha, grace_period: 20, reduction_factor: 2}
+searcher: {sampler: random, seed: 5}
+resources: {cpu: 1, gpu: 0}
+"""
+
+
+def _sql(statement: str):
+    def damage(sweep: Path) -> None:
+        with sqlite3.connect(sweep / "optuna.db") as db:
+            db.execute(statement)
+    return damage
+
+
+def _replace_with_folder(name: str):
+    def damage(sweep: Path) -> None:
+        (sweep / name).unlink()
+        (sweep / name).mkdir()
+    return damage
+
+
+def _replace_with_file(name: str):
+    def damage(sweep: Path) -> None:
+        shutil.rmtree(sweep / name)
+        (sweep / name).write_text("not a folder\n")
+    return damage
+
+
+DAMAGES = {
+    # name: (damage, text the line must contain)
+    "status_json_a_folder": (_replace_with_folder("status.json"), "status.json: a folder, not the sweep's view"),
+    "summary_json_a_folder": (_replace_with_folder("summary.json"), "summary.json: a folder, not the sweep's view"),
+    "a_trial_folder_a_file": (_replace_with_file("trials/t0000"), "t0000: a file, not the trial's folder"),
+    "the_trials_folder_a_file": (_replace_with_file("trials"), "trials: a file, not the folder of the sweep's trials"),
+    "elapsed_time_a_word": (_sql("update study_user_attributes set value_json = '\"abc\"' where key = 'sweeper.elapsed_s'"),
+                            "study attribute sweeper.elapsed_s is 'abc', not a number"),
+    "a_rung_value_a_word": (_sql("insert or replace into trial_user_attributes (trial_id, key, value_json) "
+                                 "values (1, 'rung.20', '\"x\"')"), "attribute rung.20 is 'x', not a number"),
+    "one_trial_number_twice": (_sql("update trials set number = 0 where trial_id = 2"), "a number given twice"),
+}
+
+
+def _files(top: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in top.rglob("*") if p.is_file()}
+
+
+def test_a_damaged_sweep_folder_is_refused_in_one_line_and_left_as_it_was(tmp_path):
+    space = tmp_path / "dmg.yaml"
+    space.write_text(SPACE)
+    r = subprocess.run(sweeper_cmd("launch", space, "--progress", "none"), cwd=tmp_path, env=ENV,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    made = tmp_path / "sweeps"
+    assert (made / "dmg" / "status.json").is_file() and (made / "dmg" / "trials" / "t0000").is_dir()
+    assert set(_sql_rows(made / "dmg")) >= {"sweeper.elapsed_s"}
+
+    for name, (damage, must) in DAMAGES.items():
+        storage = tmp_path / name
+        shutil.copytree(made, storage, symlinks=True)
+        damage(storage / "dmg")
+        (storage / ".dmg.lock").unlink()  # a copy without its lock file: the refusal must not make one
+        before = _files(storage)
+        r = subprocess.run(sweeper_cmd("launch", space, "--storage", storage, "--progress", "none"), cwd=tmp_path,
+                           env=ENV, capture_output=True, text=True, timeout=300)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and must in lines[0], (name, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and r.stdout == "", (name, r.stdout[-500:])
+        assert _files(storage) == before, f"{name}: the refused resume changed the storage"
+        assert not (storage / ".dmg.lock").exists(), f"{name}: the refused resume made a lock file"
+
+
+def _sql_rows(sweep: Path) -> list[str]:
+    with sqlite3.connect(f"file:{sweep / 'optuna.db'}?mode=ro", uri=True) as db:
+        return [key for (key,) in db.execute("select key from study_user_attributes")]
