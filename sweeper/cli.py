@@ -14,7 +14,7 @@ from typing import Callable, NoReturn
 
 from trainables.config import ConfigError, preset_names
 from core.errors import cut, one_line
-from sweeper.cli_types import cpus, experiment_name, port, positive_int, replay_count, sample_count, tolerance
+from sweeper.cli_types import cpus, experiment_name, folder, port, positive_int, replay_count, sample_count, tolerance
 from sweeper.sweep_dir import DEFAULT_STORAGE
 
 
@@ -68,7 +68,7 @@ def _add_replay(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", help="search-space YAML to try (search_spaces/*.yaml)")
     p.add_argument("--curves", action="append", required=True, metavar="SWEEP_OR_RECORD",
                    help="a sweep's name under --storage or its folder, or a record file (.json, .json.gz); repeatable")
-    p.add_argument("--storage", help=f"where named sweeps are (default ./{DEFAULT_STORAGE})")
+    p.add_argument("--storage", type=folder, help=f"where named sweeps are (default ./{DEFAULT_STORAGE})")
     p.add_argument("--replays", type=replay_count, default=100, help="replays per method (default 100; at most 10,000)")
     p.add_argument("--tolerance", type=tolerance, default=0.01, help="how close to the best counts as found (default 0.01)")
     p.add_argument("--top", type=positive_int, default=3, help="the best points whose stopped trials are counted (default 3)")
@@ -84,7 +84,7 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
                                    "line with the ETA elsewhere; Ctrl-C stops, the same command resumes.")
     p.add_argument("file", help="search-space YAML (search_spaces/*.yaml)")
     p.add_argument("--address", help="an existing Ray cluster: auto, or ray://HOST:10001 (default: a local Ray)")
-    p.add_argument("--storage", help=f"the folder of the sweep and its trials, one every node sees (default ./{DEFAULT_STORAGE})")
+    p.add_argument("--storage", type=folder, help=f"the folder of the sweep and its trials, one every node sees (default ./{DEFAULT_STORAGE})")
     p.add_argument("--shared-storage", action="store_true", help="confirm that a local --storage path is shared by all nodes")
     p.add_argument("--restart", action="store_true", help="delete the sweep's directory and start over")
     p.add_argument("--tracking-uri", help="MLflow tracking server (http://HOST:5000); default $MLFLOW_TRACKING_URI "
@@ -126,7 +126,7 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
                                    "`sweeper job status|logs|stop JOB` looks after it.")
     p.add_argument("file", nargs="?", help="search-space YAML to submit")
     p.add_argument("--address", help="the cluster's Ray dashboard, http://HEAD:8265 (default $RAY_ADDRESS)")
-    p.add_argument("--storage", help="the folder of the sweep and its trials: an absolute path every node of the cluster mounts")
+    p.add_argument("--storage", type=folder, help="the folder of the sweep and its trials: an absolute path every node of the cluster mounts")
     p.add_argument("--shared-storage", action="store_true", help="confirm that a --storage path is shared by all nodes")
     p.add_argument("--tracking-uri", help="MLflow server the cluster reaches (default $MLFLOW_TRACKING_URI)")
     p.add_argument("--experiment", type=experiment_name, help="MLflow experiment name (default: the sweep's name)")
@@ -160,7 +160,7 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name", nargs="?", help="the sweep's name (its directory under --storage), or a path to it; "
                                            "without it, every sweep under --storage and the sweep service's "
                                            "(exit 1: neither)")
-    p.add_argument("--storage", help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
+    p.add_argument("--storage", type=folder, help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
     p.add_argument("--watch", action="store_true", help="keep redrawing the live view until the sweep ends (Ctrl-C to stop)")
     p.add_argument("--every", type=positive_int, default=30, metavar="SECONDS",
                    help="with --watch away from a terminal: seconds between progress lines (default 30)")
@@ -173,7 +173,7 @@ def _add_dashboard(sub: argparse._SubParsersAction) -> None:
                                    "their parameters and states (ASHA-stopped trials are PRUNED), the "
                                    "intermediate values by training step, importances. Ctrl-C stops it.")
     p.add_argument("name", help="the sweep's name (its directory under --storage), or a path to it")
-    p.add_argument("--storage", help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
+    p.add_argument("--storage", type=folder, help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
     p.add_argument("--host", default="127.0.0.1", help="interface to serve on (default loopback only)")
     p.add_argument("--port", type=port, default=8080, help="port to serve on (default 8080)")
     p.set_defaults(func=verb("sweeper.commands.dashboard"))
@@ -182,7 +182,7 @@ def _add_dashboard(sub: argparse._SubParsersAction) -> None:
 def _add_report(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="compare a sweep's trials from MLflow: top trials, parameter effects, importances")
     p.add_argument("name", help="the sweep's name, or a path to its directory")
-    p.add_argument("--storage", help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
+    p.add_argument("--storage", type=folder, help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
     p.add_argument("--tracking-uri", help="default: the one the sweep logged to")
     p.add_argument("--experiment", help="MLflow experiment (default: the sweep's name)")
     p.add_argument("--top", type=positive_int, default=10, help="trials in the table (default 10)")

@@ -57,6 +57,13 @@ def tolerance(text: str) -> float:
     return value
 
 
+def folder(text: str) -> str:
+    """A folder's path, not empty (an empty one would quietly mean the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must name a folder, got {brief(text, 40)}")
+    return text
+
+
 def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity mask, which a container's cpuset narrows)."""
     try:

@@ -150,6 +150,7 @@ CLI_MISUSE = {
     "storage_unwritable": (["launch", SMOKE, "--storage", "/proc/sweeps"], "cannot write there"),
     "storage_under_a_file": (["launch", SMOKE, "--storage", "/etc/hostname/sweeps"], "--storage"),
     "storage_a_bucket": (["launch", SMOKE, "--storage", "s3://bucket/sweeps"], "a path every node sees"),
+    "storage_empty": (["launch", SMOKE, "--storage", ""], "--storage: must name a folder"),
     "tracking_folder_store": (["launch", SMOKE, "--tracking-uri", "file:/proc/mlruns"], "a folder store"),
     "tracking_blank": (["launch", SMOKE, "--tracking-uri", " "], "blank or with spaces around it"),
     "tracking_spaces_around": (["launch", SMOKE, "--tracking-uri", " sqlite:///m.db"], "blank or with spaces around it"),
