@@ -194,7 +194,7 @@ def test_a_killed_service_loses_nothing(tmp_path, service_dir):
     assert not _alive(pid)
     recorded = json.loads((tmp_path / "sweeps" / "a" / "ray_processes.json").read_text())["processes"]
     resumed = subprocess.run(sweeper_cmd("launch", a, "--in-process", "--progress", "none"), cwd=tmp_path, env=env,
-                             capture_output=True, text=True, timeout=400)
+                             capture_output=True, text=True, timeout=900)  # a loaded machine: the resume trains both trials
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "ended" in resumed.stderr and "earlier local Ray" in resumed.stderr  # the killed service's Ray
     assert not any(_alive(p["pid"]) for p in recorded)
