@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,17 +63,8 @@ def load_curves(sources: list[str], spec: SearchSpace, storage: str | None) -> C
 
 def _plain(params: dict, axes: tuple[str, ...]) -> bool:
     """Each searched value a string, a flag or a finite number (what a point of a space can be)."""
-    for axis in axes:
-        value = params.get(axis)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            try:
-                if not math.isfinite(float(value)):
-                    return False
-            except OverflowError:
-                return False
-        elif value is not None and not isinstance(value, (str, bool)):
-            return False
-    return True
+    return all(value is None or isinstance(value, (str, bool)) or finite(value) is not None
+               for value in (params.get(axis) for axis in axes))
 
 
 def _complete(reports: list[dict], spec: SearchSpace) -> bool:
@@ -87,7 +77,6 @@ def _complete(reports: list[dict], spec: SearchSpace) -> bool:
     if any(b <= a for a, b in zip(steps, steps[1:])) or steps[0] <= 0:
         return False
     return steps[-1] >= spec.budget.max_steps or bool(reports[-1].get("diverged"))
-
 
 
 def _read(source: str, storage: str | None) -> list[tuple[dict, list[dict]]]:

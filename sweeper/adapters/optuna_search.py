@@ -8,7 +8,6 @@ is drawn, so Optuna's trials hold exactly the parameters that exist for them.
 from __future__ import annotations
 
 import math
-
 import os
 import stat
 import warnings
