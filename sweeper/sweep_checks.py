@@ -172,7 +172,8 @@ def check_layout(sweep_dir: Path) -> None:
     from sweeper.status import STATUS_FILE, SUMMARY_FILE
 
     def kind(path: Path) -> str:
-        return "a link" if path.is_symlink() else "a folder" if path.is_dir() else "not a plain file"
+        return ("a link" if path.is_symlink() else "a folder" if path.is_dir() else "a file" if path.is_file()
+                else "not a plain file")
 
     for view in (STATUS_FILE, SUMMARY_FILE):
         path = sweep_dir / view
@@ -182,11 +183,11 @@ def check_layout(sweep_dir: Path) -> None:
     if not os.path.lexists(trials):
         return
     if trials.is_symlink() or not trials.is_dir():
-        raise SpaceError(f"{trials}: {'a link' if trials.is_symlink() else 'a file'}, not the folder of the sweep's "
+        raise SpaceError(f"{trials}: {kind(trials)}, not the folder of the sweep's "
                          "trials; put that folder back, or pass --restart to start the sweep over")
     for entry in trials.iterdir():
         if TRIAL_NAME.fullmatch(entry.name) and (entry.is_symlink() or not entry.is_dir()):
-            raise SpaceError(f"{entry}: {'a link' if entry.is_symlink() else 'a file'}, not the trial's folder; put "
+            raise SpaceError(f"{entry}: {kind(entry)}, not the trial's folder; put "
                              "that folder back, or pass --restart to start the sweep over")
 
 
