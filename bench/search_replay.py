@@ -391,7 +391,7 @@ def method_table(grid: Grid, results: dict) -> list[str]:
 
 
 def write(grid: Grid, results: dict, taus: list[dict], args, seeds_per_point: list[int], out: Path,
-          shipped: dict | None = None, held: dict | None = None, wall: float = 0.0, default: str | None = None) -> None:
+          shipped: dict | None, held: dict | None, wall: float, default: str) -> None:
     lines = method_table(grid, results)
     tau_lines = ["| rung | runs before switch + margin | tau before (acc_3x) | " + " | ".join(f"tau before ({s})" for s in SIGNALS)
                  + " | runs after | tau after (acc_3x) |", "|---|---|---|" + "---|" * len(SIGNALS) + "---|---|"]
@@ -439,7 +439,7 @@ def write(grid: Grid, results: dict, taus: list[dict], args, seeds_per_point: li
         "",
         *rule_applied(results),
         "",
-        *targets(results, default or shipped_method()),
+        *targets(results, default),
         "",
         *shipped_lines(shipped, args.seeds),
         "",
@@ -461,7 +461,7 @@ def write(grid: Grid, results: dict, taus: list[dict], args, seeds_per_point: li
                                                     "wall_s": round(wall, 1), "n_boot": N_BOOT, "results": kept,
                                                     "taus": taus, "shipped_space": shipped, "held_out": held_kept},
                                                    indent=1, default=str))
-    plot(grid, results, out, default or shipped_method())
+    plot(grid, results, out, default)
     print("\n".join(md))
 
 
