@@ -10,6 +10,7 @@ curve grid is (experiments/curve_grid.py): resumable, exported as runs finish.
     python -m experiments.adaptive_grid run [--concurrent 2]   # train the missing cells, export as they finish
     python -m experiments.adaptive_grid export                 # copy finished runs into the data file
     python -m experiments.adaptive_grid status                 # cells recorded / planned
+    python -m experiments.adaptive_grid report                 # its own question: docs/results/adaptive_grid.{md,png}
 """
 
 from __future__ import annotations
@@ -65,8 +66,103 @@ def grid() -> CurveGrid:
         "design": "the confirmation set of docs/results/search_efficiency.md's design rule"}, cell_of)
 
 
+REPORT = ROOT / "docs" / "results" / "adaptive_grid"
+
+
+def point_name(cell: dict) -> str:
+    """A point as a reader names it: joint, the fixed switch, or a criterion and its parameter."""
+    if cell["dat.mode"] == "none":
+        return "joint (attention on from step 0)"
+    if cell["dat.mode"] == "fixed":
+        return f"fixed switch {FIXED['dat']['switch_step']}"
+    criterion = cell["dat.criterion"]
+    if criterion == "state_acc":
+        return f"state_acc, threshold {cell['dat.acc_threshold']:g}"
+    if criterion == "loss_plateau":
+        return f"loss_plateau, patience {cell['dat.patience']}, delta {cell['dat.plateau_delta']:g}"
+    return f"grad_norm, ratio {cell['dat.grad_ratio']:g}"
+
+
+def report() -> str:
+    """The grid's own question, per training seed: each criterion's switch step and final acc_3x
+    beside the fixed switch and joint training, per curriculum and learning rate (table and picture)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    g = grid()
+    final = {g.key(r["params"]): r["reports"][-1] for r in g.load()["runs"]}
+    points = [{**DEFAULTS, **p} for p in POINTS]
+    lines = ["# Can an adaptive criterion decide the switch? The held-out curve grid", "",
+             f"`python -m experiments.adaptive_grid report` from `{DATA.relative_to(ROOT)}` ({len(final)} of "
+             f"{len(cells())} runs recorded). search_spaces/adaptive_switch.yaml's criteria at the thresholds below, the "
+             f"fixed switch at {FIXED['dat']['switch_step']} and joint training, each {switch_grid.MAX_STEPS} steps with "
+             f"the switch grid's model; a criterion may fire from step {FIXED['dat']['min_step']} and must by "
+             f"{FIXED['dat']['max_step']}. Training seeds {' and '.join(map(str, SEEDS))} (used by nothing before), "
+             f"evaluation seed {EVAL_SEED}. Cells: `seed {SEEDS[0]} / seed {SEEDS[1]}`; `-`: not recorded.", "",
+             f"**Descriptive.** Two training seeds per cell and no rule registered for this comparison: a gap "
+             "smaller than the two seeds' spread is not resolved, and the best of 11 adaptive settings, picked "
+             "after the fact, is biased upward against the one fixed switch. This set was recorded to confirm "
+             "the search benchmark's design rule (docs/results/search_efficiency.md); the question is a lead here.",
+             ""]
+    fig, axes = plt.subplots(1, len(switch_grid.LEARNING_RATES), figsize=(7 * len(switch_grid.LEARNING_RATES), 5),
+                             sharey=True, squeeze=False)
+    for ax, lr in zip(axes[0], switch_grid.LEARNING_RATES):
+        lines += [f"## learning rate {lr:g}", "",
+                  "| point | " + " | ".join(f"curriculum {c}: switch step | curriculum {c}: final acc_3x | mean"
+                                           for c in switch_grid.STATE_ONLY_STEPS) + " |",
+                  "|---|" + "---|---|---|" * len(switch_grid.STATE_ONLY_STEPS)]
+        for i, point in enumerate(points):
+            cols = []
+            for c, colour in zip(switch_grid.STATE_ONLY_STEPS, ("C0", "C1")):
+                runs = [final.get(g.key({**point, "curriculum.state_only_steps": c, "optim.lr": lr, "seed": s})) for s in SEEDS]
+                done = [r["acc_3x"] for r in runs if r is not None]
+                cols += [" / ".join("-" if r is None else f"{r['switch_step']:.0f}" for r in runs),
+                         " / ".join("-" if r is None else f"{r['acc_3x']:.3f}" for r in runs),
+                         f"{sum(done) / len(done):.3f}" if done else "-"]
+                ax.plot([i] * len(done), done, "o", ms=4, color=colour, alpha=0.7,
+                        label=f"curriculum {c}" if i == 0 and done else None)
+            lines.append(f"| {point_name(point)} | " + " | ".join(cols) + " |")
+        lines += ["", *summary(final, points, lr), ""]
+        ax.set_xticks(range(len(points)), [point_name(p) for p in points], rotation=70, ha="right", fontsize=7)
+        ax.set_title(f"lr {lr:g}")
+        ax.grid(alpha=0.3)
+        if ax.has_data():
+            ax.legend(fontsize=7)
+    axes[0][0].set_ylabel(f"final acc_3x (step {switch_grid.MAX_STEPS}), per training seed")
+    fig.tight_layout()
+    fig.savefig(REPORT.with_suffix(".png"), dpi=100)
+    lines += [f"![final acc_3x per point and training seed]({REPORT.name}.png)", ""]
+    text = "\n".join(lines)
+    REPORT.with_suffix(".md").write_text(text)
+    return text
+
+
+def summary(final: dict, points: list[dict], lr: float) -> list[str]:
+    """Per curriculum: the fixed switch, joint, and the best adaptive point (by its mean), seed by seed."""
+    g = grid()
+    out = []
+    for c in switch_grid.STATE_ONLY_STEPS:
+        def values(point: dict) -> list[float] | None:
+            runs = [final.get(g.key({**point, "curriculum.state_only_steps": c, "optim.lr": lr, "seed": s})) for s in SEEDS]
+            return None if None in runs else [r["acc_3x"] for r in runs]
+
+        fixed, joint = values(points[1]), values(points[0])
+        adaptive = [(p, v) for p in points[2:] if (v := values(p)) is not None]
+        if fixed is None or joint is None or not adaptive:
+            continue
+        best, best_v = max(adaptive, key=lambda pv: sum(pv[1]))
+        beat = sum(sum(v) > sum(fixed) for _, v in adaptive)
+        per_seed = ", ".join(f"{b - f:+.3f}" for b, f in zip(best_v, fixed))
+        out.append(f"- curriculum {c}: fixed switch {' / '.join(f'{v:.3f}' for v in fixed)}, joint "
+                   f"{' / '.join(f'{v:.3f}' for v in joint)}; {beat} of {len(adaptive)} adaptive settings have a higher "
+                   f"mean than the fixed switch; the best, {point_name(best)}, differs from it by {per_seed} (per seed).")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    return curve_grid.main(grid(), argv, "python -m experiments.adaptive_grid", __doc__.splitlines()[0])
+    return curve_grid.main(grid(), argv, "python -m experiments.adaptive_grid", __doc__.splitlines()[0], report)
 
 
 if __name__ == "__main__":
