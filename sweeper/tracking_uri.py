@@ -10,6 +10,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import sqlite3
 import threading
 import urllib.error
@@ -246,7 +247,9 @@ def reason(err: BaseException, uri: str) -> str:
     except ValueError:
         password = ""
     for secret in {password, urllib.parse.unquote(password)} - {""}:
-        text = text.replace(secret, "***")
+        # a short password would also match inside words ("a" in "connection refused"): there, only whole tokens
+        pattern = re.escape(secret) if len(secret) >= 6 else rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])"
+        text = re.sub(pattern, "***", text)
     return text
 
 

@@ -57,6 +57,21 @@ def test_a_database_password_is_not_shown_from_the_environment_either(tmp_path):
     assert PASSWORD not in line
 
 
+REFUSED = 'connection to server at "127.0.0.1", port 5 failed: Connection refused'
+
+
+@pytest.mark.parametrize("password, error, shown", [
+    ("e", REFUSED, REFUSED),  # a one-letter password is no token of it: its words stay whole
+    ("e", "authentication failed for user sweeper (password e)", "authentication failed for user sweeper (password ***)"),
+    ("longsecret", "login longsecretX refused", "login ***X refused"),  # a long one is hidden anywhere
+    ("p%40ss", "authentication failed: p@ss", "authentication failed: ***"),  # as the driver saw it, unquoted
+])
+def test_an_error_keeps_its_words_and_loses_the_password(password, error, shown):
+    from sweeper.tracking_uri import reason
+
+    assert reason(RuntimeError(error), f"postgresql://sweeper:{password}@127.0.0.1:5/mlflow") == shown
+
+
 @pytest.fixture
 def web_server(tmp_path_factory):
     """`python -m http.server` on a free port, serving a folder of the test's; yields (url, folder)."""
