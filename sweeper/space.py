@@ -109,6 +109,8 @@ class CategoricalParam(_Frozen):
     def _check(self) -> "CategoricalParam":
         if len(set(map(repr, self.choices))) != len(self.choices):
             raise ValueError(f"choices must be distinct, got {brief(self.choices)}")
+        if len(set(self.choices)) != len(self.choices):  # Optuna finds a choice by ==: true would stand for 1
+            raise ValueError(f"choices must differ in value, not only in type (true == 1 == 1.0), got {brief(self.choices)}")
         for key in self.when:
             if not any(key == c and type(key) is type(c) for c in self.choices):
                 raise ValueError(f"`when` key {brief(key)} is not one of the choices {brief(self.choices)}")

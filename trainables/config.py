@@ -287,6 +287,8 @@ def format_validation_error(err: ValidationError, source: str, hide: tuple[str, 
     msg = first["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
     if first["type"] == "extra_forbidden":
         msg = "unknown key"
+    elif first["type"] == "missing":  # its input is the mapping around the key: not worth showing
+        msg = "required"
     elif first["type"] != "value_error" and "input" in first:
         msg = f"{cut(msg, 120)}, got {brief(first['input'])}"
     more = len(err.errors()) - 1
