@@ -35,6 +35,24 @@ def sweeper_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "sweeper.cli", *map(str, args)]
 
 
+def tiny_space(name: str, *, switch_high: int, switch_step: int, samples: int, max_steps: int | str, eval_every: int,
+               scheduler: str, seed: int) -> str:
+    """A space file of the smallest model, searching only the switch step: the sweep tests' workload."""
+    return f"""
+name: {name}
+fixed:
+  model: {{d_model: 16, n_layers: 1, n_heads: 2}}
+  eval: {{n_sequences: 16, batch_size: 16}}
+  optim: {{batch_size: 16, warmup_steps: 5}}
+space:
+  dat.switch_step: {{type: int, low: 0, high: {switch_high}, step: {switch_step}}}
+budget: {{num_samples: {samples}, max_concurrent: 2, max_steps: {max_steps}, eval_every: {eval_every}}}
+scheduler: {scheduler}
+searcher: {{sampler: random, seed: {seed}}}
+resources: {{cpu: 1, gpu: 0}}
+"""
+
+
 @pytest.fixture
 def run_sweeper(tmp_path):
     """Run `sweeper ARGS` in tmp_path (so ./sweeps and ./mlflow.db land there)."""

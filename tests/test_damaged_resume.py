@@ -11,24 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import sweeper_cmd, sweeper_env
+from tests.conftest import sweeper_cmd, sweeper_env, tiny_space
 
 pytestmark = pytest.mark.integration
 ENV = sweeper_env()
 
-SPACE = """
-name: dmg
-fixed:
-  model: {d_model: 16, n_layers: 1, n_heads: 2}
-  eval: {n_sequences: 16, batch_size: 16}
-  optim: {batch_size: 16, warmup_steps: 5}
-space:
-  dat.switch_step: {type: int, low: 0, high: 40, step: 20}
-budget: {num_samples: 2, max_concurrent: 2, max_steps: 40, eval_every: 20}
-scheduler: {type: asha, grace_period: 20, reduction_factor: 2}
-searcher: {sampler: random, seed: 5}
-resources: {cpu: 1, gpu: 0}
-"""
+SPACE = tiny_space("dmg", switch_high=40, switch_step=20, samples=2, max_steps=40, eval_every=20,
+                   scheduler="{type: asha, grace_period: 20, reduction_factor: 2}", seed=5)
 
 
 def _sql(statement: str):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, free_port, sweeper_cmd
+from conftest import ROOT, free_port, sweeper_cmd, tiny_space
 from test_mlflow_ui import browser, wait_for_text  # noqa: F401 - the fixture
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -89,19 +89,8 @@ def test_the_dashboard_shows_the_study_its_trials_and_intermediate_values(dashbo
 
 
 NOTE_SHOT = os.environ.get("SWEEPER_DASHBOARD_NOTE_SCREENSHOT")  # set to also save it, e.g. docs/optuna_dashboard_note.png
-CUT_SPACE = """
-name: cut
-fixed:
-  model: {d_model: 16, n_layers: 1, n_heads: 2}
-  eval: {n_sequences: 16, batch_size: 16}
-  optim: {batch_size: 16, warmup_steps: 5}
-space:
-  dat.switch_step: {type: int, low: 0, high: 200, step: 50}
-budget: {num_samples: 2, max_concurrent: 2, max_steps: 2000, eval_every: 20}
-scheduler: {type: fifo}
-searcher: {sampler: random, seed: 3}
-resources: {cpu: 1, gpu: 0}
-"""
+CUT_SPACE = tiny_space("cut", switch_high=200, switch_step=50, samples=2, max_steps=2000, eval_every=20,
+                       scheduler="{type: fifo}", seed=3)
 
 
 @pytest.mark.integration

@@ -12,7 +12,7 @@ import subprocess
 import optuna
 import pytest
 
-from tests.conftest import sweeper_cmd, sweeper_env
+from tests.conftest import sweeper_cmd, sweeper_env, tiny_space
 
 pytestmark = pytest.mark.integration
 ENV = sweeper_env()
@@ -21,19 +21,8 @@ ENV = sweeper_env()
 # cue of sweeper/faults.py): with reports every 20 steps, no trial can be past step 120 then, far
 # below ASHA's first rung, whatever the machine's speed.
 MAX_STEPS, RUNG = 400, 200
-SPACE = """
-name: intr
-fixed:
-  model: {d_model: 16, n_layers: 1, n_heads: 2}
-  eval: {n_sequences: 16, batch_size: 16}
-  optim: {batch_size: 16, warmup_steps: 5}
-space:
-  dat.switch_step: {type: int, low: 0, high: 200, step: 50}
-budget: {num_samples: 3, max_concurrent: 2, max_steps: @MAX_STEPS, eval_every: 20}
-scheduler: {type: asha, grace_period: @RUNG, reduction_factor: 2}
-searcher: {sampler: random, seed: 3}
-resources: {cpu: 1, gpu: 0}
-""".replace("@MAX_STEPS", str(MAX_STEPS)).replace("@RUNG", str(RUNG))
+SPACE = tiny_space("intr", switch_high=200, switch_step=50, samples=3, max_steps=MAX_STEPS, eval_every=20,
+                   scheduler=f"{{type: asha, grace_period: {RUNG}, reduction_factor: 2}}", seed=3)
 
 
 def _status(tmp_path) -> dict:

@@ -9,24 +9,13 @@ import subprocess
 
 import pytest
 
-from tests.conftest import sweeper_cmd, sweeper_env
+from tests.conftest import sweeper_cmd, sweeper_env, tiny_space
 
 pytestmark = pytest.mark.integration
 ENV = sweeper_env()
 
-SPACE = """
-name: lost
-fixed:
-  model: {d_model: 16, n_layers: 1, n_heads: 2}
-  eval: {n_sequences: 16, batch_size: 16}
-  optim: {batch_size: 16, warmup_steps: 5}
-space:
-  dat.switch_step: {type: int, low: 0, high: 40, step: 20}
-budget: {num_samples: 3, max_concurrent: 2, max_steps: 80, eval_every: 20}
-scheduler: {type: asha, grace_period: 20, reduction_factor: 2}
-searcher: {sampler: random, seed: 5}
-resources: {cpu: 1, gpu: 0}
-"""
+SPACE = tiny_space("lost", switch_high=40, switch_step=20, samples=3, max_steps=80, eval_every=20,
+                   scheduler="{type: asha, grace_period: 20, reduction_factor: 2}", seed=5)
 
 
 def _statuses(sweep_dir) -> dict[str, tuple[str, int]]:

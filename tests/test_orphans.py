@@ -12,24 +12,13 @@ import time
 
 import pytest
 
-from tests.conftest import ray_left_running, sweeper_cmd, sweeper_env
+from tests.conftest import ray_left_running, sweeper_cmd, sweeper_env, tiny_space
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 ENV = sweeper_env()
 
-SPACE = """
-name: orph
-fixed:
-  model: {d_model: 16, n_layers: 1, n_heads: 2}
-  eval: {n_sequences: 16, batch_size: 16}
-  optim: {batch_size: 16, warmup_steps: 5}
-space:
-  dat.switch_step: {type: int, low: 0, high: 100, step: 50}
-budget: {num_samples: 2, max_concurrent: 2, max_steps: 300, eval_every: 50}
-scheduler: {type: fifo}
-searcher: {sampler: random, seed: 1}
-resources: {cpu: 1, gpu: 0}
-"""
+SPACE = tiny_space("orph", switch_high=100, switch_step=50, samples=2, max_steps=300, eval_every=50,
+                   scheduler="{type: fifo}", seed=1)
 
 
 def test_the_next_launch_ends_a_sigkilled_drivers_ray(tmp_path):
