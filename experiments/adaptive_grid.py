@@ -102,7 +102,7 @@ def report() -> str:
              f"{FIXED['dat']['max_step']}. Training seeds {' and '.join(map(str, SEEDS))} (used by nothing before), "
              f"evaluation seed {EVAL_SEED}. Cells: `seed {SEEDS[0]} / seed {SEEDS[1]}`; `-`: not recorded.", "",
              f"**Descriptive.** Two training seeds per cell and no rule registered for this comparison: a gap "
-             "smaller than the two seeds' spread is not resolved, and the best of 11 adaptive settings, picked "
+             f"smaller than the two seeds' spread is not resolved, and the best of {len(POINTS) - 2} adaptive settings, picked "
              "after the fact, is biased upward against the one fixed switch. This set was recorded to confirm "
              "the search benchmark's design rule (docs/results/search_efficiency.md); the question is a lead here.",
              ""]
