@@ -65,6 +65,12 @@ def cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 
+def printable(text: str, keep: str = "") -> str:
+    """`text` without control characters (terminal escapes, NUL, line breaks but those in `keep`):
+    what another process sent, made safe to print."""
+    return "".join(c for c in str(text) if c.isprintable() or c in keep)
+
+
 def short_path(path, limit: int = 100) -> str:
     """A file name for an error line: the end of a long path, which names the file."""
     text = " ".join(str(path).split())

@@ -9,8 +9,9 @@ else of its caller: not the process's working folder, umask or environment.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -19,6 +20,7 @@ from sweeper.tracking_uri import resolve_uri, uri_source
 from core.errors import ConfigError, brief
 
 MAX_FIELD = 4096  # characters of a path or URI in a request
+TrackingSource = Literal["--tracking-uri", "$MLFLOW_TRACKING_URI", "the default tracking URI"]  # tracking_uri.uri_source
 
 
 class SweepRequest(BaseModel):
@@ -29,7 +31,7 @@ class SweepRequest(BaseModel):
     file: str  # the search-space file, absolute
     storage: str  # the folder of the sweep's folder (absolute), or a URI (refused by the checks)
     tracking_uri: str  # MLflow's store, a relative SQLite or file path made absolute
-    tracking_source: str = "--tracking-uri"  # where the URI came from, as an error line names it
+    tracking_source: TrackingSource = "--tracking-uri"  # where the URI came from, as an error line names it
     experiment: str | None = None  # MLflow experiment (default: the sweep's name)
     restart: bool = False
     address: str | None = None  # an existing Ray cluster; None: local
@@ -139,3 +141,14 @@ def current_umask() -> int:
     old = os.umask(0o022)
     os.umask(old)
     return old
+
+
+def launch_origin(message: Mapping[str, Any]) -> tuple[str, str]:
+    """An attached launch's `code` (the hash of its checkout's modules) and `root` (that checkout),
+    checked: a service acts on them (runs the sweep, refers it back, or restarts on new code)."""
+    code, root = message.get("code"), message.get("root")
+    if not isinstance(code, str) or not re.fullmatch(r"[0-9a-f]{16}", code):
+        raise ConfigError(f"launch request: code: must be the 16 hex digits of a checkout's code hash, got {brief(code, 40)}")
+    if not isinstance(root, str) or not root or len(root) > MAX_FIELD or "\0" in root or not os.path.isabs(root):
+        raise ConfigError(f"launch request: root: must be the absolute path of a checkout, got {brief(root, 60)}")
+    return code, root

@@ -26,6 +26,7 @@ service's own lines go to its log (`logging`).
 from __future__ import annotations
 
 import argparse
+import errno
 import fcntl
 import json
 import logging
@@ -42,16 +43,16 @@ from sweeper.events import Event, Running, Say
 from sweeper.faults import Faults
 from sweeper.local_ray import LATE_NOTE, loopback_only
 from sweeper.lock import open_lock_file
-from sweeper.request import SweepRequest
-from sweeper.service_session import FIRST_REQUEST_S, LaunchSink, Served, reply_error, watch_client
+from sweeper.request import SweepRequest, launch_origin
+from sweeper.service_session import FIRST_REQUEST_S, LaunchSink, Served, reply_error, say_alive, watch_client
 from sweeper.sweep import Sweep, SweepHost
-from sweeper.service_link import (LOG, SOCKET, STATE, Messages, code_hash, ensure_private_dir, peer,
-                                  project_root, read_state, send, service_dir)
+from sweeper.service_link import (LOCK, LOG, SOCKET, STATE, Messages, a_pid, check_entries, code_hash,
+                                  ensure_private_dir, listen, peer, project_root, read_state, send, service_dir)
 from core.files import write_atomic
 from core.errors import ConfigError, brief, cut, one_line
 
-LOCK = "service.lock"
 JOIN_S = 120.0  # at the end, how long each sweep may take to write itself down
+BUSY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED}
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ log = logging.getLogger(__name__)
 class Service:
     def __init__(self, directory: Path, workers: int):
         self.dir = ensure_private_dir(directory)
+        check_entries(self.dir)  # a folder or link where its socket, state or log goes: one line, before Ray
         self.lock = self._take_lock()
         ended = orphans.end_orphans(self.dir)  # a SIGKILLed service's Ray: ours to end now
         if ended:
@@ -68,6 +70,7 @@ class Service:
         self.sweeps_lock = threading.Lock()
         self.ending = threading.Event()
         self.restart = False
+        self.busy_noted = -60.0
         Faults.from_env()  # $SWEEPER_FAULT: each sweep kills the service on cue (tests/faults/); a bad value refused now
 
         if not loopback_only():
@@ -80,7 +83,7 @@ class Service:
         self.workers = start_workers(workers)
         orphans.record(self.dir)
         self.started = time.time()
-        self.listener = self._listen()
+        self.listener = listen(self.dir)
         self._write_state()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self._stop_everything())
@@ -99,21 +102,10 @@ class Service:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.close()
-            pid = read_state(self.dir).get("pid", "?")  # {} for a state file cut short or damaged
-            raise ConfigError(f"a sweep service already runs for this user (pid {cut(str(pid), 20)}, {self.dir}); "
+            pid = a_pid(read_state(self.dir).get("pid")) or "?"  # a state file cut short or damaged says nothing
+            raise ConfigError(f"a sweep service already runs for this user (pid {pid}, {self.dir}); "
                               "`sweeper serve --status` shows it, `sweeper serve --stop` stops it") from None
         return f
-
-    def _listen(self) -> socket.socket:
-        path = self.dir / SOCKET
-        if path.exists() or path.is_symlink():
-            path.unlink()  # a killed service's socket: nothing answers on it (we hold the service's lock)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(path))  # in the service's 0700 folder: nobody else reaches it before the chmod
-        os.chmod(path, 0o600)  # only this user may connect
-        listener.listen(16)
-        listener.settimeout(0.5)
-        return listener
 
     def _write_state(self) -> None:
         state = {"pid": os.getpid(), "started": self.started, "code": self.code, "workers": len(self.workers),
@@ -129,12 +121,23 @@ class Service:
                 conn, _ = self.listener.accept()
             except (TimeoutError, socket.timeout):
                 continue
-            except OSError:
+            except OSError as err:
                 if self.ending.is_set():
                     break
-                raise
+                if err.errno not in BUSY_ERRNOS:
+                    raise
+                self._note_busy(err)  # out of descriptors or memory: the waiting clients are taken later
+                time.sleep(0.2)
+                continue
             threading.Thread(target=self._answer, args=(conn,), name="sweeper-service-conn", daemon=True).start()
         return self._end()
+
+    def _note_busy(self, err: OSError) -> None:
+        """One log line a minute while connections cannot be taken (each would otherwise be one)."""
+        now = time.monotonic()
+        if now - self.busy_noted >= 60:
+            self.busy_noted = now
+            log.warning(f"cannot take a connection now ({err.strerror}); the waiting ones are taken once there is room")
 
     def _answer(self, conn: socket.socket) -> None:
         with conn:
@@ -179,14 +182,15 @@ class Service:
 
     def _launch(self, conn: socket.socket, message: dict, rest) -> None:
         request = SweepRequest.from_message(message)
+        code, root = launch_origin(message)
         if request.address is not None:  # its trials would train on this service's Ray, not there
             raise ConfigError(f"address {cut(request.address, 80)}: the service runs sweeps on its own Ray; "
                               "`sweeper launch --in-process --address ...` joins a cluster")
-        if message.get("root") != project_root():
+        if root != project_root():
             send(conn, {"stale": f"the sweep service runs the checkout at {project_root()}, this launch is from "
-                                 f"{cut(str(message.get('root')), 120)}: it runs in its own process"})
+                                 f"{cut(root, 120)}: it runs in its own process"})
             return
-        if message.get("code") != self.code:
+        if code != self.code:
             with self.sweeps_lock:
                 busy = bool(self.sweeps)
             if busy:
@@ -207,6 +211,8 @@ class Service:
         with self.sweeps_lock:
             self.sweeps[me] = served
         reader.start()
+        ended = threading.Event()
+        threading.Thread(target=say_alive, args=(sink, ended), name="sweeper-service-alive", daemon=True).start()
         code = 1
         try:
             host = SweepHost(served.stop, self.workers, lambda: self._running(but=me))
@@ -225,6 +231,7 @@ class Service:
         finally:
             with self.sweeps_lock:
                 self.sweeps.pop(me, None)
+            ended.set()
             sink.send({"exit": code})
             log.info(f"sweep {served.name}: ended with {code}")
 
@@ -258,7 +265,7 @@ class Service:
                 if not self.sweeps:
                     break
             time.sleep(0.1)
-        for name in (SOCKET, STATE):
+        for name in (STATE, SOCKET):  # a socket without its state file: a service ending, not one gone astray
             try:
                 (self.dir / name).unlink()
             except OSError:

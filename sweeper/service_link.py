@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from core.errors import ConfigError, cut
+from core.errors import ConfigError, cut, printable
 
-SOCKET, STATE, LOG = "service.sock", "service.json", "service.log"
+SOCKET, STATE, LOG, LOCK = "service.sock", "service.json", "service.log", "service.lock"
 MAX_MESSAGE = 1 << 20
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 
@@ -74,21 +74,55 @@ def ensure_private_dir(path: Path) -> Path:
     return path
 
 
-def _is_ours(path: Path) -> bool:
+KINDS = {SOCKET: ("a socket", stat.S_ISSOCK), STATE: ("a file", stat.S_ISREG), LOG: ("a file", stat.S_ISREG)}
+
+
+def check_entries(directory: Path) -> None:
+    """Each of the service's files in its folder is absent, this user's and of its kind (never a link,
+    a folder in a file's place, or a socket open to others): one line naming it otherwise."""
+    for name, (kind, is_kind) in KINDS.items():
+        try:
+            info = os.lstat(directory / name)
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise ConfigError(f"{directory / name}: cannot be read ({err.strerror or err}); remove it") from None
+        if not is_kind(info.st_mode) or stat.S_ISLNK(info.st_mode):
+            raise ConfigError(f"{cut(str(directory / name), 160)}: not {kind} (a link or a folder in its place?); the "
+                              "service's own file goes there: remove it")
+        if info.st_uid != os.getuid() or (name == SOCKET and info.st_mode & 0o077):  # the folder keeps the files
+            raise ConfigError(f"{cut(str(directory / name), 160)}: not this user's alone (owner {info.st_uid}, mode "
+                              f"{stat.S_IMODE(info.st_mode):o}); remove it, or `chmod 600` it if it is yours")
+
+
+def lock_held(directory: Path) -> bool:
+    """Whether a service holds its folder's lock (it runs, or is starting or ending); read-only."""
+    import fcntl
+
     try:
-        info = os.lstat(path)
+        fd = os.open(directory / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return False
-    return stat.S_ISSOCK(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 ANSWER_S = 20.0  # a running service takes a connection and answers a request within this
+ALIVE_S = 10.0  # while it runs an attached launch's sweep, the service says it is alive this often
+SILENT_S = 6 * ALIVE_S  # an attached launch that hears nothing for this long says the service does not answer
 
 
 def unresponsive(directory: Path, what: str, timeout_s: float = ANSWER_S) -> ConfigError:
     return ConfigError(f"the sweep service at {cut(str(directory), 120)} {what} within {timeout_s:.0f} s (stopped, or "
-                       "overloaded): `sweeper serve --status` says how it stands; `sweeper launch --in-process` runs "
-                       "a sweep in its own process")
+                       f"overloaded; its pid is in {STATE}, its log {LOG}); `sweeper launch --in-process` runs a sweep "
+                       "in its own process")
 
 
 def folder_info(directory: Path) -> os.stat_result | None:
@@ -114,8 +148,17 @@ def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socke
     info = folder_info(directory)
     if info is None:
         return None
-    if info.st_uid != os.getuid() or info.st_mode & 0o077 or not _is_ours(path):
-        return None  # not this user's alone: never talk to it
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        ensure_private_dir(directory)  # its line: a link, another user's, or open to others; never talked to
+    if not os.path.lexists(path):
+        if lock_held(directory) and os.path.lexists(directory / STATE):  # serving, yet its socket is gone
+            pid = a_pid(read_state(directory).get("pid"))
+            raise ConfigError(f"{cut(str(directory), 120)}: the sweep service{f' (pid {pid})' if pid else ''} holds "
+                              f"this folder but its socket {SOCKET} is gone, so nothing reaches it; `kill -TERM` it "
+                              "(its sweeps are written down and resume) and start it again, or `sweeper launch "
+                              "--in-process` runs a sweep in its own process")
+        return None
+    check_entries(directory)  # a socket open to others, or something else in its place: never talked to
     deadline = time.monotonic() + timeout_s
     while True:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -133,6 +176,19 @@ def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socke
             return None
         conn.settimeout(None)
         return conn
+
+
+def listen(directory: Path) -> socket.socket:
+    """The service's socket, listening (its caller holds the service's lock)."""
+    path = directory / SOCKET
+    if os.path.lexists(path):
+        path.unlink()  # a killed service's socket: nothing answers on it
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))  # in the service's 0700 folder: nobody else reaches it before the chmod
+    os.chmod(path, 0o600)  # only this user may connect
+    listener.listen(16)
+    listener.settimeout(0.5)
+    return listener
 
 
 def send(conn: socket.socket, message: dict) -> None:
@@ -180,7 +236,7 @@ def request(message: dict, directory: Path | None = None, timeout_s: float = ANS
         conn.settimeout(timeout_s)
         try:
             send(conn, message)
-            return next(iter(Messages(conn, timeout_is_error=True)), None)
+            answer = next(iter(Messages(conn, timeout_is_error=True)), None)
         except TimeoutError:
             raise unresponsive(directory or service_dir(), "does not answer", timeout_s) from None
         except ConfigError as err:  # something answers on the socket, but not in the service's words
@@ -188,6 +244,13 @@ def request(message: dict, directory: Path | None = None, timeout_s: float = ANS
                               f"its protocol ({cut(str(err), 80)}); its log: {(directory or service_dir()) / LOG}") from None
         except OSError:
             return None
+    where = cut(str(directory or service_dir()), 120)
+    if answer is None:
+        raise ConfigError(f"the sweep service at {where} closed the connection without an answer; its log: "
+                          f"{(directory or service_dir()) / LOG}")
+    if "error" in answer:
+        raise ConfigError(f"the sweep service at {where} refused: {cut(printable(str(answer['error'])), 160)}")
+    return answer
 
 
 def peer(conn: socket.socket) -> tuple[int, int]:
@@ -223,3 +286,8 @@ def read_state(directory: Path | None = None) -> dict:
         return state if isinstance(state, dict) else {}
     except (OSError, ValueError, RecursionError):
         return {}
+
+
+def a_pid(value) -> int | None:
+    """`value` if it can be a process id (what a service's file or answer says its pid is), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**22 else None

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from sweeper.events import Event, Fitted, Running, Say, TopTrials
-from sweeper.service_link import send
+from sweeper.service_link import ALIVE_S, send
 from core.errors import ConfigError
 
 
@@ -68,3 +68,10 @@ def watch_client(messages, stop: threading.Event) -> None:
     except ConfigError:
         pass
     stop.set()
+
+
+def say_alive(sink: LaunchSink, ended: threading.Event) -> None:
+    """While a sweep runs, tell its launch every ALIVE_S that the service still answers (a launch
+    that hears nothing for long says so: sweeper/commands/attach.py)."""
+    while not ended.wait(ALIVE_S):
+        sink.send({"alive": True})

@@ -200,8 +200,12 @@ def ensure_status(sweep_dir: Path) -> bool:
     from sweeper.adapters.optuna_search import read_only_url
     from sweeper.space_file import load_space
 
+    from sweeper.adapters.optuna_study import check_ledger
+
     spec = load_space(sweep_dir / SPACE_FILE)
-    ledger = Ledger(read_only_url(sweep_dir / OPTUNA_DB), spec, create=False)
+    db = sweep_dir / OPTUNA_DB
+    check_ledger(db, spec, where=str(db))  # a damaged, empty or foreign study: one line, before anything is written
+    ledger = Ledger(read_only_url(db), spec, create=False)
     views = SweepViews(sweep_dir, spec, ledger, str(sweep_dir / "trials"))
     done = ledger.counted() >= spec.budget.num_samples and not ledger.unfinished()
     views.write("finished" if done else "interrupted")

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from sweeper.service_host import LOCK as SERVICE_LOCK
+from sweeper.service_link import LOCK as SERVICE_LOCK
 from sweeper.service_link import Messages
 from tests.hostile import ROOT, assert_refused, module, snapshot, sweeper
 
@@ -214,3 +214,16 @@ def test_a_resume_of_a_study_missing_a_table_is_one_line_and_changes_nothing(tmp
     before = snapshot(tmp_path)
     r = sweeper("launch", space, "--in-process", cwd=tmp_path, timeout=300)
     assert_refused(r, "optuna.db", "--restart", root=tmp_path, before=before)
+
+
+@pytest.mark.parametrize("study", [b"", b"\x8f garbage, not SQLite " * 200])
+def test_status_rebuilding_its_view_from_a_damaged_study_is_one_line(tmp_path, study):
+    """status.json gone, so `status` rebuilds it from the study: an empty or garbage study is refused
+    in one line, and nothing is written."""
+    folder = tmp_path / "sweeps" / "s"
+    folder.mkdir(parents=True)
+    (folder / "space.yaml").write_text((ROOT / "search_spaces" / "smoke.yaml").read_text())
+    (folder / "optuna.db").write_bytes(study)
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("status", "s", cwd=tmp_path), "optuna.db: not a readable Optuna study", root=tmp_path,
+                   before=before)

@@ -240,6 +240,29 @@ def _connect_as(uid: int, path: Path) -> tuple[str, str]:
     return done.stdout.strip(), done.stderr
 
 
+def _out_of_descriptors_for_a_while(pid: int, sock: Path) -> None:
+    """The service's file limit lowered to what it holds, 12 clients queued, the limit put back:
+    it takes them once it can, and goes on serving (tested by the caller)."""
+    import resource
+
+    limits = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    held = len(os.listdir(f"/proc/{pid}/fd"))
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (held, limits[1]))
+    clients = []
+    try:
+        for _ in range(12):
+            clients.append(socket.socket(socket.AF_UNIX))
+            clients[-1].connect(str(sock))
+            clients[-1].sendall(b'{"verb": "status"}\n')
+        time.sleep(1)  # the service meets EMFILE in this second, over and over
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, limits)
+    for c in clients:
+        with c:
+            c.settimeout(60)
+            assert "pid" in next(iter(Messages(c)))  # answered once there was room
+
+
 def test_the_socket_answers_its_user_only_and_bad_requests_get_one_line(tmp_path, service_dir):
     env = env_of(service_dir)
     start_service(service_dir, tmp_path, env)
@@ -259,9 +282,21 @@ def test_the_socket_answers_its_user_only_and_bad_requests_get_one_line(tmp_path
                                          address="ray://127.0.0.1:1").message()  # a cluster: not the service's Ray
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(str(sock))
-        s.sendall(json.dumps({"verb": "launch", **elsewhere}).encode() + b"\n")
+        s.sendall(json.dumps({"verb": "launch", "code": "0" * 16, "root": str(ROOT), **elsewhere}).encode() + b"\n")
         answer = next(iter(Messages(s)))
     assert "runs sweeps on its own Ray" in answer["error"] and not (tmp_path / "sweeps").exists()
+    here = SweepRequest.from_caller(str(ROOT / "search_spaces" / "smoke.yaml"), cwd=tmp_path, environ={}).message()
+    for fields, expected in (({"code": 5, "root": str(ROOT)}, "code: must be the 16 hex digits"),  # not a restart
+                             ({"code": "0" * 16, "root": ["/"]}, "root: must be the absolute path"),
+                             ({"tracking_source": "\x1b[2J" + "x" * 100_000}, "tracking_source")):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(sock))
+            s.sendall(json.dumps({"verb": "launch", "code": "0" * 16, "root": str(ROOT), **here, **fields}).encode() + b"\n")
+            answer = next(iter(Messages(s)))
+        assert expected in answer["error"] and "\x1b" not in answer["error"] and len(answer["error"]) < 400, answer
+    assert "restarting" not in (service_dir / "service.log").read_text()
+    _out_of_descriptors_for_a_while(read_state(service_dir)["pid"], sock)
+    assert "cannot take a connection now" in (service_dir / "service.log").read_text()  # said once, not raised
     with socket.socket(socket.AF_UNIX) as s:  # a client that connects and leaves
         s.connect(str(sock))
     with socket.socket(socket.AF_UNIX) as s:  # a client that leaves before the answer: no traceback in the log

@@ -18,9 +18,10 @@ from pathlib import Path
 from sweeper.events import Fitted, Running, Say, TopTrials
 from sweeper.live_events import Terminal
 from sweeper.request import SweepRequest
-from sweeper.service_link import ANSWER_S, Messages, code_hash, connect, project_root, send, service_dir, unresponsive
+from sweeper.service_link import (ANSWER_S, SILENT_S, Messages, code_hash, connect, project_root, send, service_dir,
+                                  unresponsive)
 from sweeper.sweep_checks import check_request
-from core.errors import ConfigError, one_line
+from core.errors import ConfigError, brief, cut, one_line, printable
 
 
 def attach(sweep: SweepRequest, progress: str, every_s: float) -> int | None:
@@ -35,7 +36,7 @@ def attach(sweep: SweepRequest, progress: str, every_s: float) -> int | None:
         with conn:
             send(conn, request)
             code = _follow(conn, Terminal(progress, every_s), name)
-        if code != RESTARTED:
+        if code is not RESTARTED:
             return code
         conn = _wait_for_restart(request["code"])
         if conn is None:
@@ -43,7 +44,7 @@ def attach(sweep: SweepRequest, progress: str, every_s: float) -> int | None:
     return None
 
 
-RESTARTED = -1
+RESTARTED = object()  # the service restarts on this checkout's code: ask again
 RESTART_TIMEOUT_S = 180.0
 
 
@@ -66,7 +67,7 @@ def _wait_for_restart(code: str):
     return None
 
 
-def _follow(conn, terminal: Terminal, name: str) -> int | None:
+def _follow(conn, terminal: Terminal, name: str) -> int | object | None:
     """The service's messages about the sweep, shown as the events they carry, until its exit code."""
     interrupts = []
 
@@ -83,34 +84,64 @@ def _follow(conn, terminal: Terminal, name: str) -> int | None:
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     conn.settimeout(ANSWER_S)  # until the service's first word: a stopped service is said, not waited on for ever
+    accepted = False
     try:
         for message in Messages(conn, timeout_is_error=True):
-            conn.settimeout(None)
-            if "accepted" in message:
-                continue
-            if "out" in message or "err" in message:
-                terminal(Say(str(message.get("out", message.get("err"))).rstrip("\n"), "info" if "out" in message else "note"))
-            elif "sweep_dir" in message:
-                terminal(Running(Path(message["sweep_dir"])))
-            elif "fitted" in message:
+            if not accepted:
+                accepted = True
+                conn.settimeout(SILENT_S)  # then it says it is alive every ALIVE_S while the sweep runs
+            key, value = _reply(message)
+            if key == "out":
+                terminal(Say(value, "info"))
+            elif key == "err":
+                terminal(Say(value, "note"))
+            elif key == "sweep_dir":
+                terminal(Running(Path(value)))
+            elif key == "fitted":
                 terminal(Fitted())
-            elif "top_trials" in message:
-                terminal(TopTrials(Path(str(message["top_trials"]))))
-            elif "stale" in message:
-                print(f"note: {message['stale']}", file=sys.stderr)
+            elif key == "top_trials":
+                terminal(TopTrials(Path(value)))
+            elif key == "stale":
+                print(f"note: {value}", file=sys.stderr)
                 return None
-            elif "restart" in message:
-                print(f"note: {message['restart']}", file=sys.stderr)
+            elif key == "restart":
+                print(f"note: {value}", file=sys.stderr)
                 return RESTARTED
-            elif "error" in message:
-                raise ConfigError(str(message["error"]))
-            elif "exit" in message:
-                return int(message["exit"])
+            elif key == "error":
+                raise ConfigError(value)
+            elif key == "exit":
+                return value
     except TimeoutError:
-        raise unresponsive(service_dir(), "took the sweep but does not answer") from None
+        raise (unresponsive(service_dir(), "took the sweep but has said nothing", SILENT_S) if accepted else
+               unresponsive(service_dir(), "took the sweep but does not answer")) from None
     finally:
         terminal.close()
         signal.signal(signal.SIGINT, previous)
     print(f"error: the service stopped while running sweep {one_line(name, 80)} (killed?); the same command resumes "
           f"the sweep (service log: {service_dir() / 'service.log'})", file=sys.stderr)
     return 1
+
+
+TEXTS = ("out", "err", "stale", "restart", "error")  # what the service says, shown to the user
+PATHS = ("sweep_dir", "top_trials")
+MAX_OUT = 1 << 16  # characters of one `out` message (a table may take several lines)
+
+
+def _reply(message: dict) -> tuple[str | None, object]:
+    """The one thing a message of the service says, checked before it is used: its key and value
+    (None for a message this launch has no use for: `accepted`, `alive`, a newer service's news).
+    What breaks the protocol is one ConfigError line."""
+    key = next((k for k in (*TEXTS, *PATHS, "fitted", "exit") if k in message), None)
+    value = message.get(key)
+    if key in TEXTS and isinstance(value, str):
+        text = printable(value, keep="\n" if key == "out" else "").rstrip("\n")
+        return key, text[:MAX_OUT] if key == "out" else one_line(text)
+    if key in PATHS and isinstance(value, str) and 0 < len(value) <= 4096 and printable(value) == value \
+            and os.path.isabs(value):
+        return key, value
+    if key == "exit" and isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 255:
+        return key, value
+    if key in (None, "fitted"):
+        return key, None
+    raise ConfigError(f"the sweep service at {cut(str(service_dir()), 120)} answered what is not its protocol ({key}: "
+                      f"{brief(value, 40)}); its log: {service_dir() / 'service.log'}")

@@ -16,8 +16,8 @@ import subprocess
 import sys
 import time
 
-from sweeper.service_link import LOG, connect, ensure_private_dir, read_state, request, service_dir
-from core.errors import ConfigError, brief, cut
+from sweeper.service_link import LOG, a_pid, check_entries, connect, ensure_private_dir, request, service_dir
+from core.errors import ConfigError, brief, cut, printable
 
 START_TIMEOUT_S = 180.0  # until a detached service answers (Ray and the workers' imports; slow on 2 busy cores)
 STOP_TIMEOUT_S = 150.0  # until a stopped service's process has ended (its sweeps write themselves down first)
@@ -51,7 +51,7 @@ def status() -> int:
         print(f"no sweep service runs for this user ({service_dir()})")
         return 1
     workers, sweeps = answer.get("worker_info") or [], answer.get("sweeps") or []
-    if not isinstance(workers, list) or not isinstance(sweeps, list) or \
+    if not isinstance(workers, list) or not isinstance(sweeps, list) or a_pid(answer.get("pid")) is None or \
             not all(isinstance(x, dict) for x in workers + sweeps):
         raise ConfigError(f"the sweep service at {service_dir()} answered a status that is not a service's "
                           "(`sweeper serve --stop`, then start it again)")
@@ -75,8 +75,8 @@ def _number(value, default: float) -> float:
 
 
 def _shown(value, limit: int = 40) -> str:
-    """A field the service sent, as one short piece of a line."""
-    return cut(value, limit) if isinstance(value, str) else brief(value, limit)
+    """A field the service sent, as one short piece of a line (no terminal escapes)."""
+    return printable(cut(value, limit) if isinstance(value, str) else brief(value, limit))
 
 
 def stop() -> int:
@@ -84,10 +84,10 @@ def stop() -> int:
     if answer is None:
         print("no sweep service runs for this user")
         return 0
-    pid = answer.get("pid", 0)
-    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid < 2**22:
-        raise ConfigError(f"the sweep service at {cut(str(service_dir()), 120)} answered the stop with a pid that is no "
-                          f"process id ({brief(pid, 30)}); `sweeper serve --status` says how it stands")
+    pid = a_pid(answer.get("pid"))
+    if answer.get("stopping") is not True or pid is None:
+        raise ConfigError(f"the sweep service at {cut(str(service_dir()), 120)} answered the stop with what is not a "
+                          f"service's answer ({_shown(answer, 60)}); its log: {service_dir() / LOG}")
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.2)
@@ -100,14 +100,14 @@ def stop() -> int:
 
 def detach(workers: int | None) -> int:
     directory = ensure_private_dir(service_dir())
-    if (conn := connect(directory)) is not None:
-        conn.close()
-        print(f"a sweep service already runs (pid {brief(read_state(directory).get('pid', '?'), 20)}); "
-              "`sweeper serve --status`")
+    if (answer := request({"verb": "status"}, directory)) is not None:
+        print(f"a sweep service already runs (pid {a_pid(answer.get('pid')) or '?'}); `sweeper serve --status`")
         return 0
+    check_entries(directory)  # a folder or a link where its log, state or socket goes: one line, nothing started
     log_path = directory / LOG
-    log = open(log_path, "ab")
-    os.chmod(log_path, 0o600)
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)
+    log = os.fdopen(fd, "ab")
     command = [sys.executable, "-m", "sweeper.service_host", *(["--workers", str(workers)] if workers else [])]
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True, close_fds=True)
