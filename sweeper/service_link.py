@@ -14,8 +14,9 @@
 
 A launch attached to the service sends {"verb": "launch", ...}; the service answers at once with
 {"accepted": true} (a launch that hears nothing within ANSWER_S says so and stops), then lines
-{"out": text} and {"err": text}, one {"sweep_dir": path} once the sweep's folder is ready, and a
-last {"exit": code}. {"verb": "interrupt"} on the same connection, or the connection closing,
+{"out": text} and {"err": text}, one {"sweep_dir": path} once the sweep's folder is ready,
+{"alive": true} every ALIVE_S (a launch that hears nothing for SILENT_S says so and stops), and a
+last {"exit": code}; the launch checks each before use (sweeper/commands/attach.py). {"verb": "interrupt"} on the same connection, or the connection closing,
 stops that sweep (its trials interrupted, resumable).
 """
 
