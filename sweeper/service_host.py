@@ -62,6 +62,7 @@ class Service:
         self.dir = ensure_private_dir(directory)
         check_entries(self.dir)  # a folder or link where its socket, state or log goes: one line, before Ray
         self.lock = self._take_lock()
+        (self.dir / STATE).unlink(missing_ok=True)  # a killed service's: until this one listens, none answers
         ended = orphans.end_orphans(self.dir)  # a SIGKILLed service's Ray: ours to end now
         if ended:
             log.info(f"ended {len(ended)} processes of an earlier service that was killed")
@@ -70,7 +71,6 @@ class Service:
         self.sweeps_lock = threading.Lock()
         self.ending = threading.Event()
         self.restart = False
-        self.busy_noted = -60.0
         Faults.from_env()  # $SWEEPER_FAULT: each sweep kills the service on cue (tests/faults/); a bad value refused now
 
         if not loopback_only():
@@ -116,6 +116,7 @@ class Service:
 
     def serve(self) -> int:
         log.info(f"sweep service: pid {os.getpid()}, {len(self.workers)} warm workers, socket {self.dir / SOCKET}")
+        noted = -60.0
         while not self.ending.is_set():
             try:
                 conn, _ = self.listener.accept()
@@ -126,18 +127,13 @@ class Service:
                     break
                 if err.errno not in BUSY_ERRNOS:
                     raise
-                self._note_busy(err)  # out of descriptors or memory: the waiting clients are taken later
+                if time.monotonic() - noted >= 60:  # out of descriptors or memory: one line a minute, not a try
+                    noted = time.monotonic()
+                    log.warning(f"cannot take a connection now ({err.strerror}); the waiting ones are taken later")
                 time.sleep(0.2)
                 continue
             threading.Thread(target=self._answer, args=(conn,), name="sweeper-service-conn", daemon=True).start()
         return self._end()
-
-    def _note_busy(self, err: OSError) -> None:
-        """One log line a minute while connections cannot be taken (each would otherwise be one)."""
-        now = time.monotonic()
-        if now - self.busy_noted >= 60:
-            self.busy_noted = now
-            log.warning(f"cannot take a connection now ({err.strerror}); the waiting ones are taken once there is room")
 
     def _answer(self, conn: socket.socket) -> None:
         with conn:
