@@ -16,8 +16,9 @@ A launch attached to the service sends {"verb": "launch", ...}; the service answ
 {"accepted": true} (a launch that hears nothing within ANSWER_S says so and stops), then lines
 {"out": text} and {"err": text}, one {"sweep_dir": path} once the sweep's folder is ready,
 {"alive": true} every ALIVE_S (a launch that hears nothing for SILENT_S says so and stops), and a
-last {"exit": code}; the launch checks each before use (sweeper/commands/attach.py). {"verb": "interrupt"} on the same connection, or the connection closing,
-stops that sweep (its trials interrupted, resumable).
+last {"exit": code}; the launch checks each before use (sweeper/commands/attach.py).
+{"verb": "interrupt"} on the same connection, or the connection closing, stops that sweep (its
+trials interrupted, resumable).
 """
 
 from __future__ import annotations
@@ -153,11 +154,9 @@ def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socke
         ensure_private_dir(directory)  # its line: a link, another user's, or open to others; never talked to
     if not os.path.lexists(path):
         if lock_held(directory) and os.path.lexists(directory / STATE):  # serving, yet its socket is gone
-            pid = a_pid(read_state(directory).get("pid"))
-            raise ConfigError(f"{cut(str(directory), 120)}: the sweep service{f' (pid {pid})' if pid else ''} holds "
-                              f"this folder but its socket {SOCKET} is gone, so nothing reaches it; `kill -TERM` it "
-                              "(its sweeps are written down and resume) and start it again, or `sweeper launch "
-                              "--in-process` runs a sweep in its own process")
+            raise ConfigError(f"{cut(str(directory), 120)}: the sweep service holding this folder has lost its socket "
+                              f"{SOCKET}: its sweeps go on, but nothing new reaches it; `sweeper launch --in-process` "
+                              f"runs a sweep in its own process; once its sweeps end, restart it ({STATE} names it)")
         return None
     check_entries(directory)  # a socket open to others, or something else in its place: never talked to
     deadline = time.monotonic() + timeout_s

@@ -154,7 +154,7 @@ def test_a_service_that_cannot_be_reached_safely_is_one_line_not_passed_by(tmp_p
     else:
         (stand.folder / SOCKET).unlink()
     named = {"open folder": "open to other users", "open socket": "not this user's alone",
-             "socket gone": "its socket service.sock is gone"}[damage]
+             "socket gone": "has lost its socket service.sock"}[damage]
     (tmp_path / "work").mkdir()
     try:
         for args in (("serve", "--status"), ("serve", "--stop"), ("launch", SMOKE)):
