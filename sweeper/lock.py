@@ -41,6 +41,24 @@ def open_lock_file(path: Path) -> IO:
     return os.fdopen(fd, "r+")
 
 
+def lock_held(path: Path) -> bool:
+    """Whether a process holds the lock file at `path` now (read-only: nothing made, nothing taken;
+    the kernel drops a lock when its holder ends)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def sweep_lock_path(sweep_dir: Path) -> Path:
     """Beside the sweep's directory, not in it: `--restart` deletes the directory."""
     return Path(sweep_dir).parent / f".{Path(sweep_dir).name}.lock"

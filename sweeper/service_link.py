@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Iterator
 
 from core.errors import ConfigError, cut, printable
+from sweeper.lock import lock_held
 
 SOCKET, STATE, LOG, LOCK = "service.sock", "service.json", "service.log", "service.lock"
 MAX_MESSAGE = 1 << 20
@@ -97,25 +98,6 @@ def check_entries(directory: Path) -> None:
                               f"{stat.S_IMODE(info.st_mode):o}); remove it, or `chmod 600` it if it is yours")
 
 
-def lock_held(directory: Path) -> bool:
-    """Whether a service holds its folder's lock (it runs, or is starting or ending); read-only."""
-    import fcntl
-
-    try:
-        fd = os.open(directory / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
 ANSWER_S = 20.0  # a running service takes a connection and answers a request within this
 ALIVE_S = 10.0  # while it runs an attached launch's sweep, the service says it is alive this often
 SILENT_S = 6 * ALIVE_S  # an attached launch that hears nothing for this long says the service does not answer
@@ -153,7 +135,7 @@ def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socke
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         ensure_private_dir(directory)  # its line: a link, another user's, or open to others; never talked to
     if not os.path.lexists(path):
-        if lock_held(directory) and os.path.lexists(directory / STATE):  # serving, yet its socket is gone
+        if lock_held(directory / LOCK) and os.path.lexists(directory / STATE):  # serving, yet its socket is gone
             raise ConfigError(f"{cut(str(directory), 120)}: the sweep service holding this folder has lost its socket "
                               f"{SOCKET}: its sweeps go on, but nothing new reaches it; `sweeper launch --in-process` "
                               f"runs a sweep in its own process; once its sweeps end, restart it ({STATE} names it)")

@@ -6,7 +6,6 @@ status.json (which the live view, sweeper/live.py, draws from), the MLflow mirro
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -168,22 +167,9 @@ def _numbers(metrics: dict) -> dict:
 
 def driver_running(sweep_dir: Path) -> bool:
     """Whether a driver holds the sweep's lock now (the kernel drops it when the driver ends)."""
-    import fcntl
+    from sweeper.lock import lock_held, sweep_lock_path
 
-    from sweeper.lock import sweep_lock_path
-
-    path = sweep_lock_path(sweep_dir)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    return lock_held(sweep_lock_path(sweep_dir))
 
 
 def ensure_status(sweep_dir: Path) -> bool:
