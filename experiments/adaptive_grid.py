@@ -131,12 +131,7 @@ def report() -> str:
         if ax.has_data():
             ax.legend(fontsize=7)
     axes[0][0].set_ylabel(f"final acc_3x (step {switch_grid.MAX_STEPS}), per training seed")
-    fig.tight_layout()
-    fig.savefig(REPORT.with_suffix(".png"), dpi=100)
-    lines += [f"![final acc_3x per point and training seed]({REPORT.name}.png)", ""]
-    text = "\n".join(lines)
-    REPORT.with_suffix(".md").write_text(text)
-    return text
+    return curve_grid.write_report(REPORT, fig, lines, "final acc_3x per point and training seed")
 
 
 def summary(final: dict, points: list[dict], lr: float) -> list[str]:

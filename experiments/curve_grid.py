@@ -126,6 +126,15 @@ class CurveGrid:
         return f"{self.name}: {len(self.load()['runs'])} of {len(self.cells)} cells recorded"
 
 
+def write_report(path: Path, fig, lines: list[str], alt: str) -> str:
+    """A grid's report: its picture at `path`.png, its text (with the picture) at `path`.md; returns the text."""
+    fig.tight_layout()
+    fig.savefig(path.with_suffix(".png"), dpi=100)
+    text = "\n".join([*lines, f"![{alt}]({path.name}.png)", ""])
+    path.with_suffix(".md").write_text(text)
+    return text
+
+
 def main(grid: CurveGrid, argv: list[str] | None, prog: str, description: str,
          report: Callable[[], str] | None = None) -> int:
     """A grid's verbs: run, export, status, and report where the grid has one."""
