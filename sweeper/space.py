@@ -263,16 +263,6 @@ def trial_config_paths() -> set[str]:
     return set(walk(TrialConfig, ""))
 
 
-def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in data.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def base_trial_dict(spec: SearchSpace) -> dict:
     """`fixed` with the budget applied: steps = max_steps, eval.every = eval_every, and the
     scheduler's: eval.full_at = ASHA's rungs."""

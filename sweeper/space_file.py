@@ -14,10 +14,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from sweeper.adapters.optuna_search import sample_configs
-from sweeper.space import (CategoricalParam, SearchSpace, SpaceError, base_trial_dict, flatten, iter_params,
+from sweeper.space import (CategoricalParam, SearchSpace, SpaceError, base_trial_dict, iter_params,
                            trial_config_for, trial_config_paths)
 from trainables import footprint
-from trainables.config import ConfigError, TrialConfig, format_validation_error, read_yaml
+from trainables.config import ConfigError, TrialConfig, flatten, format_validation_error, read_yaml
 from core.errors import brief, cut, short_path
 from trainables.metrics import direction, reported_metrics
 

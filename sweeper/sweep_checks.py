@@ -161,7 +161,7 @@ def check_resume(sweep_dir: Path, spec, uri: str, source: str) -> None:
     check_layout(Path(sweep_dir))
     check_ledger(db, spec, str(db))  # one line for a damaged or foreign study
     unfinished, started_with = resume_facts(db, spec.name)
-    check_checkpoints(unfinished, Path(sweep_dir) / "trials")
+    check_checkpoints(spec, unfinished, Path(sweep_dir) / "trials")
     check_same_store(Path(sweep_dir), uri, source, started_with)
 
 
@@ -199,21 +199,24 @@ def check_same_store(sweep_dir: Path, uri: str, source: str, started_with: str |
                          f"resume with --tracking-uri {theirs}, or pass --restart to start over")
 
 
-def check_checkpoints(numbers: list[int], trials_root: Path) -> None:
-    """The newest checkpoint of each trial a resume continues, read as the trial will read it
-    (tensors and plain values only): a damaged or planted one is one ConfigError line now, before
-    Ray starts, not a trial failing after its retries."""
+def check_checkpoints(spec, unfinished: dict[int, dict], trials_root: Path) -> None:
+    """The newest checkpoint of each trial a resume continues, checked as the trial will load it:
+    tensors and plain values only, taken with the config the trial's drawn parameters make (a
+    checkpoint of another trial or run is refused, not trained on), and loading into that config's
+    model. A damaged or planted one is one ConfigError line now, before Ray starts, not a trial
+    failing after its retries, nor one silently continuing someone else's weights."""
     from sweeper.records import trial_name
+    from sweeper.space import trial_config_for
     from trainables.config import ConfigError
     from trainables.run_dir import RunDir
-    from trainables.train import read_checkpoint
+    from trainables.train import check_resume
 
-    for number in numbers:
+    for number, params in unfinished.items():
         folder = Path(trials_root) / trial_name(number)
         checkpoint = RunDir(folder).checkpoint()
         if checkpoint is None:
             continue
         try:
-            read_checkpoint(checkpoint)
+            check_resume(trial_config_for(spec, params, f"trial {number}"), checkpoint)
         except ConfigError as err:
             raise ConfigError(f"{cut(str(err), 220)}; move {cut(str(folder), 80)} away to train that trial afresh") from None

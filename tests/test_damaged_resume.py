@@ -1,5 +1,6 @@
 """A resume of a sweep folder damaged where the sweeper reads or writes it (a view or a trial's
-folder replaced by something else, a study row no sweeper wrote) is one line before Ray starts,
+folder replaced by something else, a study row no sweeper wrote, a trial's checkpoint taken under
+another config) is one line before Ray starts,
 and the storage is left byte for byte as it was: no lock file where there was none."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import sweeper_cmd, sweeper_env, tiny_space
 
@@ -41,6 +43,19 @@ def _replace_with_file(name: str):
     return damage
 
 
+def _running_with(change):
+    """Trial 0 left running (an interrupted sweep continues it) and its checkpoint then changed."""
+    def damage(sweep: Path) -> None:
+        _sql("update trials set state = 'RUNNING', datetime_complete = NULL where number = 0")(sweep)
+        change(sweep / "trials" / "t0000" / "checkpoint" / "config.yaml")
+    return damage
+
+
+def _another_seed(saved: Path) -> None:
+    cfg = yaml.safe_load(saved.read_text())
+    saved.write_text(yaml.safe_dump({**cfg, "seed": cfg["seed"] + 1}, sort_keys=False))
+
+
 DAMAGES = {
     # name: (damage, text the line must contain)
     "status_json_a_folder": (_replace_with_folder("status.json"), "status.json: a folder, not the sweep's view"),
@@ -52,6 +67,8 @@ DAMAGES = {
     "a_rung_value_a_word": (_sql("insert or replace into trial_user_attributes (trial_id, key, value_json) "
                                  "values (1, 'rung.20', '\"x\"')"), "attribute rung.20 is 'x', not a number"),
     "one_trial_number_twice": (_sql("update trials set number = 0 where trial_id = 2"), "a number given twice"),
+    "a_checkpoint_of_another_run": (_running_with(_another_seed), "seed: the checkpoint was trained with"),
+    "a_checkpoint_without_its_config": (_running_with(Path.unlink), "config.yaml: no such file"),
 }
 
 

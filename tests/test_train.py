@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 
-from trainables.config import TrialConfig
+from trainables.config import ConfigError, TrialConfig
 from trainables.train import CHECKPOINT_FILE, train
 
 
@@ -56,6 +56,24 @@ def test_resume_before_the_switch_keeps_attention_held(tmp_path):
     resumed, reports = _final_state(_cfg(40, dat={"mode": "fixed", "switch_step": 25}), resume_from=tmp_path / "kept")
     assert reports[-1]["switch_step"] == 25.0
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+
+
+@pytest.mark.parametrize("change", [{"seed": 1}, {"dat": {"mode": "fixed", "switch_step": 12, "rewarmup_steps": 5}}])
+def test_a_checkpoint_of_another_config_is_refused_not_trained_on(tmp_path, change):
+    _final_state(_cfg(40), keep_at=20, tmp_path=tmp_path)
+    reports = []
+    with pytest.raises(ConfigError, match=r"config.yaml: (seed|dat.switch_step): the checkpoint was trained with"):
+        train(_cfg(40, **change), report=lambda m, c: reports.append(m), resume_from=tmp_path / "kept")
+    assert reports == []
+    resumed, _ = _final_state(_cfg(60), resume_from=tmp_path / "kept")  # `steps` alone may change
+    assert resumed
+
+
+def test_a_checkpoint_without_its_config_is_refused(tmp_path):
+    _final_state(_cfg(40), keep_at=20, tmp_path=tmp_path)
+    (tmp_path / "kept" / "config.yaml").unlink()
+    with pytest.raises(ConfigError, match="config.yaml: no such file"):
+        train(_cfg(40), resume_from=tmp_path / "kept")
 
 
 @pytest.mark.slow

@@ -28,7 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from core.errors import ConfigError, brief, cut, short_path
 from trainables.safe_yaml import read_yaml
 
-__all__ = ["ConfigError", "TrialConfig", "read_yaml", "load_trial_config", "trial_config_from_dict", "with_overrides"]
+__all__ = ["ConfigError", "TrialConfig", "read_yaml", "load_trial_config", "trial_config_from_dict", "with_overrides",
+           "flatten", "config_difference"]
 
 MAX_SEED = 2**32 - 1  # seeds of torch, numpy and Optuna's samplers all accept [0, 2**32)
 MAX_STEPS = 10**8  # ~3 years of training at 1 step/s; a larger number is a typo
@@ -333,6 +334,28 @@ def with_overrides(config: TrialConfig, overrides: Mapping[str, Any], source: st
     for dotted, value in overrides.items():
         set_dotted(data, dotted, value, source)
     return trial_config_from_dict(data, source)
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as one level of dotted keys: `{"dat": {"switch_step": 6}}` -> `{"dat.switch_step": 6}`."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_difference(saved: TrialConfig, asked: TrialConfig, free: frozenset[str] = frozenset({"steps"})
+                      ) -> tuple[str, Any, Any] | None:
+    """The first dotted key (sorted) outside `free` where `asked` is not `saved`, with the saved and
+    the asked value; None when a run saved with `saved` may continue as `asked`."""
+    a, b = flatten(saved.model_dump(mode="json")), flatten(asked.model_dump(mode="json"))
+    for key in sorted(a.keys() | b.keys()):
+        if key not in free and a.get(key) != b.get(key):
+            return key, a.get(key), b.get(key)
+    return None
 
 
 def set_dotted(data: dict, dotted: str, value: Any, source: str = "<overrides>") -> None:

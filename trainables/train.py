@@ -4,8 +4,8 @@ It knows nothing of Ray, Optuna or MLflow. It talks to the outside world through
 callback, `report(metrics, checkpoint_dir)`, called every `eval.every` steps (and at the
 end) with the evaluation metrics and a directory holding a checkpoint of the run. The
 caller copies what it needs out of that directory before returning; the directory is
-deleted afterwards. `train(cfg, resume_from=dir)` continues from such a checkpoint, and a
-resumed run is bit-identical to one that never stopped (same device and thread count).
+deleted afterwards. `train(cfg, resume_from=dir)` continues from such a checkpoint (one taken under the same
+config but for `steps`: another run's is refused), and a resumed run is bit-identical to one that never stopped (same device and thread count).
 
 Reported metrics (all floats): step, loss, train_acc, the task's evaluation metrics for
 each length multiplier k (acc_{k}x, state_acc_{k}x, recall_acc_{k}x, seq_acc_{k}x for the
@@ -31,12 +31,13 @@ import torch
 import yaml
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from trainables.config import ConfigError, EMAConfig, OptimConfig, TrialConfig
+from trainables.config import ConfigError, EMAConfig, OptimConfig, TrialConfig, config_difference, load_trial_config
 from core.errors import brief, cut
 from trainables.dat import DATSchedule, curriculum_state_only, enable_attention, hold_attention, release_attention
 from trainables.memory import release_free_memory
 from trainables.model import HybridLM
 from trainables.objectives import make_objective
+from trainables.run_dir import CONFIG
 from trainables.switch import Signals
 
 ReportFn = Callable[[dict, Optional[str]], None]
@@ -124,7 +125,7 @@ def save_checkpoint(directory: str | Path, cfg: TrialConfig, step: int, model, o
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }
     torch.save(state, directory / CHECKPOINT_FILE)
-    (directory / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    (directory / CONFIG).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
 
 
 CHECKPOINT_SLACK = 16 * 2**20  # a checkpoint's bytes beyond its tensors: RNG states, the data stream, pickle framing
@@ -203,8 +204,10 @@ def load_checkpoint(directory: str | Path, model, optimizer, dat: DATSchedule, d
 def check_resume(cfg: TrialConfig, directory: str | Path) -> int:
     """Everything `train(cfg, resume_from=directory)` would load, loaded into throwaway objects on
     the CPU, so that a checkpoint that cannot be resumed is refused before the caller writes
-    anything. Returns the checkpoint's step, which must lie in [0, cfg.steps]."""
+    anything: the config it was taken with (its config.yaml) must be `cfg` but for `steps`, and its
+    step must lie in [0, cfg.steps]. Returns that step."""
     path = Path(directory) / CHECKPOINT_FILE
+    check_saved_config(cfg, directory)
     step = int(read_checkpoint(directory, checkpoint_limit(cfg))["step"])
     if step > cfg.steps:
         raise ConfigError(f"{path}: step: must be within [0, steps={cfg.steps}], got {brief(step, 40)}; "
@@ -220,6 +223,20 @@ def check_resume(cfg: TrialConfig, directory: str | Path) -> int:
     finally:
         torch.set_rng_state(rng)
     return step
+
+
+def check_saved_config(cfg: TrialConfig, directory: str | Path) -> None:
+    """A checkpoint continues the run it was taken in: its config.yaml (which `save_checkpoint`
+    writes beside every state.pt) is a regular file holding `cfg`, but for `steps`."""
+    saved = Path(directory) / CONFIG
+    if saved.is_symlink() or not saved.is_file():
+        what = "a link" if saved.is_symlink() else "not a regular file" if saved.exists() else "no such file"
+        raise ConfigError(f"{saved}: {what}; every checkpoint holds the config it was taken with")
+    differs = config_difference(load_trial_config(saved), cfg)
+    if differs:
+        key, was, asked = differs
+        raise ConfigError(f"{saved}: {key}: the checkpoint was trained with {brief(was, 40)}, the run asks "
+                          f"{brief(asked, 40)}; a resumed run may change only `steps`")
 
 
 # --------------------------------------------------------------------------- the loop
@@ -242,6 +259,7 @@ def train(cfg: TrialConfig, report: ReportFn | None = None, resume_from: str | P
     report = report or (lambda metrics, checkpoint_dir: None)
     step, metrics = 0, {}
     if resume_from is not None:
+        check_saved_config(cfg, resume_from)  # never another run's weights under this config's name
         step, metrics = load_checkpoint(resume_from, model, optimizer, dat, batches, ema, max_bytes=checkpoint_limit(cfg))
         if step >= cfg.steps and metrics:  # resumed from the final checkpoint: the run is done, nothing new
             return TrainResult("completed", step, metrics)  # to report (Ray's adapter repeats the last report itself)

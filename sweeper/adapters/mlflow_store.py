@@ -229,7 +229,7 @@ def describe_unlogged(left: list[tuple[str, TrialRecord, str]]) -> str:
 def sweep_params(spec) -> dict[str, str]:
     """The parent run's params: the budget, scheduler, searcher, fixed settings and the space."""
     from sweeper.adapters.optuna_search import describe_space
-    from sweeper.space import flatten
+    from trainables.config import flatten
 
     params = {
         "budget.num_samples": spec.budget.num_samples, "budget.max_concurrent": spec.budget.max_concurrent,

@@ -32,7 +32,8 @@ import yaml
 from sweeper import plots
 from sweeper.adapters.mlflow_store import VIEW_TAG, BackgroundLog, client, retrying, sweep_params, trials_view, view_key
 from sweeper.records import FINAL, TrialRecord, trainer_metrics
-from sweeper.space import SearchSpace, flatten, iter_params, trial_config_for
+from sweeper.space import SearchSpace, iter_params, trial_config_for
+from trainables.config import flatten
 from trainables.run_dir import trial_reports
 
 PARENT_UID = "sweeper.mlflow_uid"  # the ledger's attribute naming the sweep's parent run (its tag parent_uid)

@@ -50,9 +50,10 @@ def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
                           "or finish it with the sweeper version that started it")
 
 
-def resume_facts(db: str | Path, study_name: str) -> tuple[list[int], str | None]:
+def resume_facts(db: str | Path, study_name: str) -> tuple[dict[int, dict[str, Any]], str | None]:
     """Read-only, of a checked ledger: the trials a resume continues (started, not ended, not a
-    duplicate draw), oldest first, and the tracking URI the sweep started with."""
+    duplicate draw), oldest first, each with its drawn parameters, and the tracking URI the sweep
+    started with."""
     with reading(db, advice=RESTART_ADVICE) as storage:
         study = optuna.load_study(study_name=study_name, storage=storage)
         trials = study.get_trials(deepcopy=False)
@@ -64,7 +65,7 @@ def resume_facts(db: str | Path, study_name: str) -> tuple[list[int], str | None
         raise ConfigError(f"{db}: {bad}; the study was changed outside the sweeper: put the sweep's own back, "
                           "or pass --restart to start the sweep over")
     running = [t for t in trials if t.state == TrialState.RUNNING and "duplicate_of" not in t.user_attrs]
-    return sorted(t.number for t in running), started_with
+    return {t.number: t.params for t in sorted(running, key=lambda t: t.number)}, started_with
 
 
 NUMBER_ATTRS = ("rung.", "pre_rung.", "stopped_at", "paused_at", "duplicate_of")  # trial attributes that hold numbers

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 import yaml
 
 from sweeper.fs import check_writable, read_limited
-from sweeper.space import flatten
 from trainables import footprint
-from trainables.config import ConfigError, TrialConfig, load_trial_config, with_overrides
+from trainables.config import ConfigError, TrialConfig, config_difference, load_trial_config, with_overrides
 from core.files import write_atomic
 from core.errors import brief, cut, short_path
 from trainables.run_dir import CHECKPOINT, CONFIG, MAX_REPORTS_BYTES, REPORTS, Report, RunDir, strict_reports
@@ -131,11 +130,11 @@ def check_resume(out: Path, cfg: TrialConfig) -> Resume:
 
 def _same_run(saved: TrialConfig, asked: TrialConfig, source: str) -> None:
     """The requested config must be the saved one; only `steps` may change."""
-    a, b = flatten(saved.model_dump(mode="json")), flatten(asked.model_dump(mode="json"))
-    for key in sorted(a.keys() | b.keys()):
-        if key != "steps" and a.get(key) != b.get(key):
-            raise ConfigError(f"--resume: {source}: {key}: the run was trained with {brief(a.get(key), 40)}, this "
-                              f"command asks {brief(b.get(key), 40)}; a resumed run may change only `steps`")
+    differs = config_difference(saved, asked)
+    if differs:
+        key, was, now = differs
+        raise ConfigError(f"--resume: {source}: {key}: the run was trained with {brief(was, 40)}, this "
+                          f"command asks {brief(now, 40)}; a resumed run may change only `steps`")
 
 
 def format_progress(m: dict) -> str:
