@@ -235,23 +235,37 @@ def param_importances(storage: Path, study_name: str) -> tuple[list[str], int]:
 
 def read_only_url(db: str | Path) -> str:
     """An SQLite study opened read-only: a verb that only reads never writes (nor creates tables).
-    A database in WAL mode with no -wal file beside it holds all of its data: it is opened
-    immutable, since SQLite would otherwise leave a -wal and a -shm file beside it."""
+    A database in WAL mode whose write-ahead log is absent, or not one (SQLite ignores a -wal file
+    without a log's header), holds all of its data in itself: it is opened immutable, since SQLite
+    would otherwise leave a -wal and a -shm file beside it."""
     path = Path(db).resolve()
     return f"sqlite:///file:{path}?mode=ro{'&immutable=1' * _settled_wal(path)}&uri=true"
 
 
+WAL_MAGIC = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")  # a write-ahead log's first 4 bytes, then format 3007000
+WAL_VERSION = (3007000).to_bytes(4, "big")
+
+
 def _settled_wal(path: Path) -> bool:
-    """The file is an SQLite database in WAL mode (header bytes 18-19) with no write-ahead log."""
+    """The file is an SQLite database in WAL mode (header bytes 18-19) and no write-ahead log
+    beside it can hold data: none, or a file without a log's header."""
+    header = _head(path, 20)
+    wal = header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
+    if not wal or not os.path.lexists(f"{path}-wal"):
+        return wal
+    log = _head(Path(f"{path}-wal"), 8)
+    return not (log[:4] in WAL_MAGIC and log[4:8] == WAL_VERSION)
+
+
+def _head(path: Path, n: int) -> bytes:
+    """The first `n` bytes of a regular file (fewer if it is shorter); b"" for anything else."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO in its place never blocks the read
     except OSError:
-        return False
+        return b""
     try:
-        header = os.read(fd, 20) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        return os.read(fd, n) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
     except OSError:
-        header = b""
+        return b""
     finally:
         os.close(fd)
-    wal = header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
-    return wal and not os.path.lexists(f"{path}-wal")
