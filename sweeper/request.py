@@ -23,6 +23,20 @@ MAX_FIELD = 4096  # characters of a path or URI in a request
 TrackingSource = Literal["--tracking-uri", "$MLFLOW_TRACKING_URI", "the default tracking URI"]  # tracking_uri.uri_source
 
 
+def path_text(value: str) -> str:
+    """A path or URI a request may carry: not empty, not huge, no NUL (ValueError otherwise)."""
+    if not value or len(value) > MAX_FIELD or "\0" in value:
+        raise ValueError(f"must be a non-empty text of at most {MAX_FIELD} characters with no NUL")
+    return value
+
+
+def absolute_path(value: str) -> str:
+    """A path a request may carry, absolute: a relative one would be the service's, not the caller's."""
+    if not os.path.isabs(path_text(value)):
+        raise ValueError("must be an absolute path")
+    return value
+
+
 class SweepRequest(BaseModel):
     """One sweep as its caller asked for it; paths absolute, the tracking URI resolved."""
 
@@ -42,23 +56,17 @@ class SweepRequest(BaseModel):
     @field_validator("file", "storage", "tracking_uri", "cwd")
     @classmethod
     def no_empty_or_huge_text(cls, value: str) -> str:
-        if not value or len(value) > MAX_FIELD or "\0" in value:
-            raise ValueError(f"must be a non-empty text of at most {MAX_FIELD} characters with no NUL")
-        return value
+        return path_text(value)
 
     @field_validator("file", "cwd")
     @classmethod
     def an_absolute_path(cls, value: str) -> str:
-        if not os.path.isabs(value):
-            raise ValueError("must be an absolute path")
-        return value
+        return absolute_path(value)
 
     @field_validator("storage")
     @classmethod
     def storage_absolute_unless_a_uri(cls, value: str) -> str:
-        if not is_uri(value) and not os.path.isabs(value):
-            raise ValueError("must be an absolute path")
-        return value
+        return value if is_uri(value) else absolute_path(value)
 
     @field_validator("tracking_uri")
     @classmethod
@@ -149,6 +157,7 @@ def launch_origin(message: Mapping[str, Any]) -> tuple[str, str]:
     code, root = message.get("code"), message.get("root")
     if not isinstance(code, str) or not re.fullmatch(r"[0-9a-f]{16}", code):
         raise ConfigError(f"launch request: code: must be the 16 hex digits of a checkout's code hash, got {brief(code, 40)}")
-    if not isinstance(root, str) or not root or len(root) > MAX_FIELD or "\0" in root or not os.path.isabs(root):
-        raise ConfigError(f"launch request: root: must be the absolute path of a checkout, got {brief(root, 60)}")
-    return code, root
+    try:
+        return code, absolute_path(root if isinstance(root, str) else "")
+    except ValueError as err:
+        raise ConfigError(f"launch request: root: {err} (the launch's checkout), got {brief(root, 60)}") from None

@@ -287,7 +287,7 @@ def test_the_socket_answers_its_user_only_and_bad_requests_get_one_line(tmp_path
     assert "runs sweeps on its own Ray" in answer["error"] and not (tmp_path / "sweeps").exists()
     here = SweepRequest.from_caller(str(ROOT / "search_spaces" / "smoke.yaml"), cwd=tmp_path, environ={}).message()
     for fields, expected in (({"code": 5, "root": str(ROOT)}, "code: must be the 16 hex digits"),  # not a restart
-                             ({"code": "0" * 16, "root": ["/"]}, "root: must be the absolute path"),
+                             ({"code": "0" * 16, "root": ["/"]}, "root: must be a non-empty text"),
                              ({"tracking_source": "\x1b[2J" + "x" * 100_000}, "tracking_source")):
         with socket.socket(socket.AF_UNIX) as s:
             s.connect(str(sock))
