@@ -84,3 +84,8 @@ def one_line(message: str, limit: int = MAX_LINE) -> str:
     if len(text) > limit:
         text = " ".join(short_path(word, 60) if "/" in word and len(word) > 60 else word for word in text.split(" "))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def error_line(message: str) -> str:
+    """`error: MESSAGE` on one line of at most MAX_LINE characters, the prefix included."""
+    return f"error: {one_line(message, MAX_LINE - len('error: '))}"

@@ -13,7 +13,7 @@ import sys
 from typing import Callable, NoReturn
 
 from trainables.config import ConfigError, preset_names
-from core.errors import cut, one_line
+from core.errors import cut, error_line, one_line
 from sweeper.cli_types import cpus, experiment_name, folder, port, positive_int, replay_count, sample_count, tolerance
 from sweeper.sweep_dir import DEFAULT_STORAGE
 
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             exit_at_once(code)
         return code
     except ConfigError as err:
-        print(f"error: {one_line(str(err))}", file=sys.stderr)
+        print(error_line(str(err)), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -141,3 +141,35 @@ def _tree(top: str | Path):
     if os.path.isdir(top) and not os.path.islink(top):
         for root, dirs, files in os.walk(top):  # links to folders are not followed
             yield from (os.path.join(root, name) for name in dirs + files)
+
+
+WAL_MAGIC = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")  # a write-ahead log's first 4 bytes, then format 3007000
+WAL_VERSION = (3007000).to_bytes(4, "big")
+
+
+def sqlite_immutable(path: str | Path) -> bool:
+    """Whether an SQLite file read read-only may be opened `immutable=1`: all of its data is in
+    itself, and SQLite would otherwise leave a -wal and -shm file beside it. So for a database in
+    WAL mode (header bytes 18-19) without a -wal file, and for any database beside a -wal file that
+    is not a log (no log's header: SQLite ignores its contents but still makes a -shm to read it)."""
+    header = _head(Path(path), 20)
+    if header[:16] != b"SQLite format 3\x00":
+        return False
+    if not os.path.lexists(f"{path}-wal"):
+        return header[18:20] == b"\x02\x02"
+    log = _head(Path(f"{path}-wal"), 8)
+    return not (log[:4] in WAL_MAGIC and log[4:8] == WAL_VERSION)
+
+
+def _head(path: Path, n: int) -> bytes:
+    """The first `n` bytes of a regular file (fewer if it is shorter); b"" for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO in its place never blocks the read
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, n) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)

@@ -49,7 +49,8 @@ from sweeper.sweep import Sweep, SweepHost
 from sweeper.service_link import (LOCK, LOG, SOCKET, STATE, Messages, a_pid, check_entries, code_hash,
                                   ensure_private_dir, listen, peer, project_root, read_state, send, service_dir)
 from core.files import write_atomic
-from core.errors import ConfigError, brief, cut, one_line
+from core.errors import ConfigError, brief, cut, error_line, one_line
+from core.uri_secrets import hide_password
 
 JOIN_S = 120.0  # at the end, how long each sweep may take to write itself down
 BUSY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED}
@@ -180,7 +181,7 @@ class Service:
         request = SweepRequest.from_message(message)
         code, root = launch_origin(message)
         if request.address is not None:  # its trials would train on this service's Ray, not there
-            raise ConfigError(f"address {cut(request.address, 80)}: the service runs sweeps on its own Ray; "
+            raise ConfigError(f"address {cut(hide_password(request.address), 80)}: the service runs sweeps on its own Ray; "
                               "`sweeper launch --in-process --address ...` joins a cluster")
         if root != project_root():
             send(conn, {"stale": f"the sweep service runs the checkout at {project_root()}, this launch is from "
@@ -217,7 +218,7 @@ class Service:
                 sweep.run()
                 code = sweep.finish()
         except ConfigError as err:
-            sink(Say(f"error: {one_line(str(err))}", "warning"))
+            sink(Say(error_line(str(err)), "warning"))
             code = 2
         except Exception as err:  # noqa: BLE001 - the sweep's failure, not the service's
             log.exception(f"sweep {served.name} failed")
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         service = Service(service_dir(), max(1, args.workers or usable_cpus()))
     except ConfigError as err:
-        sys.stderr.write(f"error: {one_line(str(err))}\n")
+        sys.stderr.write(f"{error_line(str(err))}\n")
         return 2
     code = service.serve()
     if service.restart:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import json
 import os
-import re
 import sqlite3
 import threading
 import urllib.error
@@ -19,11 +17,14 @@ import urllib.request
 from pathlib import Path
 from typing import Mapping
 
-from sweeper.fs import check_writable
+from sweeper.fs import check_writable, read_limited
 from trainables.config import ConfigError
+from core import json_text
 from core.errors import brief, cut
+from core.uri_secrets import hide_password, reason
 
 DEFAULT_DB = "mlflow.db"
+MAX_DATABRICKS_CONFIG = 1 << 20  # bytes of a Databricks config file read to find a profile
 
 
 def resolve_uri(cli_value: str | None, cwd: str | Path | None = None, environ: Mapping[str, str] | None = None) -> str:
@@ -103,15 +104,6 @@ FILE_STORE_ENV = "MLFLOW_ALLOW_FILE_STORE"  # MLflow's own switch: a folder stor
 SEARCH = "/api/2.0/mlflow/experiments/search?max_results=1"  # a read every MLflow server answers with JSON
 
 
-def hide_password(uri: str) -> str:
-    """The URI with the password of its user part, if any, replaced by ***."""
-    try:
-        password = urllib.parse.urlsplit(uri).password
-    except ValueError:
-        return uri
-    return uri.replace(f":{password}@", ":***@", 1) if password else uri
-
-
 def check_server(uri: str, shown: str, source: str, timeout_s: float) -> None:
     """An MLflow server answers OK on /health; anything else there (nothing, another web server) is one line."""
     try:
@@ -149,7 +141,7 @@ def check_api(uri: str, shown: str, source: str, timeout_s: float) -> None:
         raise ConfigError(f"{source} {shown}: MLflow tracking server unreachable on its REST API "
                           f"({cut(str(getattr(err, 'reason', err)), 80)})") from None
     try:
-        parsed = json.loads(body)
+        parsed = json_text.loads(body)
     except ValueError:
         parsed = None
     if not isinstance(parsed, dict):
@@ -179,10 +171,14 @@ def check_databricks(uri: str, shown: str, source: str) -> None:
         return
     profile = uri.split("://", 1)[1].split(":", 1)[0] if "://" in uri else ""
     profile = profile or "DEFAULT"
-    config = Path(os.environ.get("DATABRICKS_CONFIG_FILE") or Path.home() / ".databrickscfg")
+    named = os.environ.get("DATABRICKS_CONFIG_FILE")
+    config = Path(named or Path.home() / ".databrickscfg")
+    text = b""  # a FIFO, a device or a huge file there is one line, never a read that blocks or fills memory
+    if os.path.lexists(config):
+        text = read_limited(config, "$DATABRICKS_CONFIG_FILE" if named else "Databricks config", MAX_DATABRICKS_CONFIG)
     parser = configparser.ConfigParser()
     try:
-        parser.read(config)
+        parser.read_string(text.decode("utf-8"))
         found = profile == "DEFAULT" and parser.defaults().get("host") or parser.has_option(profile, "host")
     except (configparser.Error, OSError, UnicodeDecodeError):
         found = False
@@ -237,20 +233,6 @@ def check_database(uri: str, shown: str, source: str, timeout_s: float) -> None:
         err = getattr(failed[0], "orig", None) or failed[0]
         raise ConfigError(f"{source} {shown}: cannot connect to the tracking database ({cut(reason(err, uri), 100)}); "
                           "start it, or check the URI") from None
-
-
-def reason(err: BaseException, uri: str) -> str:
-    """The first line of an error, without the URI's password (as written, or as the driver saw it)."""
-    text = (str(err).strip().splitlines() or [type(err).__name__])[0]
-    try:
-        password = urllib.parse.urlsplit(uri).password or ""
-    except ValueError:
-        password = ""
-    for secret in {password, urllib.parse.unquote(password)} - {""}:
-        # a short password would also match inside words ("a" in "connection refused"): there, only whole tokens
-        pattern = re.escape(secret) if len(secret) >= 6 else rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])"
-        text = re.sub(pattern, "***", text)
-    return text
 
 
 def store_failure(uri: str, source: str, err: BaseException) -> ConfigError:

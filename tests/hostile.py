@@ -91,13 +91,13 @@ def snapshot(root: Path) -> dict[str, tuple]:
 
 def assert_refused(r: subprocess.CompletedProcess, *must_contain: str, root: Path | None = None,
                    before: dict | None = None) -> str:
-    """Exit 2, one line of at most MAX_LINE characters on stderr (after `error: `) holding every
+    """Exit 2, one line of at most MAX_LINE characters on stderr (`error: ` included) holding every
     `must_contain`, no traceback, and `root` as it was in `before`. Returns the line."""
     err = r.stderr.strip()
     assert r.returncode == 2, (r.returncode, r.stdout[-1000:], r.stderr[-3000:])
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     assert err and "\n" not in err, err[:3000]
-    assert len(err.removeprefix("error: ")) <= MAX_LINE, (len(err), err)
+    assert len(err) <= MAX_LINE, (len(err), err)
     for text in must_contain:
         assert text in err, (text, err)
     if root is not None:

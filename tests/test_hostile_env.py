@@ -72,6 +72,42 @@ def test_an_error_keeps_its_words_and_loses_the_password(password, error, shown)
     assert reason(RuntimeError(error), f"postgresql://sweeper:{password}@127.0.0.1:5/mlflow") == shown
 
 
+@pytest.mark.parametrize("uri, shown", [
+    (f"postgresql://127.0.0.1:5/mlflow?sslmode=require&password={PASSWORD}", "postgresql://127.0.0.1:5/mlflow?sslmode=require&password=***"),
+    (f"http://127.0.0.1:5/?token={PASSWORD}&x=1", "http://127.0.0.1:5/?token=***&x=1"),
+    (f"ray://user:{PASSWORD}@127.0.0.1:10001", "ray://user:***@127.0.0.1:10001"),
+    (f"user:{PASSWORD}@127.0.0.1:6379", "user:***@127.0.0.1:6379"),  # an address written without a scheme
+    ("sqlite:////tmp/a b/mlflow.db?mode=ro", "sqlite:////tmp/a b/mlflow.db?mode=ro"),
+])
+def test_a_secret_in_a_query_or_an_address_is_hidden_too(uri, shown):
+    from core.uri_secrets import hide_password, reason
+
+    assert hide_password(uri) == shown
+    if PASSWORD in uri:
+        assert reason(RuntimeError(f"refused for {PASSWORD}"), uri) == "refused for ***"
+
+
+def test_a_ray_address_with_a_password_is_refused_without_it(tmp_path):
+    line = refused_before_ray(tmp_path, "launch", SMOKE, "--address", f"ray://u:{PASSWORD}@127.0.0.1:{free_port()}",
+                              expect=("--address", "not a Ray address"))
+    assert PASSWORD not in line and ":***@" in line
+    r = sweeper("job", "status", "raysubmit_x", cwd=tmp_path,
+                env={"RAY_ADDRESS": f"http://u:{PASSWORD}@127.0.0.1:{free_port()}"})
+    assert r.returncode == 2 and PASSWORD not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("config", ["fifo", "/dev/zero", "folder"])
+def test_a_databricks_config_that_is_no_regular_file_is_one_line_never_a_hang(tmp_path, config):
+    if config == "fifo":
+        os.mkfifo(tmp_path / "fifo")  # read whole, it would block for ever; /dev/zero would fill the memory
+    path = {"fifo": str(tmp_path / "fifo"), "folder": str(tmp_path)}.get(config, config)
+    r = sweeper("ui", "--tracking-uri", "databricks", cwd=tmp_path, timeout=60,
+                env={"DATABRICKS_CONFIG_FILE": path, "DATABRICKS_HOST": ""})
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr, r.stderr[-500:]
+    (line,) = r.stderr.strip().splitlines()
+    assert "$DATABRICKS_CONFIG_FILE" in line and ("not a regular file" in line or "is a folder" in line), line
+
+
 @pytest.fixture
 def web_server(tmp_path_factory):
     """`python -m http.server` on a free port, serving a folder of the test's; yields (url, folder)."""

@@ -36,6 +36,33 @@ def test_a_name_too_long_for_the_file_system_is_one_line(tmp_path, verb, length)
     assert_refused(sweeper(verb, "a" * length, cwd=tmp_path), "not a sweep's name or folder", root=tmp_path, before=before)
 
 
+@pytest.mark.parametrize("markdown", ["x" * 300 + ".md", "adir/" + "x" * 300 + "/a.md"])
+def test_a_markdown_file_name_too_long_for_the_file_system_is_one_line(tmp_path, markdown):
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("report", "s", "--markdown", markdown, cwd=tmp_path), "--markdown", root=tmp_path, before=before)
+
+
+@pytest.mark.parametrize("host", ["", " ", "[]"])
+def test_an_empty_host_is_one_line_not_every_interface(tmp_path, host):
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("ui", "--host", host, cwd=tmp_path), "--host", "empty", root=tmp_path, before=before)
+
+
+def test_a_report_line_or_times_file_nested_beyond_the_parser_s_stack_is_skipped_or_one_line(tmp_path):
+    from core.errors import ConfigError
+    from trainables.run_dir import RunDir, strict_reports
+
+    run = tmp_path / "t0000"
+    run.mkdir()
+    deep = "[" * 100_000
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 10, "acc_3x": 0.5}) + "\n" + deep + "\n")
+    (run / "times.json").write_text(deep)
+    assert [r["step"] for r in RunDir(run).reports()] == [10]  # the lenient reader skips it, as any non-report
+    assert RunDir(run).times() == {}
+    with pytest.raises(ConfigError, match="line 2: not a JSON report"):
+        strict_reports((run / "metrics.jsonl").read_bytes(), "metrics.jsonl")
+
+
 @pytest.mark.parametrize("changes,named", [
     ({"state": None}, "state: missing"),
     ({"updated": "yesterday"}, "updated: must be"),

@@ -177,7 +177,8 @@ def test_two_trials_or_one_value_tried_show_no_effect_rather_than_a_meaningless_
     assert "too few trials to say (3 scored, 1 value;" in row
 
 
-@pytest.mark.parametrize("change", ["PRAGMA journal_mode=WAL", "DROP TABLE trial_values", "garbage -wal"])
+@pytest.mark.parametrize("change", ["PRAGMA journal_mode=WAL", "DROP TABLE trial_values", "garbage -wal",
+                                    "garbage -wal beside a rollback journal"])
 def test_a_study_in_wal_mode_or_missing_a_table_is_read_and_nothing_is_left_beside_it(tmp_path, change):
     """A study in WAL mode is read (SQLite would leave -wal and -shm files beside a read-only
     reader), also with a -wal file that is not a log beside it; one missing a table is our one
@@ -192,9 +193,10 @@ def test_a_study_in_wal_mode_or_missing_a_table_is_read_and_nothing_is_left_besi
     for *_, rate, acc in TRIALS:
         study.add_trial(optuna.trial.create_trial(params={"optim.lr": rate}, distributions={"optim.lr": lr}, value=acc))
     db = sqlite3.connect(sweep_dir / "optuna.db")
-    db.execute("PRAGMA journal_mode=WAL" if change == "garbage -wal" else change)
+    db.execute("PRAGMA journal_mode=WAL" if change == "garbage -wal" else
+               "PRAGMA journal_mode=DELETE" if change.startswith("garbage") else change)
     db.close()
-    if change == "garbage -wal":
+    if change.startswith("garbage -wal"):
         (sweep_dir / "optuna.db-wal").write_bytes(b"not a write-ahead log\n" * 100)
     before = {p.name: digest(p) for p in sweep_dir.iterdir() if p.is_file()}
     r = sweeper(tmp_path, "report", "smoke", "--tracking-uri", uri)

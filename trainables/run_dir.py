@@ -18,6 +18,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from core import json_text
 from core.errors import ConfigError, brief, cut
 from core.files import write_atomic
 from trainables.config import MAX_STEPS
@@ -72,7 +73,7 @@ class RunDir:
         """{"started_utc", "ended_utc"} as far as they are known ({} before the run began)."""
         try:
             with open(self.path / TIMES, "rb") as f:
-                times = json.loads(f.read(4096))
+                times = json_text.loads(f.read(4096))
         except (OSError, ValueError):
             return {}
         return {k: v for k, v in times.items() if k in ("started_utc", "ended_utc") and isinstance(v, str)} \
@@ -139,7 +140,7 @@ def parse_reports(data: bytes) -> list[dict]:
     out = []
     for line in data.decode("utf-8", errors="replace").splitlines():
         try:
-            report = json.loads(line)
+            report = json_text.loads(line)
         except ValueError:
             continue
         step = report.get("step") if isinstance(report, dict) else None
@@ -182,7 +183,7 @@ def strict_reports(data: bytes, source: str) -> tuple[list[Report], bool]:
 
 def _report(raw: bytes, where: str, previous: int) -> Report:
     try:
-        obj = json.loads(raw)
+        obj = json_text.loads(raw)
     except ValueError:
         raise ConfigError(f"{where}: not a JSON report: {brief(raw.decode('utf-8', 'replace'), 40)}") from None
     if not isinstance(obj, dict) or not obj:

@@ -8,8 +8,6 @@ is drawn, so Optuna's trials hold exactly the parameters that exist for them.
 from __future__ import annotations
 
 import math
-import os
-import stat
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,6 +16,7 @@ import optuna
 
 from trainables.config import ConfigError
 from core.errors import brief, cut
+from sweeper.fs import sqlite_immutable
 from sweeper.space import CategoricalParam, FloatParam, IntParam, Param, SearchSpace, SpaceError, grid_points, param_names, trial_config_for
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # what goes wrong is said in the sweeper's own lines, not Optuna's SQL
@@ -234,38 +233,7 @@ def param_importances(storage: Path, study_name: str) -> tuple[list[str], int]:
 
 
 def read_only_url(db: str | Path) -> str:
-    """An SQLite study opened read-only: a verb that only reads never writes (nor creates tables).
-    A database in WAL mode whose write-ahead log is absent, or not one (SQLite ignores a -wal file
-    without a log's header), holds all of its data in itself: it is opened immutable, since SQLite
-    would otherwise leave a -wal and a -shm file beside it."""
+    """An SQLite study opened read-only: a verb that only reads never writes (nor creates tables,
+    nor leaves a -wal or -shm file beside it: `sqlite_immutable`)."""
     path = Path(db).resolve()
-    return f"sqlite:///file:{path}?mode=ro{'&immutable=1' * _settled_wal(path)}&uri=true"
-
-
-WAL_MAGIC = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")  # a write-ahead log's first 4 bytes, then format 3007000
-WAL_VERSION = (3007000).to_bytes(4, "big")
-
-
-def _settled_wal(path: Path) -> bool:
-    """The file is an SQLite database in WAL mode (header bytes 18-19) and no write-ahead log
-    beside it can hold data: none, or a file without a log's header."""
-    header = _head(path, 20)
-    wal = header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
-    if not wal or not os.path.lexists(f"{path}-wal"):
-        return wal
-    log = _head(Path(f"{path}-wal"), 8)
-    return not (log[:4] in WAL_MAGIC and log[4:8] == WAL_VERSION)
-
-
-def _head(path: Path, n: int) -> bytes:
-    """The first `n` bytes of a regular file (fewer if it is shorter); b"" for anything else."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO in its place never blocks the read
-    except OSError:
-        return b""
-    try:
-        return os.read(fd, n) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
+    return f"sqlite:///file:{path}?mode=ro{'&immutable=1' * sqlite_immutable(path)}&uri=true"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from core.errors import ConfigError, cut, one_line
+from core.uri_secrets import hide_password
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 CALL_TIMEOUT_S = 15.0  # one request to the job server; a head under load answers within a few seconds
@@ -32,6 +33,11 @@ class JobServerError(ConfigError):
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
         self.status = status
+
+
+def shown(address: str) -> str:
+    """An address as an error line shows it: its secrets hidden, cut short."""
+    return cut(hide_password(address), 120)
 
 
 def ask(address: str, what: str, fn, /, *args, bound_s: float = CALL_TIMEOUT_S, **kwargs):
@@ -49,7 +55,7 @@ def ask(address: str, what: str, fn, /, *args, bound_s: float = CALL_TIMEOUT_S, 
     worker.start()
     worker.join(bound_s)
     if worker.is_alive():
-        raise JobServerError(f"--address {address}: no answer to {what} within {bound_s:.0f} s; is the "
+        raise JobServerError(f"--address {shown(address)}: no answer to {what} within {bound_s:.0f} s; is the "
                              "cluster's dashboard up, and is the address its port 8265?")
     if "error" not in box:
         return box["value"]
@@ -65,39 +71,39 @@ def describe(address: str, what: str, err: BaseException) -> JobServerError:
     code = re.search(r"status code (\d{3})", text)
     if code:
         status = int(code.group(1))
-        return JobServerError(f"--address {address}: the job server answered {what} with HTTP {status}"
+        return JobServerError(f"--address {shown(address)}: the job server answered {what} with HTTP {status}"
                               f"{' (not found)' if status == 404 else ''}", status)
     if isinstance(err, (ConnectionError, OSError)) and not isinstance(err, ValueError):  # (requests' JSON error is both)
-        return JobServerError(f"--address {address}: Ray job server unreachable during {what} ({cut(text, 100)})")
+        return JobServerError(f"--address {shown(address)}: Ray job server unreachable during {what} ({cut(text, 100)})")
     if "does not exist" in text:
-        return JobServerError(f"--address {address}: {what}: {cut(text, 120)}", 404)
-    return JobServerError(f"--address {address}: the answer to {what} is not a Ray job server's "
+        return JobServerError(f"--address {shown(address)}: {what}: {cut(text, 120)}", 404)
+    return JobServerError(f"--address {shown(address)}: the answer to {what} is not a Ray job server's "
                           f"({type(err).__name__}: {cut(text, 100)})")
 
 
 def check_job_server(address: str, timeout_s: float = 5.0) -> None:
     """One line when `address` is not the HTTP address of a Ray job server that answers."""
     if not address.startswith(("http://", "https://")):
-        raise ConfigError(f"--address {address}: the Ray dashboard's HTTP address expected, e.g. http://HEAD:8265")
+        raise ConfigError(f"--address {shown(address)}: the Ray dashboard's HTTP address expected, e.g. http://HEAD:8265")
     try:
         urllib.request.urlopen(f"{address.rstrip('/')}/api/version", timeout=timeout_s).close()
     except urllib.error.HTTPError as err:
         if err.code != 401:
-            raise ConfigError(f"--address {address}: not a Ray job server (HTTP {err.code} on /api/version)") from None
+            raise ConfigError(f"--address {shown(address)}: not a Ray job server (HTTP {err.code} on /api/version)") from None
         use_token(address)
     except (urllib.error.URLError, OSError, ValueError) as err:
-        raise ConfigError(f"--address {address}: Ray job server unreachable ({getattr(err, 'reason', err)}); "
+        raise ConfigError(f"--address {shown(address)}: Ray job server unreachable ({getattr(err, 'reason', err)}); "
                           "start the cluster, or port-forward its dashboard port 8265") from None
 
 
 def use_token(address: str) -> None:
     """The job server wants Ray's auth token: send ours (Ray's client sends it only in token mode)."""
     if os.environ.get("RAY_AUTH_MODE", "token") != "token":
-        raise ConfigError(f"--address {address}: the job server requires a token, but RAY_AUTH_MODE is "
+        raise ConfigError(f"--address {shown(address)}: the job server requires a token, but RAY_AUTH_MODE is "
                           f"{os.environ['RAY_AUTH_MODE']}; unset it and provide the cluster's token")
     token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token"))
     if not os.environ.get("RAY_AUTH_TOKEN") and not token_file.is_file():
-        raise ConfigError(f"--address {address}: the job server requires Ray's auth token; set RAY_AUTH_TOKEN "
+        raise ConfigError(f"--address {shown(address)}: the job server requires Ray's auth token; set RAY_AUTH_TOKEN "
                           f"or put it in {token_file} (docs/deploy.md)")
     os.environ["RAY_AUTH_MODE"] = "token"
 
@@ -183,5 +189,5 @@ def known_job(client, job_id: str, address: str):
         return job_info(client, job_id, address)
     except JobServerError as err:
         if err.status == 404:
-            raise ConfigError(f"{cut(job_id, 80)}: no such job on {address}") from None
+            raise ConfigError(f"{cut(job_id, 80)}: no such job on {shown(address)}") from None
         raise

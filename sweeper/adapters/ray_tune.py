@@ -37,7 +37,8 @@ from sweeper.adapters.ray_search import LedgerASHA, LedgerSearcher  # noqa: E402
 from sweeper.adapters.ray_trainable import make_trainable  # noqa: E402
 from sweeper.space import SearchSpace, trial_config_for  # noqa: E402
 from sweeper.stopping import stopper_for  # noqa: E402
-from core.errors import ConfigError, cut, one_line  # noqa: E402
+from core.errors import ConfigError, cut, error_line  # noqa: E402
+from core.uri_secrets import hide_password, reason  # noqa: E402
 
 
 def init_ray(address: str | None, quiet: bool = True) -> None:
@@ -64,7 +65,7 @@ def join_cluster(address: str, timeout_s: float = JOIN_TIMEOUT_S) -> None:
     line: no cluster for `auto`, an error from Ray. Call before the sweep writes anything: a join still
     waiting after `timeout_s` ends the process (exit 2), as nothing else stops Ray's retries. Ray's
     client logs each retry on stderr: kept aside during the join, shown only if it succeeds."""
-    shown = cut(address, 80)
+    shown = cut(hide_password(address), 80)
     if address == "auto" and (owners := private_instances()):
         raise ConfigError(f"--address auto: the only Ray here is another process's own ({owners[0]}); start a "
                           "cluster with `ray start --head`, or leave --address out")
@@ -77,8 +78,7 @@ def join_cluster(address: str, timeout_s: float = JOIN_TIMEOUT_S) -> None:
                 warnings.simplefilter("ignore")
                 init_ray(address)
         except Exception as err:  # noqa: BLE001 - whatever Ray raises on a join: one line
-            reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise ConfigError(f"--address {shown}: cannot join the Ray cluster ({cut(reason, 120)})") from None
+            raise ConfigError(f"--address {shown}: cannot join the Ray cluster ({cut(reason(err, address), 120)})") from None
         finally:
             watchdog.cancel()
         aside.seek(0)
@@ -130,7 +130,7 @@ def _stderr_aside():
 def _no_answer(shown: str, timeout_s: float, stderr_fd: int) -> None:
     line = (f"--address {shown}: the Ray cluster did not let this driver join within {timeout_s:.0f} s (another "
             "service on that port, another Ray version, or token auth without a token); nothing was written")
-    os.write(stderr_fd, f"error: {one_line(line)}\n".encode())
+    os.write(stderr_fd, f"{error_line(line)}\n".encode())
     os._exit(2)
 
 

@@ -12,7 +12,7 @@ import os
 
 from core.errors import ConfigError, one_line
 
-from sweeper.adapters.ray_jobs import TERMINAL, ask, client_for, follow, known_job, wait
+from sweeper.adapters.ray_jobs import TERMINAL, ask, client_for, follow, known_job, shown, wait
 from sweeper.commands.submit import show, to_stderr
 
 
@@ -47,7 +47,7 @@ def logs(options: Options) -> int:
         return follow(client, options.job, where, show, to_stderr)
     text = ask(where, "the job's logs", client.get_job_logs, options.job)
     if not isinstance(text, str):
-        raise ConfigError(f"--address {where}: the answer to the job's logs is not text")
+        raise ConfigError(f"--address {shown(where)}: the answer to the job's logs is not text")
     print(text, end="")
     return 0
 

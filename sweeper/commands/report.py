@@ -25,7 +25,7 @@ from statistics import mean
 
 from sweeper.records import length_metrics
 from sweeper.sweep_dir import OPTUNA_DB
-from sweeper.fs import check_output_file
+from sweeper.fs import check_output_file, sqlite_immutable
 from trainables.config import ConfigError
 from core.errors import brief, cut
 
@@ -155,7 +155,7 @@ def readable_store(uri: str, source: str) -> str:
     # SQLAlchemy's URL of an SQLite URI filename, read-only: quoted once for SQLite (spaces, #, ?, %)
     # and once more for SQLAlchemy, which unquotes the path before handing it on
     quoted = urllib.parse.quote(urllib.parse.quote(str(path), safe="/"), safe="/")
-    return f"sqlite+pysqlite:///file:{quoted}?mode=ro&uri=true"
+    return f"sqlite+pysqlite:///file:{quoted}?mode=ro{'&immutable=1' * sqlite_immutable(path)}&uri=true"
 
 
 def fetch_runs(uri: str, shown_uri: str, name: str, experiment: str | None) -> list[dict]:
@@ -217,7 +217,11 @@ def check_markdown(path: str) -> Path:
     """--markdown FILE: a regular file (or none yet) in an existing, writable folder, not a folder
     itself and not under /proc or /sys. Checked before anything is read or printed."""
     target = Path(path).expanduser()
-    resolved = target.resolve()
+    try:
+        resolved = target.resolve()
+        target.is_dir()
+    except OSError as err:  # a name too long for the file system, a loop of links
+        raise ConfigError(f"--markdown {cut(path, 120)}: not a file name this file system takes ({err.strerror or err})") from None
     for root in PSEUDO_FILE_SYSTEMS:
         if resolved == root or root in resolved.parents:
             raise ConfigError(f"--markdown {cut(path, 120)}: under {root}, whose files are the kernel's; name a file in a folder of yours")

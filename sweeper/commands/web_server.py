@@ -28,7 +28,7 @@ import time
 import urllib.request
 from typing import Callable
 
-from core.errors import ConfigError, cut
+from core.errors import ConfigError, brief, cut
 
 START_TIMEOUT_S = 120.0  # until the server answers (MLflow's first start migrates its store: slow on 2 cores)
 STOP_TIMEOUT_S = 10.0  # after SIGTERM, before SIGKILL
@@ -58,6 +58,9 @@ def url_of(host: str, port: int) -> str:
 def check_address(host: str, port: int) -> None:
     """Bind (host, port) once, as the server will (SO_REUSEADDR), and let it go: every reason it
     cannot serve there is one ConfigError line naming the flag."""
+    if not host.strip("[] "):  # getaddrinfo would take it for every interface: a mistake, not a choice
+        raise ConfigError(f"--host {brief(host, 20)}: empty; name an address (every interface: 0.0.0.0), "
+                          "the default is 127.0.0.1")
     try:
         infos = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as err:
