@@ -208,13 +208,16 @@ def check_checkpoints(spec, unfinished: dict[int, dict], trials_root: Path) -> N
     from sweeper.records import trial_name
     from sweeper.space import trial_config_for
     from trainables.config import ConfigError
-    from trainables.run_dir import RunDir
+    from trainables.run_dir import CHECKPOINT, RunDir
     from trainables.train import check_resume
 
     for number, params in unfinished.items():
         folder = Path(trials_root) / trial_name(number)
         checkpoint = RunDir(folder).checkpoint()
         if checkpoint is None:
+            if os.path.lexists(link := folder / CHECKPOINT):  # a link to nothing, or to itself: the run is lost
+                raise ConfigError(f"{cut(str(link), 120)}: names no checkpoint folder; move {cut(str(folder), 80)} "
+                                  "away to train that trial afresh")
             continue
         try:
             check_resume(trial_config_for(spec, params, f"trial {number}"), checkpoint)

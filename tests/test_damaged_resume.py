@@ -51,6 +51,12 @@ def _running_with(change):
     return damage
 
 
+def _dangling(saved: Path) -> None:
+    link = saved.parent.parent / "checkpoint"
+    link.unlink()
+    link.symlink_to("checkpoint-999")
+
+
 def _another_seed(saved: Path) -> None:
     cfg = yaml.safe_load(saved.read_text())
     saved.write_text(yaml.safe_dump({**cfg, "seed": cfg["seed"] + 1}, sort_keys=False))
@@ -69,6 +75,7 @@ DAMAGES = {
     "one_trial_number_twice": (_sql("update trials set number = 0 where trial_id = 2"), "a number given twice"),
     "a_checkpoint_of_another_run": (_running_with(_another_seed), "seed: the checkpoint was trained with"),
     "a_checkpoint_without_its_config": (_running_with(Path.unlink), "config.yaml: no such file"),
+    "a_checkpoint_link_to_nothing": (_running_with(_dangling), "checkpoint: names no checkpoint folder"),
 }
 
 
