@@ -159,7 +159,11 @@ class Sweep:
         req, uri = self.request, self.request.tracking_uri
         store = sqlite_path(uri)
         if store is not None:  # an embedded store this sweep makes: its file, lock and artifacts
-            self._created += [p for p in (store, Path(f"{store}.lock"), store.parent / "mlartifacts") if not p.exists()]
+            artifacts = store.parent / "mlartifacts"
+            made = [p for p in (store, Path(f"{store}.lock"), artifacts) if not p.exists()]
+            self._created += made
+            if self._mask:  # made here with the caller's mode: what MLflow writes is out of others' reach from the start
+                self._make_with_callers_mode(made, folder=artifacts)
 
         def start_tracking() -> int:
             try:
@@ -253,6 +257,19 @@ class Sweep:
     def _narrow(self, paths: list[Path]) -> None:
         if self._mask:
             narrow_modes(paths, self._mask)
+
+    def _make_with_callers_mode(self, paths: list[Path], folder: Path) -> None:
+        """Empty files (and `folder`) made now with the mode the caller's umask gives: an empty file is
+        a new SQLite database to MLflow, and SQLite gives its journal the database file's mode. One
+        that appeared meanwhile (another sweep's, a planted link) is left to MLflow's own checks."""
+        for path in paths:
+            try:
+                if path == folder:
+                    path.mkdir(0o777 & ~self.request.umask)
+                else:
+                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666 & ~self.request.umask))
+            except FileExistsError:
+                continue
 
     def _narrow_at_close(self, sweep_dir: Path) -> None:
         """At the end, what the sweep and its trials made follows the caller's umask (the folder itself

@@ -81,9 +81,10 @@ def write_space(where: Path, name: str, steps: int) -> Path:
     return path
 
 
-def launch(space: Path, cwd: Path, env: dict, *extra: str) -> subprocess.Popen:
+def launch(space: Path, cwd: Path, env: dict, *extra: str, umask: int | None = None) -> subprocess.Popen:
     return subprocess.Popen(sweeper_cmd("launch", space, "--progress", "lines", *extra), cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=None if umask is None else lambda: os.umask(umask))
 
 
 def trained_steps(sweep_dir: Path) -> int:
@@ -188,10 +189,13 @@ def test_a_killed_service_loses_nothing(tmp_path, service_dir):
     pid = start_service(service_dir, tmp_path, {**env, "SWEEPER_FAULT": "report:3:KILL"})
     max_steps = 600
     a = write_space(tmp_path, "a", max_steps)
-    attached = launch(a, tmp_path, env)
+    attached = launch(a, tmp_path, env, umask=0o077)
     out = attached.communicate(timeout=300)[0]
     assert attached.returncode == 1 and "the service stopped while running sweep a" in out, out
     assert not _alive(pid)
+    opened = [str(p) for p in [tmp_path / "sweeps" / "a", tmp_path / "mlflow.db", tmp_path / "mlartifacts"]
+              if p.exists() and p.stat().st_mode & 0o007]
+    assert opened == [], opened  # the caller's umask held from the start, not only at an end the kill never reached
     recorded = json.loads((tmp_path / "sweeps" / "a" / "ray_processes.json").read_text())["processes"]
     resumed = subprocess.run(sweeper_cmd("launch", a, "--in-process", "--progress", "none"), cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=900)  # a loaded machine: the resume trains both trials
