@@ -4,8 +4,9 @@ It knows nothing of Ray, Optuna or MLflow. It talks to the outside world through
 callback, `report(metrics, checkpoint_dir)`, called every `eval.every` steps (and at the
 end) with the evaluation metrics and a directory holding a checkpoint of the run. The
 caller copies what it needs out of that directory before returning; the directory is
-deleted afterwards. `train(cfg, resume_from=dir)` continues from such a checkpoint (one taken under the same
-config but for `steps`: another run's is refused), and a resumed run is bit-identical to one that never stopped (same device and thread count).
+deleted afterwards. `train(cfg, resume_from=dir)` continues from such a checkpoint (one taken
+under the same config but for `steps`: another run's is refused), and a resumed run is
+bit-identical to one that never stopped (same device and thread count).
 
 Reported metrics (all floats): step, loss, train_acc, the task's evaluation metrics for
 each length multiplier k (acc_{k}x, state_acc_{k}x, recall_acc_{k}x, seq_acc_{k}x for the
