@@ -25,7 +25,7 @@ from sweeper.space_file import load_space
 from sweeper.status import SPACE_FILE
 from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, folder_kind, is_uri, sweep_dir_for
 from sweeper.tracking_uri import hide_password, preflight
-from core.errors import cut
+from core.errors import cut, short_path
 
 
 @dataclass(frozen=True)
@@ -216,10 +216,10 @@ def check_checkpoints(spec, unfinished: dict[int, dict], trials_root: Path) -> N
         checkpoint = RunDir(folder).checkpoint()
         if checkpoint is None:
             if os.path.lexists(link := folder / CHECKPOINT):  # a link to nothing, or to itself: the run is lost
-                raise ConfigError(f"{cut(str(link), 120)}: names no checkpoint folder; move {cut(str(folder), 80)} "
+                raise ConfigError(f"{short_path(link, 100)}: names no checkpoint folder; move {short_path(folder, 80)} "
                                   "away to train that trial afresh")
             continue
         try:
             check_resume(trial_config_for(spec, params, f"trial {number}"), checkpoint)
         except ConfigError as err:
-            raise ConfigError(f"{cut(str(err), 220)}; move {cut(str(folder), 80)} away to train that trial afresh") from None
+            raise ConfigError(f"{cut(str(err), 220)}; move {short_path(folder, 80)} away to train that trial afresh") from None

@@ -33,7 +33,7 @@ import yaml
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from trainables.config import ConfigError, EMAConfig, OptimConfig, TrialConfig, config_difference, load_trial_config
-from core.errors import brief, cut
+from core.errors import brief, cut, short_path
 from trainables.dat import DATSchedule, curriculum_state_only, enable_attention, hold_attention, release_attention
 from trainables.memory import release_free_memory
 from trainables.model import HybridLM
@@ -230,13 +230,14 @@ def check_saved_config(cfg: TrialConfig, directory: str | Path) -> None:
     """A checkpoint continues the run it was taken in: its config.yaml (which `save_checkpoint`
     writes beside every state.pt) is a regular file holding `cfg`, but for `steps`."""
     saved = Path(directory) / CONFIG
+    shown = short_path(saved, 100)
     if saved.is_symlink() or not saved.is_file():
         what = "a link" if saved.is_symlink() else "not a regular file" if saved.exists() else "no such file"
-        raise ConfigError(f"{saved}: {what}; every checkpoint holds the config it was taken with")
+        raise ConfigError(f"{shown}: {what}; every checkpoint holds the config it was taken with")
     differs = config_difference(load_trial_config(saved), cfg)
     if differs:
         key, was, asked = differs
-        raise ConfigError(f"{saved}: {key}: the checkpoint was trained with {brief(was, 40)}, the run asks "
+        raise ConfigError(f"{shown}: {key}: the checkpoint was trained with {brief(was, 40)}, the run asks "
                           f"{brief(asked, 40)}; a resumed run may change only `steps`")
 
 
