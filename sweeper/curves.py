@@ -15,10 +15,10 @@ its point ends, so it is left out; the count of those is kept for the caller to 
 from __future__ import annotations
 
 import gzip
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from core import json_text
 from core.errors import ConfigError, brief, cut, short_path
 from sweeper.replay import Grid, point_key
 from sweeper.status import finite
@@ -101,7 +101,7 @@ def _read_record(path: Path) -> list[tuple[dict, list[dict]]]:
             text = f.read(MAX_RECORD_BYTES + 1)
         if len(text) > MAX_RECORD_BYTES:
             raise ValueError(f"more than {MAX_RECORD_BYTES >> 20} MiB of text")
-        data = json.loads(text)
+        data = json_text.loads(text)
         runs = data["runs"]
         out = []
         for run in runs:
@@ -110,7 +110,7 @@ def _read_record(path: Path) -> list[tuple[dict, list[dict]]]:
                 raise ValueError(f"a run must hold a `params` mapping and a list of `reports`, got {brief(run, 40)}")
             out.append((params, reports))
         return out
-    except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError) as err:
+    except (OSError, EOFError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
         what = f"no key {err}" if isinstance(err, KeyError) else cut(str(err), 100)
         raise ConfigError(f"--curves {shown}: not a record of learning curves ({what})") from None
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 
+from core import json_text
 from core.errors import ConfigError, cut
 from core.files import write_atomic
 
@@ -76,13 +77,13 @@ def _recorded(path: Path) -> tuple[tuple[int, float] | None, list[tuple[int, flo
         if path.is_symlink() or not path.is_file():
             return None, []
         with open(path, "rb") as f:
-            data = json.loads(f.read(MAX_FILE_BYTES))
+            data = json_text.loads(f.read(MAX_FILE_BYTES))
         procs = data["processes"]
         driver = {"pid": data["driver"], "started": data["driver_started"]}
         if not hmac.compare_digest(str(data.get("signature", "")), _signature([driver, *procs])):
             return None, []
         return (int(driver["pid"]), float(driver["started"])), [(int(p["pid"]), float(p["started"])) for p in procs]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError):
         return None, []  # cut by a kill, or not a record of ours: nothing we can safely call ours
 
 

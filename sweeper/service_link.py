@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from core import json_text
 from core.errors import ConfigError, cut, printable
 from sweeper.lock import lock_held
 
@@ -200,8 +201,8 @@ class Messages:
             if len(line) > MAX_MESSAGE:
                 raise ConfigError(f"a message longer than {MAX_MESSAGE} bytes")
             try:
-                message = json.loads(line)
-            except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
+                message = json_text.loads(line)
+            except ValueError:
                 raise ConfigError(f"not a JSON message: {cut(line.decode(errors='replace').strip(), 60)}") from None
             if not isinstance(message, dict):
                 raise ConfigError(f"a message must be a JSON object, got {cut(line.decode(errors='replace').strip(), 60)}")
@@ -264,9 +265,9 @@ def code_hash() -> str:
 def read_state(directory: Path | None = None) -> dict:
     try:
         with open((directory or service_dir()) / STATE) as f:
-            state = json.loads(f.read(MAX_MESSAGE))
+            state = json_text.loads(f.read(MAX_MESSAGE))
         return state if isinstance(state, dict) else {}
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError):
         return {}
 
 
