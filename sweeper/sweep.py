@@ -275,7 +275,15 @@ class Sweep:
         """At the end, what the sweep and its trials made follows the caller's umask (the folder itself
         already does from the start, so nothing in it was reachable by others meanwhile)."""
         if self._mask:
-            self._resources.callback(lambda: self._narrow([sweep_dir, sweep_lock_path(sweep_dir), *self._created]))
+            self._resources.callback(lambda: self._narrow([sweep_dir, sweep_lock_path(sweep_dir), *self._created,
+                                                           *self._own_artifacts()]))
+
+    def _own_artifacts(self) -> list[Path]:
+        """This sweep's runs' artifact folders in an embedded store (which another sweep may have made
+        and narrowed before this one wrote its last artifacts)."""
+        if self.tracker is None or sqlite_path(self.request.tracking_uri) is None:
+            return []
+        return self.tracker.local_artifact_dirs()
 
 
 def _best_config(spec, records, best: dict | None) -> dict | None:

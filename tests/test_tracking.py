@@ -273,3 +273,25 @@ def test_the_saved_view_shows_the_metric_its_family_at_every_length_and_the_sear
     view = json.loads(trials_view("loss", "min", []))  # a metric over training, not at a length: alone
     assert view["selectedColumns"] == ["metrics.`loss`", "tags.`status`"]
     assert json.loads(trials_view("acc_3x", "max", []))["orderByAsc"] is False
+
+
+def test_each_sweep_names_its_own_runs_artifact_folders_in_a_shared_embedded_store(tmp_path):
+    """What the caller's umask is applied to at a sweep's end: the folders of its own runs, which hold
+    every artifact it logged (another sweep on the same store may have narrowed the shared folder before)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    spec, sweep_dir = _sweep(tmp_path, uri)
+    trackers = []
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        tracker = SweepTracker(uri, spec, sweep_dir, experiment=name, ledger=_ledger(tmp_path / name, spec))
+        tracker.start(sweep_dir / "space.yaml")
+        tracker.sync(TrialRecord("t0", _record(0).params, "completed", 20, {"step": 20, "acc_3x": 0.02}, str(tmp_path / name)))
+        assert tracker.drain() == []
+        trackers.append(tracker)
+    one, two = (set(t.local_artifact_dirs()) for t in trackers)
+    assert len(one) == len(two) == 2 and not one & two  # the parent run's and the trial's, each sweep its own
+    written = {p for p in (tmp_path / "mlartifacts").rglob("*") if p.is_file()}
+    assert all(f.parent == tmp_path / "mlartifacts" for f in one | two)
+    for folders in (one, two):  # each sweep logged artifacts (its space file, the trial's config), all in its folders
+        assert any(folder in p.parents for p in written for folder in folders)
+    assert all(any(folder in p.parents for folder in one | two) for p in written)

@@ -26,6 +26,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import yaml
 
@@ -117,6 +119,17 @@ class SweepTracker:
         st.update({"tracking_uri": self.uri, "experiment_id": exp_id, "parent_run_id": run.info.run_id})
         st.pop("trials", None)  # read from MLflow at the first sync
         return run.info.run_id
+
+    def local_artifact_dirs(self) -> list[Path]:
+        """The folders on this machine that hold this sweep's runs' artifacts (an embedded store's),
+        one per run: what the caller's umask is applied to at the sweep's end. None if MLflow fails."""
+        ids = [self.state.get("parent_run_id"), *(t["run_id"] for t in self.state.get("trials", {}).values())]
+        try:
+            uris = [self.client.get_run(run_id).info.artifact_uri for run_id in ids if run_id]
+        except Exception:  # noqa: BLE001 - a store gone by the end: nothing of it to narrow
+            return []
+        folders = [Path(url2pathname(urlparse(uri).path)) for uri in uris if uri and urlparse(uri).scheme == "file"]
+        return [f.parent if f.name == "artifacts" else f for f in folders]
 
     def _end_abandoned(self, exp_id: str) -> None:
         """A fresh start of this sweep's folder: a parent run of the folder still RUNNING belongs to a
