@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import urllib.parse
 
+from core.errors import cut
+
 SECRET_KEY = re.compile(r"pass|pwd|token|secret|key|auth|credential|signature|sig$", re.IGNORECASE)
 _QUERY_PAIR = re.compile(r"(?P<sep>[?&;])(?P<key>[^=&;#?]*)=(?P<value>[^&;#]*)")
 
@@ -35,6 +37,11 @@ def hide_password(uri: str) -> str:
     shown = uri.replace(f":{password}@", ":***@", 1) if password else uri
     return _QUERY_PAIR.sub(lambda m: f"{m['sep']}{m['key']}=***" if SECRET_KEY.search(urllib.parse.unquote(m["key"]))
                            else m[0], shown)
+
+
+def shown(uri: str, width: int = 120) -> str:
+    """`uri` as an error line shows it: its secrets hidden, cut to `width` characters."""
+    return cut(hide_password(uri), width)
 
 
 def reason(err: BaseException, uri: str) -> str:

@@ -50,7 +50,7 @@ from sweeper.service_link import (LOCK, LOG, SOCKET, STATE, Messages, a_pid, che
                                   ensure_private_dir, listen, peer, project_root, read_state, send, service_dir)
 from core.files import write_atomic
 from core.errors import ConfigError, brief, cut, error_line, one_line
-from core.uri_secrets import hide_password
+from core.uri_secrets import shown
 
 JOIN_S = 120.0  # at the end, how long each sweep may take to write itself down
 BUSY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED}
@@ -181,7 +181,7 @@ class Service:
         request = SweepRequest.from_message(message)
         code, root = launch_origin(message)
         if request.address is not None:  # its trials would train on this service's Ray, not there
-            raise ConfigError(f"address {cut(hide_password(request.address), 80)}: the service runs sweeps on its own Ray; "
+            raise ConfigError(f"address {shown(request.address, 80)}: the service runs sweeps on its own Ray; "
                               "`sweeper launch --in-process --address ...` joins a cluster")
         if root != project_root():
             send(conn, {"stale": f"the sweep service runs the checkout at {project_root()}, this launch is from "

@@ -26,6 +26,7 @@ from sweeper.status import SPACE_FILE
 from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, folder_kind, is_uri, sweep_dir_for
 from sweeper.tracking_uri import hide_password, preflight
 from core.errors import cut, short_path
+from core.uri_secrets import shown as shown_uri
 
 
 @dataclass(frozen=True)
@@ -140,13 +141,13 @@ def check_address(address: str) -> None:
         return
     match = RAY_ADDRESS.fullmatch(address)
     if match is None or not (match["port"] or match["client"]) or not 0 < int(match["port"] or RAY_CLIENT_PORT) < 65536:
-        raise SpaceError(f"--address {cut(hide_password(address), 80)}: not a Ray address; use auto, ray://HOST:10001 (the head's "
+        raise SpaceError(f"--address {shown_uri(address, 80)}: not a Ray address; use auto, ray://HOST:10001 (the head's "
                          "Ray client server) or HOST:6379 (its GCS)")
     host, port = match["host"].strip("[]"), int(match["port"] or RAY_CLIENT_PORT)
     try:
         socket.create_connection((host, port), timeout=5.0).close()
     except OSError as err:
-        raise SpaceError(f"--address {cut(hide_password(address), 80)}: nothing answers at {cut(host, 60)}:{port} "
+        raise SpaceError(f"--address {shown_uri(address, 80)}: nothing answers at {cut(host, 60)}:{port} "
                          f"({err.strerror or err}); is the cluster up, and is that its Ray client or GCS port?") from None
 
 

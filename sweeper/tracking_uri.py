@@ -21,7 +21,7 @@ from sweeper.fs import check_writable, read_limited
 from trainables.config import ConfigError
 from core import json_text
 from core.errors import brief, cut
-from core.uri_secrets import hide_password, reason
+from core.uri_secrets import hide_password, reason, shown as shown_uri
 
 DEFAULT_DB = "mlflow.db"
 MAX_DATABRICKS_CONFIG = 1 << 20  # bytes of a Databricks config file read to find a profile
@@ -67,7 +67,7 @@ def uri_source(cli_value: str | None, environ: Mapping[str, str] | None = None) 
 def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") -> None:
     """Fail fast, in one line, when the tracking store cannot be reached or written; `source`
     names where the URI came from (see `uri_source`). A password in the URI is never shown."""
-    shown = cut(hide_password(uri), 120)
+    shown = shown_uri(uri)
     if uri != uri.strip() or not uri:
         raise ConfigError(f"{source} {brief(hide_password(uri), 60)}: blank or with spaces around it; name a store "
                           f"(http(s)://HOST:PORT, sqlite:///PATH), or unset it to log to ./{DEFAULT_DB}")
@@ -238,5 +238,5 @@ def check_database(uri: str, shown: str, source: str, timeout_s: float) -> None:
 def store_failure(uri: str, source: str, err: BaseException) -> ConfigError:
     """One line for a store that passed the preflight and then failed a call no retry mends (a damaged
     page deep in an SQLite file, a server that only looks like MLflow's, one down past the retries)."""
-    return ConfigError(f"{source} {cut(hide_password(uri), 120)}: the tracking store failed ({type(err).__name__}: "
+    return ConfigError(f"{source} {shown_uri(uri)}: the tracking store failed ({type(err).__name__}: "
                        f"{cut(reason(err, uri), 100)}); mend or move it away and run this again (the sweep's files are kept)")

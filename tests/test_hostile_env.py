@@ -94,6 +94,7 @@ def test_a_ray_address_with_a_password_is_refused_without_it(tmp_path):
     r = sweeper("job", "status", "raysubmit_x", cwd=tmp_path,
                 env={"RAY_ADDRESS": f"http://u:{PASSWORD}@127.0.0.1:{free_port()}"})
     assert r.returncode == 2 and PASSWORD not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error: RAY_ADDRESS http://u:***@"), r.stderr  # named as the user gave it
 
 
 @pytest.mark.parametrize("config", ["fifo", "/dev/zero", "folder"])

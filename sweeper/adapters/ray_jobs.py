@@ -11,6 +11,7 @@ that accepts the connection and never answers costs one line after that bound, n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import threading
@@ -18,10 +19,10 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator, Mapping
 
 from core.errors import ConfigError, cut, one_line
-from core.uri_secrets import hide_password
+from core.uri_secrets import shown
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 CALL_TIMEOUT_S = 15.0  # one request to the job server; a head under load answers within a few seconds
@@ -35,9 +36,28 @@ class JobServerError(ConfigError):
         self.status = status
 
 
-def shown(address: str) -> str:
-    """An address as an error line shows it: its secrets hidden, cut short."""
-    return cut(hide_password(address), 120)
+ADDRESS_VARIABLES = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")  # read by Ray's own job CLI, in this order
+
+
+def dashboard_address(given: str | None, environ: Mapping[str, str]) -> tuple[str, str]:
+    """The job server's address and where it came from: --address, else Ray's own variables."""
+    if given:
+        return given, "--address"
+    for name in ADDRESS_VARIABLES:
+        if environ.get(name):
+            return environ[name], name
+    raise ConfigError("--address: required: the Ray dashboard of the cluster, e.g. http://HEAD:8265 (or $RAY_ADDRESS)")
+
+
+@contextlib.contextmanager
+def named_as(source: str) -> Iterator[None]:
+    """A refusal about the address names it as the user gave it (RAY_ADDRESS, not --address)."""
+    try:
+        yield
+    except ConfigError as err:
+        if source != "--address" and str(err).startswith("--address "):
+            err.args = (source + str(err).removeprefix("--address"),)
+        raise
 
 
 def ask(address: str, what: str, fn, /, *args, bound_s: float = CALL_TIMEOUT_S, **kwargs):

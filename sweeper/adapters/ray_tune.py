@@ -38,7 +38,7 @@ from sweeper.adapters.ray_trainable import make_trainable  # noqa: E402
 from sweeper.space import SearchSpace, trial_config_for  # noqa: E402
 from sweeper.stopping import stopper_for  # noqa: E402
 from core.errors import ConfigError, cut, error_line  # noqa: E402
-from core.uri_secrets import hide_password, reason  # noqa: E402
+from core.uri_secrets import reason, shown as shown_uri  # noqa: E402
 
 
 def init_ray(address: str | None, quiet: bool = True) -> None:
@@ -65,7 +65,7 @@ def join_cluster(address: str, timeout_s: float = JOIN_TIMEOUT_S) -> None:
     line: no cluster for `auto`, an error from Ray. Call before the sweep writes anything: a join still
     waiting after `timeout_s` ends the process (exit 2), as nothing else stops Ray's retries. Ray's
     client logs each retry on stderr: kept aside during the join, shown only if it succeeds."""
-    shown = cut(hide_password(address), 80)
+    shown = shown_uri(address, 80)
     if address == "auto" and (owners := private_instances()):
         raise ConfigError(f"--address auto: the only Ray here is another process's own ({owners[0]}); start a "
                           "cluster with `ray start --head`, or leave --address out")

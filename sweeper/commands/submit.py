@@ -24,7 +24,9 @@ from pathlib import Path
 
 from trainables.config import ConfigError
 
-from sweeper.adapters.ray_jobs import AGENT_WAIT_S, CALL_TIMEOUT_S, alive_nodes, ask, client_for, follow, submit_job
+from core.uri_secrets import hide_password
+from sweeper.adapters.ray_jobs import (AGENT_WAIT_S, CALL_TIMEOUT_S, alive_nodes, ask, client_for, dashboard_address,
+                                       follow, named_as, submit_job)
 from sweeper.sweep_dir import is_uri
 from sweeper.space_file import load_space
 
@@ -98,9 +100,9 @@ def submit(options: Options) -> int:
                      submission_id=f"sweep-{spec.name}-{uuid.uuid4().hex[:8]}", metadata={"sweep": spec.name},
                      say=to_stderr)
     print(job_id)
-    print(f"submitted sweep {spec.name} to {options.address} ({nodes} node{'s' * (nodes != 1)}): {entrypoint}", file=sys.stderr)
+    print(f"submitted sweep {spec.name} to {hide_password(options.address)} ({nodes} node{'s' * (nodes != 1)}): {entrypoint}", file=sys.stderr)
     if not options.follow:
-        print(f"follow it: sweeper job logs {job_id} --follow --address {options.address}", file=sys.stderr)
+        print(f"follow it: sweeper job logs {job_id} --follow --address {hide_password(options.address)}", file=sys.stderr)
         return 0
     return follow(client, job_id, options.address, show, to_stderr)
 
@@ -120,7 +122,6 @@ def run(options: Options) -> int:
                           f"{' --follow' if moved == 'logs' and options.follow else ''}")
     if not options.file:
         raise ConfigError("submit: a search-space file to submit (a submitted job: sweeper job status|logs|stop JOB)")
-    address = options.address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
-    if not address:
-        raise ConfigError("--address: required: the Ray dashboard of the cluster, e.g. http://HEAD:8265")
-    return submit(dataclasses.replace(options, address=address))
+    address, source = dashboard_address(options.address, os.environ)
+    with named_as(source):
+        return submit(dataclasses.replace(options, address=address))
