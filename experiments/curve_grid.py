@@ -13,12 +13,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from experiments.launching import sweeper_launch
 from experiments.record import finished_trials, read_record, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,9 +113,7 @@ class CurveGrid:
         path = SWEEPS / f"{name}.yaml"
         path.write_text(yaml.safe_dump(space, sort_keys=False))
         print(f"{self.name}: {len(todo)} of {len(self.cells)} cells to train, sweep {name}", flush=True)
-        sweeper = str(Path(sys.executable).with_name("sweeper"))
-        rc = subprocess.call([sweeper, "launch", str(path), "--storage", str(SWEEPS), "--progress", "lines",
-                              "--progress-every", "300"], cwd=ROOT)
+        rc = sweeper_launch(path, "--storage", str(SWEEPS), "--progress", "lines", "--progress-every", "300", cwd=ROOT)
         added = self.export([SWEEPS / name])
         print(f"{self.name}: {added} runs added to {self.data.relative_to(ROOT)}; {len(self.missing(self.load()))} cells "
               "left", flush=True)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean, stdev
 
+from experiments.launching import sweeper_launch
 from core.errors import ConfigError, brief, cut, one_line, short_path
 from trainables.run_dir import is_number
 
@@ -533,7 +534,7 @@ def run(groups: list[str]) -> int:
                   f"{space.relative_to(ROOT)} (docs/results/transformer_baseline.md), then run again", flush=True)
             return 0
         print(f"== {group}: sweeper launch {space.relative_to(ROOT)}", flush=True)
-        rc = subprocess.run([str(Path(sys.executable).with_name("sweeper")), "launch", str(space)], cwd=ROOT).returncode
+        rc = sweeper_launch(space, cwd=ROOT)
         if rc != 0:
             print(f"sweeper launch {space.name} ended with {rc}; stopping here (run again to resume)", flush=True)
             return rc

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
+from experiments.launching import sweeper_launch
 from experiments.record import finished_trials, head_commit, provenance, read_record, record_lock, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,8 +144,8 @@ class Chunks:
                 path.write_text(yaml.safe_dump(space, sort_keys=False))
                 (self.folder / f"{name}{COMMIT_SUFFIX}").write_text(f"{head_commit(ROOT) or ''}\n")
             print(f"{self.label}: {p.phase}, budget {p.budget}: {len(cells)} runs, sweep {name}", flush=True)
-            rc = subprocess.call([str(Path(sys.executable).with_name("sweeper")), "launch", str(path), "--storage",
-                                  str(self.folder), "--progress", "lines", "--progress-every", "600"], cwd=ROOT)
+            rc = sweeper_launch(path, "--storage", str(self.folder), "--progress", "lines", "--progress-every", "600",
+                                cwd=ROOT)
             added = self.export()
             print(f"{self.label}: {added} runs added to {self.record}", flush=True)
             have = self.recorded(self.load())
