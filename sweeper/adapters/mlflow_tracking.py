@@ -122,7 +122,7 @@ class SweepTracker:
 
     def local_artifact_dirs(self) -> list[Path]:
         """The folders on this machine that hold this sweep's runs' artifacts (an embedded store's),
-        one per run: what the caller's umask is applied to at the sweep's end. None if MLflow fails."""
+        one per run: what the caller's umask is applied to at the sweep's end (none if MLflow fails)."""
         ids = [self.state.get("parent_run_id"), *(t["run_id"] for t in self.state.get("trials", {}).values())]
         try:
             uris = [self.client.get_run(run_id).info.artifact_uri for run_id in ids if run_id]
