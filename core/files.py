@@ -7,21 +7,30 @@ kill at any moment leaves the old content or the new one, never a part.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import uuid
 from pathlib import Path
 from typing import Callable
 
 
 def write_atomic(path: str | Path, data: str | bytes, between: Callable[[], None] | None = None,
                  fsync: bool = False) -> None:
-    """`path` holds `data` whole, or is as it was. The temporary file beside it is made afresh (a link
-    planted at its name is removed, never written through); `between` is called with both files on
-    disk (a fault point); `fsync` puts the data on the disk before the rename."""
+    """`path` holds `data` whole, or is as it was. The temporary file beside it is made afresh, never
+    opened as found (a link, FIFO or file planted at its name is removed; past a folder there, a name
+    of its own is taken); `between` is called with both files on disk (a fault point); `fsync` puts
+    the data on the disk before the rename."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    if os.path.islink(tmp):
-        os.unlink(tmp)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    if os.path.lexists(tmp) and not (os.path.isdir(tmp) and not os.path.islink(tmp)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    try:
+        fd = os.open(tmp, flags, 0o644)
+    except FileExistsError:  # a folder at the name (or another writer's file, made meanwhile)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        fd = os.open(tmp, flags, 0o644)
     try:
         os.write(fd, data.encode() if isinstance(data, str) else data)
         if fsync:

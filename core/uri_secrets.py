@@ -12,15 +12,18 @@ import urllib.parse
 from core.errors import cut
 
 SECRET_KEY = re.compile(r"pass|pwd|token|secret|key|auth|credential|signature|sig$", re.IGNORECASE)
-_QUERY_PAIR = re.compile(r"(?P<sep>[?&;])(?P<key>[^=&;#?]*)=(?P<value>[^&;#]*)")
+_QUERY_PAIR = re.compile(r"(?P<sep>[?&;#])(?P<key>[^=&;#?]*)=(?P<value>[^&;#]*)")  # in the query or the fragment
+_USER_PART = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:)?//[^/?#@:]*:(?P<password>[^/?#@]*)@")
 
 
 def _password(uri: str) -> str | None:
-    """The password of `uri`'s user part (also of a `user:password@host` written without a scheme)."""
+    """The password of `uri`'s user part (also of a `user:password@host` written without a scheme,
+    and of a URI urllib cannot split: an unclosed `[`, a port that is no number)."""
+    written = uri if "://" in uri else f"//{uri}"
     try:
-        return urllib.parse.urlsplit(uri if "://" in uri else f"//{uri}").password
-    except ValueError:  # not a URI urllib can split (an unclosed `[`, a port that is no number): no user part read
-        return None
+        return urllib.parse.urlsplit(written).password
+    except ValueError:
+        return match["password"] if (match := _USER_PART.match(written)) else None
 
 
 def secrets(uri: str) -> set[str]:

@@ -15,6 +15,7 @@ its point ends, so it is left out; the count of those is kept for the caller to 
 from __future__ import annotations
 
 import gzip
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +23,11 @@ from core import json_text
 from core.errors import ConfigError, brief, cut, short_path
 from sweeper.replay import Grid, point_key
 from sweeper.status import finite
+from trainables.config import MAX_STEPS
 from sweeper.space import SearchSpace
 
 MAX_RECORD_BYTES = 256 << 20  # a record read whole (decompressed): larger is refused, not read
+METRIC_BOUND = 1e12  # a recorded metric beyond it is no measurement (accuracies, losses)
 
 
 @dataclass(frozen=True)
@@ -68,15 +71,21 @@ def _plain(params: dict, axes: tuple[str, ...]) -> bool:
 
 
 def _complete(reports: list[dict], spec: SearchSpace) -> bool:
-    """Trained to the space's max_steps, or ended by divergence; the metric and the step finite
-    numbers throughout, the steps rising (anything else is no curve to replay)."""
+    """Trained to the space's max_steps, or ended by divergence; the metric a number of at most
+    METRIC_BOUND and the step a whole one of at most MAX_STEPS throughout, the steps rising
+    (anything else is no curve to replay, nor a number a line could show)."""
     scored = [r for r in reports if spec.metric in r]
-    if not scored or not all(finite(r[spec.metric]) is not None and finite(r.get("step")) is not None for r in scored):
+    if not scored or not all(_sound(r, spec.metric) for r in scored):
         return False
     steps = [int(r["step"]) for r in scored]
     if any(b <= a for a, b in zip(steps, steps[1:])) or steps[0] <= 0:
         return False
     return steps[-1] >= spec.budget.max_steps or bool(reports[-1].get("diverged"))
+
+
+def _sound(report: dict, metric: str) -> bool:
+    value, step = finite(report[metric]), finite(report.get("step"))
+    return value is not None and abs(value) <= METRIC_BOUND and step is not None and step == int(step) <= MAX_STEPS
 
 
 def _read(source: str, storage: str | None) -> list[tuple[dict, list[dict]]]:
@@ -110,7 +119,7 @@ def _read_record(path: Path) -> list[tuple[dict, list[dict]]]:
                 raise ValueError(f"a run must hold a `params` mapping and a list of `reports`, got {brief(run, 40)}")
             out.append((params, reports))
         return out
-    except (OSError, EOFError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
         what = f"no key {err}" if isinstance(err, KeyError) else cut(str(err), 100)
         raise ConfigError(f"--curves {shown}: not a record of learning curves ({what})") from None
 

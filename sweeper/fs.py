@@ -145,16 +145,20 @@ def _tree(top: str | Path):
 
 WAL_MAGIC = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")  # a write-ahead log's first 4 bytes, then format 3007000
 WAL_VERSION = (3007000).to_bytes(4, "big")
+JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")  # a rollback journal's first 8 bytes
 
 
 def sqlite_immutable(path: str | Path) -> bool:
     """Whether an SQLite file read read-only may be opened `immutable=1`: all of its data is in
     itself, and SQLite would otherwise leave a -wal and -shm file beside it. So for a database in
-    WAL mode (header bytes 18-19) without a -wal file, and for any database beside a -wal file that
-    is not a log (no log's header: SQLite ignores its contents but still makes a -shm to read it)."""
+    WAL mode (header bytes 18-19) without a -wal file, for any database beside a -wal file that is
+    not a log (no log's header: SQLite ignores its contents but still makes a -shm to read it), and
+    for any beside a -journal that is not a rollback journal (a read-only open fails on it)."""
     header = _head(Path(path), 20)
     if header[:16] != b"SQLite format 3\x00":
         return False
+    if os.path.lexists(f"{path}-journal") and _head(Path(f"{path}-journal"), 8) != JOURNAL_MAGIC:
+        return True  # not a journal a killed writer left (that one a read-only open must refuse, not skip)
     if not os.path.lexists(f"{path}-wal"):
         return header[18:20] == b"\x02\x02"
     log = _head(Path(f"{path}-wal"), 8)

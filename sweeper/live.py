@@ -35,10 +35,9 @@ from core.errors import ConfigError
 
 def plan_of(sweep_dir: Path) -> Plan:
     """The plan of a sweep from its directory (its space.yaml)."""
-    from sweeper.space_file import load_space
-    from sweeper.status import SPACE_FILE
+    from sweeper.space_file import load_saved_space
 
-    return Plan.from_space(load_space(Path(sweep_dir) / SPACE_FILE, n_samples=0))
+    return Plan.from_space(load_saved_space(sweep_dir, n_samples=0))
 
 
 def choose_view(view: str, out: TextIO) -> str:

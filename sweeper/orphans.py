@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 
 from core import json_text
-from core.errors import ConfigError, cut
+from core.errors import ConfigError, short_path
 from core.files import write_atomic
 
 PROCESSES_FILE = "ray_processes.json"
@@ -45,9 +45,21 @@ def _key() -> bytes:
             f.write(secrets.token_hex(32))
     except FileExistsError:
         pass
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    check_places(None)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     with os.fdopen(fd) as f:
         return f.read(256).strip().encode()
+
+
+def check_places(sweep_dir: Path | None) -> None:
+    """Read-only, before a launch takes the sweep's lock: the record of its local Ray and this
+    user's signing key are regular files where they exist (a FIFO would block, a folder fail)."""
+    places = [(key_path(), "the signing key of local Ray records")]
+    places += [(Path(sweep_dir) / PROCESSES_FILE, "the record of the sweep's local Ray")] if sweep_dir is not None else []
+    for path, what in places:
+        if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):
+            raise ConfigError(f"{short_path(path, 160)}: not a file this sweeper wrote ({what}) but a folder, a link or "
+                              "a FIFO; move it away")
 
 
 def _signature(processes: list[dict]) -> str:
@@ -115,8 +127,7 @@ def end_orphans(sweep_dir: Path, grace_s: float = 5.0) -> list[str]:
     """End the recorded processes of an earlier driver of this sweep that still run (SIGTERM, then
     SIGKILL after `grace_s`). Call only while holding the sweep's lock. Returns their names."""
     path = Path(sweep_dir) / PROCESSES_FILE
-    if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):  # this driver could not write its own record there
-        raise ConfigError(f"{cut(str(path), 160)}: not a file this sweep wrote (a folder, a link, ...); move it away")
+    check_places(sweep_dir)  # this driver could not write its own record there
     driver, recorded = _recorded(path)
     if driver is not None and _runs(driver):
         return []  # the driver runs on (a resident service): its Ray is not orphaned

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -17,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from core.files import write_atomic  # noqa: E402
 from sweeper.records import MULTIPLIERS, TrialRecord, length_family, ranked, score  # noqa: E402
 
 HALVES = (("acc", "all targets", "-"), ("state_acc", "state (ADD)", "--"), ("recall_acc", "recall (QUERY)", ":"))
@@ -29,8 +31,10 @@ def _lengths(max_len: int) -> list[int]:
 def _finish(fig, path: Path, layout: bool = True) -> Path:
     if layout:  # tight_layout draws the figure once more to measure it: ~half of a small plot's time
         fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    image = io.BytesIO()
+    fig.savefig(image, dpi=100, format=Path(path).suffix.lstrip(".") or "png")
     plt.close(fig)
+    write_atomic(path, image.getvalue())  # a link planted at its name is replaced, never written through
     return path
 
 

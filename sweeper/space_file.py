@@ -40,6 +40,15 @@ def load_space(path: str | Path, n_samples: int = N_VALIDATION_SAMPLES, shown: s
     return spec
 
 
+def load_saved_space(sweep_dir: str | Path, n_samples: int = N_VALIDATION_SAMPLES) -> SearchSpace:
+    """The space a sweep's folder was started with, from the folder's own copy (space.yaml): a file
+    there, never a link followed out of the folder (whose text an error line would quote)."""
+    path = Path(sweep_dir) / "space.yaml"
+    if path.is_symlink():
+        raise SpaceError(f"{short_path(path)}: a link; a sweep's folder holds its own copy of its space file")
+    return load_space(path, n_samples)
+
+
 def _space_error_line(err: ValidationError, source: str) -> str:
     # without pydantic's discriminator hops: `space.x.low`, not `space.x.int.low`
     return format_validation_error(err, source, hide=("int", "float", "categorical"))

@@ -91,6 +91,7 @@ class Sweep:
         if not os.path.lexists(sweep_lock_path(sweep_dir)):  # checked before the lock file is made: a refusal
             if check_sweep_dir(spec, req.file, sweep_dir, req.restart):  # leaves the storage as it was
                 check_resume(sweep_dir, spec, req.tracking_uri, req.tracking_source)
+        orphans.check_places(sweep_dir)
         self._created += [p for p in (first_missing(sweep_dir.parent),) if p is not None]
         lock = hold_sweep_lock(sweep_dir, spec.name, claim=False)  # one driver per sweep
         self._narrow_at_close(sweep_dir)  # runs last: after the trials and the MLflow thread have stopped

@@ -27,6 +27,7 @@ from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, folder_kind, is_uri, s
 from sweeper.tracking_uri import hide_password, preflight
 from core.errors import cut, short_path
 from core.uri_secrets import shown as shown_uri
+from trainables.safe_yaml import MAX_BYTES as MAX_SPACE_BYTES
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,11 @@ def shown_path(path: str, cwd: str) -> str:
     return path if relative.startswith("..") else relative
 
 
-def space_digest(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def space_digest(path: str | Path) -> str | None:
+    """The file's digest; None for a file larger than a space file may be (read no further)."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_SPACE_BYTES + 1)
+    return None if len(data) > MAX_SPACE_BYTES else hashlib.sha256(data).hexdigest()
 
 
 def prepare_sweep_dir(spec: SearchSpace, space_file: str, sweep_dir: Path, restart: bool,
@@ -103,7 +107,7 @@ def check_sweep_dir(spec: SearchSpace, space_file: str, sweep_dir: Path, restart
         if not os.path.lexists(saved):  # written before the study: a study without it lost its space
             raise SpaceError(f"{saved}: missing: the space file sweep `{spec.name}` was started with is gone; put it "
                              f"back (a copy of {space_file}, if that is the one), or pass --restart to start over")
-        if space_digest(saved) != space_digest(space_file):
+        if (digest := space_digest(saved)) is None or digest != space_digest(space_file):
             raise SpaceError(
                 f"{space_file}: differs from the file sweep `{spec.name}` was started with ({saved}); "
                 f"pass --restart to start over, or change `name` to keep both"
@@ -201,19 +205,23 @@ def check_same_store(sweep_dir: Path, uri: str, source: str, started_with: str |
 
 
 def check_checkpoints(spec, unfinished: dict[int, dict], trials_root: Path) -> None:
-    """The newest checkpoint of each trial a resume continues, checked as the trial will load it:
-    tensors and plain values only, taken with the config the trial's drawn parameters make (a
-    checkpoint of another trial or run is refused, not trained on), and loading into that config's
-    model. A damaged or planted one is one ConfigError line now, before Ray starts, not a trial
+    """The files of each trial a resume continues (regular files or absent), and its newest
+    checkpoint, checked as the trial will load it: tensors and plain values only, taken with the
+    config the trial's drawn parameters make (a checkpoint of another trial or run is refused, not
+    trained on), and loading into that config's model. A damaged or planted one is one ConfigError line now, before Ray starts, not a trial
     failing after its retries, nor one silently continuing someone else's weights."""
     from sweeper.records import trial_name
     from sweeper.space import trial_config_for
     from trainables.config import ConfigError
-    from trainables.run_dir import CHECKPOINT, RunDir
+    from trainables.run_dir import CHECKPOINT, RunDir, check_run_files
     from trainables.train import check_resume
 
     for number, params in unfinished.items():
         folder = Path(trials_root) / trial_name(number)
+        try:
+            check_run_files(folder, f"trial {number}:")
+        except ConfigError as err:
+            raise ConfigError(f"{cut(str(err), 220)}; move {short_path(folder, 80)} away to train that trial afresh") from None
         checkpoint = RunDir(folder).checkpoint()
         if checkpoint is None:
             if os.path.lexists(link := folder / CHECKPOINT):  # a link to nothing, or to itself: the run is lost

@@ -184,11 +184,11 @@ def ensure_status(sweep_dir: Path) -> bool:
         return False
     from sweeper.adapters.optuna_ledger import Ledger
     from sweeper.adapters.optuna_search import read_only_url
-    from sweeper.space_file import load_space
+    from sweeper.space_file import load_saved_space
 
     from sweeper.adapters.optuna_study import check_ledger
 
-    spec = load_space(sweep_dir / SPACE_FILE)
+    spec = load_saved_space(sweep_dir)
     db = sweep_dir / OPTUNA_DB
     check_ledger(db, spec, where=str(db))  # a damaged, empty or foreign study: one line, before anything is written
     ledger = Ledger(read_only_url(db), spec, create=False)

@@ -5,6 +5,7 @@ and the storage is left byte for byte as it was: no lock file where there was no
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -62,6 +63,20 @@ def _another_seed(saved: Path) -> None:
     saved.write_text(yaml.safe_dump({**cfg, "seed": cfg["seed"] + 1}, sort_keys=False))
 
 
+def _in_run_folder(name: str, make):
+    """The trial's own file `name` (beside its checkpoint link) replaced by what `make` makes there."""
+    def change(saved: Path) -> None:
+        path = saved.parent.parent / name
+        path.unlink(missing_ok=True)
+        make(path)
+    return change
+
+
+def _ray_record_a_folder(sweep: Path) -> None:
+    (sweep / "ray_processes.json").unlink(missing_ok=True)
+    (sweep / "ray_processes.json").mkdir()
+
+
 DAMAGES = {
     # name: (damage, text the line must contain)
     "status_json_a_folder": (_replace_with_folder("status.json"), "status.json: a folder, not the sweep's view"),
@@ -76,6 +91,10 @@ DAMAGES = {
     "a_checkpoint_of_another_run": (_running_with(_another_seed), "seed: the checkpoint was trained with"),
     "a_checkpoint_without_its_config": (_running_with(Path.unlink), "config.yaml: no such file"),
     "a_checkpoint_link_to_nothing": (_running_with(_dangling), "checkpoint: names no checkpoint folder"),
+    # a FIFO would block the trial, a folder fail it inside Ray: refused before Ray
+    "its_times_a_fifo": (_running_with(_in_run_folder("times.json", os.mkfifo)), "times.json: not a regular file"),
+    "its_reports_a_folder": (_running_with(_in_run_folder("metrics.jsonl", Path.mkdir)), "metrics.jsonl: a folder"),
+    "the_ray_record_a_folder": (_ray_record_a_folder, "not a file this sweeper wrote (the record of the sweep's local Ray)"),
 }
 
 

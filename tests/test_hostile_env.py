@@ -77,6 +77,8 @@ def test_an_error_keeps_its_words_and_loses_the_password(password, error, shown)
     (f"http://127.0.0.1:5/?token={PASSWORD}&x=1", "http://127.0.0.1:5/?token=***&x=1"),
     (f"ray://user:{PASSWORD}@127.0.0.1:10001", "ray://user:***@127.0.0.1:10001"),
     (f"user:{PASSWORD}@127.0.0.1:6379", "user:***@127.0.0.1:6379"),  # an address written without a scheme
+    (f"http://127.0.0.1:5/#token={PASSWORD}", "http://127.0.0.1:5/#token=***"),  # in the fragment
+    (f"http://bob:{PASSWORD}@[::1", "http://bob:***@[::1"),  # a URI urllib cannot split
     ("sqlite:////tmp/a b/mlflow.db?mode=ro", "sqlite:////tmp/a b/mlflow.db?mode=ro"),
 ])
 def test_a_secret_in_a_query_or_an_address_is_hidden_too(uri, shown):

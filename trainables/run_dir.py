@@ -15,11 +15,12 @@ import json
 import math
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from core import json_text
-from core.errors import ConfigError, brief, cut
+from core.errors import ConfigError, brief, cut, short_path
 from core.files import write_atomic
 from trainables.config import MAX_STEPS
 
@@ -70,12 +71,18 @@ class RunDir:
         self._last_step = int(metrics["step"])
 
     def times(self) -> dict:
-        """{"started_utc", "ended_utc"} as far as they are known ({} before the run began)."""
+        """{"started_utc", "ended_utc"} as far as they are known ({} before the run began, or when
+        what stands there is not a regular file: it is never waited on)."""
         try:
-            with open(self.path / TIMES, "rb") as f:
-                times = json_text.loads(f.read(4096))
+            fd = os.open(self.path / TIMES, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError:
+            return {}
+        try:
+            times = json_text.loads(os.read(fd, 4096)) if stat.S_ISREG(os.fstat(fd).st_mode) else {}
         except (OSError, ValueError):
             return {}
+        finally:
+            os.close(fd)
         return {k: v for k, v in times.items() if k in ("started_utc", "ended_utc") and isinstance(v, str)} \
             if isinstance(times, dict) else {}
 
@@ -119,6 +126,28 @@ class RunDir:
         for old in self.path.glob(f"{CHECKPOINT}-*"):
             if old != target:
                 shutil.rmtree(old, ignore_errors=True)
+
+
+RUN_FILES = (CONFIG, REPORTS, TIMES, "result.json")  # what a run folder holds besides its checkpoints
+
+
+def regular_or_absent(path: Path, what: str) -> bool:
+    """True for a regular file, False when absent; a link, folder, FIFO or device is refused."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISREG(st.st_mode):
+        return True
+    kind = "a link" if stat.S_ISLNK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+    raise ConfigError(f"{what} {short_path(path, 120)}: {kind}; a run folder holds regular files there")
+
+
+def check_run_files(folder: Path, what: str) -> None:
+    """A run folder a resume writes to again: each of its files a regular file or absent (a FIFO
+    there would block the run, a link would be written through, a folder would fail it)."""
+    for name in RUN_FILES:
+        regular_or_absent(Path(folder) / name, what)
 
 
 def utc_now() -> str:

@@ -7,6 +7,8 @@ ConfigError line.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,8 +30,11 @@ RESTART_ADVICE = "; move it away, or pass --restart to start the sweep over"
 def reading(db: str | Path, what: str = "Optuna study", where: str | None = None,
             advice: str = "") -> Iterator[optuna.storages.BaseStorage]:
     """A sweep's SQLite study opened read-only; anything that fails while reading it (a damaged,
-    empty or foreign file) is one ConfigError line naming `where` (default: the file)."""
+    empty or foreign file) is one ConfigError line naming `where` (default: the file). Only a
+    regular file is opened: SQLite would wait for ever on a FIFO."""
     try:
+        if not stat.S_ISREG(os.stat(db).st_mode):
+            raise ValueError("not a regular file (a folder, a FIFO or a device)")
         yield storage_for(read_only_url(db))
     except Exception as err:  # noqa: BLE001 - a damaged or foreign database: one line
         raise ConfigError(f"{where or db}: not a readable {what} ({type(err).__name__}: {cut(str(err), 100)})"

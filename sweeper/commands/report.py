@@ -28,6 +28,7 @@ from sweeper.sweep_dir import OPTUNA_DB
 from sweeper.fs import check_output_file, sqlite_immutable
 from trainables.config import ConfigError
 from core.errors import brief, cut
+from core.uri_secrets import shown
 
 
 @dataclass(frozen=True)
@@ -148,10 +149,11 @@ def readable_store(uri: str, source: str) -> str:
         return uri
     path = Path(uri.removeprefix("sqlite:///")).expanduser().resolve()
     if not path.is_file():
-        raise ConfigError(f"{source} {cut(uri, 120)}: no MLflow store there (no file {cut(str(path), 120)}); "
+        there = "not a regular file" if os.path.lexists(path) else "no file"
+        raise ConfigError(f"{source} {shown(uri)}: no MLflow store there ({there} {shown(str(path))}); "
                           "pass the --tracking-uri the sweep logged to")
     if path.stat().st_size == 0:
-        raise ConfigError(f"{source} {cut(uri, 120)}: {cut(str(path), 120)} is empty, not an MLflow store")
+        raise ConfigError(f"{source} {shown(uri)}: {shown(str(path))} is empty, not an MLflow store")
     # SQLAlchemy's URL of an SQLite URI filename, read-only: quoted once for SQLite (spaces, #, ?, %)
     # and once more for SQLAlchemy, which unquotes the path before handing it on
     quoted = urllib.parse.quote(urllib.parse.quote(str(path), safe="/"), safe="/")
@@ -168,19 +170,19 @@ def fetch_runs(uri: str, shown_uri: str, name: str, experiment: str | None) -> l
         raise
     except Exception as err:  # noqa: BLE001 - whatever the store's library raises: one line
         first = (str(err).strip().splitlines() or [""])[0]
-        raise ConfigError(f"{cut(shown_uri, 120)}: not a readable MLflow store ({type(err).__name__}: {cut(first, 100)})") from None
+        raise ConfigError(f"{shown(shown_uri)}: not a readable MLflow store ({type(err).__name__}: {cut(first, 100)})") from None
 
 
 def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | None, top: int,
                  shown_uri: str | None = None) -> str:
     """The report as Markdown. `uri`: the store to read (read-only for SQLite); `shown_uri`: as the user named it."""
-    from sweeper.space_file import load_space
+    from sweeper.space_file import load_saved_space
 
     shown_uri = shown_uri or uri
     runs = fetch_runs(uri, shown_uri, name, experiment)
     spec = None
     if sweep_dir is not None and (sweep_dir / "space.yaml").exists():
-        spec = load_space(sweep_dir / "space.yaml", n_samples=0)
+        spec = load_saved_space(sweep_dir, n_samples=0)
     metric, mode = (spec.metric, spec.mode) if spec else ("acc_3x", "max")
     ranges, kinds = space_kinds(spec) if spec else ({}, None)
     sign = 1 if mode == "max" else -1

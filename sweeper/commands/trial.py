@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 
 from dataclasses import dataclass
@@ -31,7 +30,8 @@ from trainables import footprint
 from trainables.config import ConfigError, TrialConfig, config_difference, load_trial_config, with_overrides
 from core.files import write_atomic
 from core.errors import brief, cut, short_path
-from trainables.run_dir import CHECKPOINT, CONFIG, MAX_REPORTS_BYTES, REPORTS, Report, RunDir, strict_reports
+from trainables.run_dir import (CHECKPOINT, CONFIG, MAX_REPORTS_BYTES, REPORTS, Report, RunDir, check_run_files,
+                                 regular_or_absent, strict_reports)
 from trainables.safe_yaml import load_yaml_text
 
 
@@ -71,18 +71,6 @@ class Resume:
     rewrite: bool  # metrics.jsonl holds more: a report after the checkpoint (trained again) or a line cut short
 
 
-def _regular_or_absent(path: Path, what: str) -> bool:
-    """True for a regular file, False when absent; a link, folder, FIFO or device is refused."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    if stat.S_ISREG(st.st_mode):
-        return True
-    kind = "a link" if stat.S_ISLNK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-    raise ConfigError(f"{what} {short_path(path, 120)}: {kind}; a run folder holds regular files there")
-
-
 def check_fresh(out: Path) -> None:
     """A new run's folder: missing, or a folder without a run in it."""
     if out.exists() and not out.is_dir():
@@ -104,9 +92,8 @@ def check_resume(out: Path, cfg: TrialConfig) -> Resume:
     if link.is_symlink() and (folder.parent != out.resolve() or not folder.name.startswith(f"{CHECKPOINT}-")):
         raise ConfigError(f"{where}: checkpoint: must name a checkpoint-STEP folder of this run, "
                           f"names {short_path(folder, 100)}")
-    for name in (CONFIG, REPORTS, "result.json"):
-        _regular_or_absent(out / name, "--resume")
-    saved = [path for path in (folder / CONFIG, out / CONFIG) if _regular_or_absent(path, "--resume")]
+    check_run_files(out, "--resume")
+    saved = [path for path in (folder / CONFIG, out / CONFIG) if regular_or_absent(path, "--resume")]
     if not saved:
         raise ConfigError(f"{where}: holds no config.yaml to compare the requested config with")
     for path in saved:
@@ -116,7 +103,7 @@ def check_resume(out: Path, cfg: TrialConfig) -> Resume:
         raise ConfigError(f"{where}: {folder.name}: holds a checkpoint of step {step}; a run's checkpoint-STEP "
                           "folder holds the checkpoint of that step")
     data, reports, cut_short = b"", [], False
-    if _regular_or_absent(out / REPORTS, "--resume"):
+    if regular_or_absent(out / REPORTS, "--resume"):
         data = read_limited(out / REPORTS, "--resume", MAX_REPORTS_BYTES)
         reports, cut_short = strict_reports(data, short_path(out / REPORTS, 100))
     kept = [r for r in reports if r.step <= step]

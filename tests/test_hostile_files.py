@@ -1,0 +1,128 @@
+"""Files planted or damaged where the sweeper writes or reads beside a sweep's main files: a
+temporary file's name, a run's times, a study that is a FIFO, a corrupt record, a huge saved space
+file, the record and key of a local Ray, a plot's name, a stray journal. Each is written past,
+refused in one line, or read without blocking, never followed or waited on."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from core.errors import ConfigError
+from core.files import write_atomic
+from sweeper import orphans
+from sweeper.curves import _read_record
+from sweeper.fs import sqlite_immutable
+from sweeper.space import SpaceError
+from sweeper.space_file import load_saved_space
+from sweeper.sweep_checks import space_digest
+from trainables.run_dir import RunDir, check_run_files
+
+from tests.conftest import ROOT
+
+
+@pytest.mark.parametrize("planted", ["fifo", "folder", "link"])
+def test_a_thing_planted_at_the_temporary_name_is_written_past_never_into(tmp_path, planted):
+    target, victim = tmp_path / "status.json", tmp_path / "victim"
+    victim.write_text("precious")
+    tmp = tmp_path / ".status.json.tmp"
+    {"fifo": os.mkfifo, "folder": Path.mkdir, "link": lambda p: p.symlink_to(victim)}[planted](tmp)
+    write_atomic(target, '{"state": "running"}')  # a FIFO opened for writing would block for ever
+    assert target.read_text() == '{"state": "running"}' and victim.read_text() == "precious"
+
+
+def test_a_run_s_times_that_are_no_file_are_unknown_and_a_resume_refuses_them(tmp_path):
+    os.mkfifo(tmp_path / "times.json")
+    assert RunDir(tmp_path).times() == {}  # read without blocking
+    with pytest.raises(ConfigError, match="times.json: not a regular file"):
+        check_run_files(tmp_path, "--resume")
+    (tmp_path / "times.json").unlink()
+    (tmp_path / "metrics.jsonl").mkdir()
+    with pytest.raises(ConfigError, match="metrics.jsonl: a folder"):
+        check_run_files(tmp_path, "--resume")
+
+
+def test_a_study_that_is_a_fifo_is_one_line_not_a_wait(tmp_path):
+    from sweeper.adapters.optuna_study import study_id, trial_points
+
+    os.mkfifo(tmp_path / "optuna.db")
+    for read in (trial_points, lambda db: study_id(db, "smoke")):
+        with pytest.raises(ConfigError, match="not a regular file"):
+            read(tmp_path / "optuna.db")
+
+
+def test_a_corrupt_compressed_record_is_one_line(tmp_path):
+    data = bytearray(gzip.compress(b'{"runs": [' + b'{"params": {}, "reports": []},' * 200 + b'{"params": {}, "reports": []}]}'))
+    data[20:60] = bytes(b ^ 0xFF for b in data[20:60])  # a damaged deflate stream (zlib.error), not a bad CRC
+    (tmp_path / "r.json.gz").write_bytes(bytes(data))
+    with pytest.raises(ConfigError, match="not a record of learning curves"):
+        _read_record(tmp_path / "r.json.gz")
+
+
+def test_a_saved_space_file_too_large_for_one_is_not_read_whole(tmp_path):
+    huge = tmp_path / "space.yaml"
+    with open(huge, "wb") as f:
+        f.truncate(64 << 30)  # sparse: read whole, 64 GiB of memory
+    assert space_digest(huge) is None
+    assert space_digest(ROOT / "search_spaces" / "smoke.yaml") is not None
+
+
+def test_a_saved_space_file_that_is_a_link_is_refused_not_quoted(tmp_path):
+    secret = tmp_path / "netrc"
+    secret.write_text("machine example.com login bob password hunter2\n")
+    (tmp_path / "space.yaml").symlink_to(secret)
+    with pytest.raises(SpaceError, match="a link") as refused:
+        load_saved_space(tmp_path)
+    assert "hunter2" not in str(refused.value)
+
+
+def test_the_local_ray_record_and_signing_key_are_refused_when_no_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    orphans.check_places(tmp_path)  # nothing there yet: nothing to refuse
+    (tmp_path / "ray_processes.json").mkdir()
+    with pytest.raises(ConfigError, match="record of the sweep's local Ray"):
+        orphans.check_places(tmp_path)
+    (tmp_path / "ray_processes.json").rmdir()
+    orphans.key_path().parent.mkdir(parents=True)
+    os.mkfifo(orphans.key_path())
+    with pytest.raises(ConfigError, match="signing key"):
+        orphans.check_places(tmp_path)
+    with pytest.raises(ConfigError, match="signing key"):
+        orphans.record(tmp_path)  # never opened, so never waited on
+
+
+def test_a_link_planted_at_a_plot_s_name_is_replaced_not_written_through(tmp_path):
+    from sweeper import plots
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (tmp_path / "lengths.png").symlink_to(victim)
+    plots.trial_lengths({"acc_1x": 0.9, "acc_2x": 0.5}, 25, "t0000", tmp_path / "lengths.png")
+    assert victim.read_text() == "precious"
+    assert not (tmp_path / "lengths.png").is_symlink() and (tmp_path / "lengths.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_stray_journal_is_read_past_but_a_real_one_is_not(tmp_path):
+    db = tmp_path / "optuna.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("create table t (x)")
+    journal = tmp_path / "optuna.db-journal"
+    journal.write_bytes(os.urandom(4096))  # no rollback journal: a read-only open would fail on it
+    assert sqlite_immutable(db)
+    journal.write_bytes(bytes.fromhex("d9d505f920a163d7") + os.urandom(4088))  # a killed writer's: refused, not skipped
+    assert not sqlite_immutable(db)
+
+
+@pytest.mark.parametrize("report", [{"step": 1e300, "acc_3x": 0.5}, {"step": 60, "acc_3x": 1e308},
+                                    {"step": 60.5, "acc_3x": 0.5}])
+def test_a_recorded_curve_with_numbers_no_run_makes_is_no_curve(report):
+    from sweeper.curves import _complete
+    from sweeper.space_file import load_space
+
+    spec = load_space(ROOT / "search_spaces" / "smoke.yaml", n_samples=0)
+    assert _complete([{"step": 10, "acc_3x": 0.1}, {"step": 60, "acc_3x": 0.2}], spec)  # a sound one is
+    assert not _complete([{"step": 10, "acc_3x": 0.1}, report], spec)
