@@ -9,6 +9,7 @@ path.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -163,6 +164,25 @@ def sqlite_immutable(path: str | Path) -> bool:
         return header[18:20] == b"\x02\x02"
     log = _head(Path(f"{path}-wal"), 8)
     return not (log[:4] in WAL_MAGIC and log[4:8] == WAL_VERSION)
+
+
+def journal_left(path: str | Path) -> bool:
+    """Whether a rollback journal stands beside an SQLite database (a live writer's, or a killed
+    one's that the next writer rolls back)."""
+    return _head(Path(f"{path}-journal"), 8) == JOURNAL_MAGIC
+
+
+def roll_back(path: str | Path) -> bool:
+    """What a killed writer left half-done in an SQLite database rolled back, as the next writer
+    would (SQLite does it on a read-write open; a live writer's journal is waited on, not touched).
+    True when there was a rollback."""
+    if not journal_left(path):
+        return False
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+        db.execute("pragma schema_version").fetchone()  # a read: SQLite rolls a hot journal back first
+    return not journal_left(path)
 
 
 def _head(path: Path, n: int) -> bytes:

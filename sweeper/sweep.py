@@ -31,7 +31,7 @@ from typing import Callable
 from sweeper import orphans
 from sweeper.events import Fitted, Running, Sink, Speaker, TopTrials
 from sweeper.faults import Faults
-from sweeper.fs import first_missing, narrow_modes
+from sweeper.fs import first_missing, narrow_modes, roll_back
 from sweeper.lock import claim_sweep_lock, hold_sweep_lock, release_sweep_lock, sweep_lock_path
 from sweeper.request import SweepRequest, current_umask
 from sweeper.status import SPACE_FILE, write_summary
@@ -88,6 +88,8 @@ class Sweep:
                 self.say.note(f"note: --address {hide_password(req.address)} with the storage path {checked.experiment_dir}: on a "
                               "multi-node cluster every node must see it (NFS, a shared volume; pass --shared-storage "
                               "to confirm it is shared)")
+        if not req.restart and roll_back(sweep_dir / OPTUNA_DB):  # what any writer of the study would do first
+            self.say.note("note: rolled back the write to the sweep's study that a killed driver left half-done")
         if not os.path.lexists(sweep_lock_path(sweep_dir)):  # checked before the lock file is made: a refusal
             if check_sweep_dir(spec, req.file, sweep_dir, req.restart):  # leaves the storage as it was
                 check_resume(sweep_dir, spec, req.tracking_uri, req.tracking_source)

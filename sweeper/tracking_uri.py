@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Mapping
 
-from sweeper.fs import check_writable, read_limited
+from sweeper.fs import check_writable, read_limited, roll_back
 from trainables.config import ConfigError
 from core import json_text
 from core.errors import brief, cut
@@ -202,6 +202,9 @@ def check_sqlite_file(path: Path, shown: str, source: str) -> None:
     except sqlite3.Error as err:
         if "locked" in str(err):  # a sweep writing to it now: readable, only busy
             return
+        with contextlib.suppress(sqlite3.Error):
+            if roll_back(path):  # a killed writer's half-done write, rolled back as MLflow's open would
+                return
         raise ConfigError(f"{source} {shown}: not a readable SQLite database ({cut(str(err), 60)}); move "
                           f"{cut(path.name, 60)} away (a new store is made) or put back a good copy") from None
 

@@ -106,3 +106,21 @@ def assert_refused(r: subprocess.CompletedProcess, *must_contain: str, root: Pat
 
 
 __all__ = ["ROOT", "ENV", "SWEEPER", "sweeper", "module", "snapshot", "assert_refused"]
+
+
+HALF_DONE = """
+import os, signal, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("pragma cache_size = 1")  # the write spills into the file, its old pages into the journal
+db.execute("begin")
+db.execute("create table half_done (x)")
+db.executemany("insert into half_done values (?)", [(i,) for i in range(50000)])
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+
+
+def kill_mid_write(db: Path) -> None:
+    """An SQLite writer SIGKILLed inside a transaction: a hot journal left beside `db`."""
+    subprocess.run([sys.executable, "-c", HALF_DONE, str(db)], check=False)
+    assert Path(f"{db}-journal").read_bytes()[:8] == JOURNAL_MAGIC

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import sweeper_cmd, sweeper_env, tiny_space
+from tests.hostile import kill_mid_write
 
 pytestmark = pytest.mark.integration
 ENV = sweeper_env()
@@ -125,6 +126,28 @@ def test_a_damaged_sweep_folder_is_refused_in_one_line_and_left_as_it_was(tmp_pa
         assert "Traceback" not in r.stderr and r.stdout == "", (name, r.stdout[-500:])
         assert _files(storage) == before, f"{name}: the refused resume changed the storage"
         assert not (storage / ".dmg.lock").exists(), f"{name}: the refused resume made a lock file"
+
+
+def test_a_study_a_driver_was_killed_writing_is_said_by_reads_and_rolled_back_by_the_launch(tmp_path):
+    space = tmp_path / "dmg.yaml"
+    space.write_text(SPACE)
+    r = subprocess.run(sweeper_cmd("launch", space, "--progress", "none"), cwd=tmp_path, env=ENV,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    kill_mid_write(tmp_path / "sweeps" / "dmg" / "optuna.db")
+    before = _files(tmp_path / "sweeps")
+    read = subprocess.run(sweeper_cmd("report", "dmg"), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert read.returncode == 2 and "half-done" in read.stderr and "move it away" not in read.stderr, read.stderr
+    assert _files(tmp_path / "sweeps") == before  # a read never writes, not even a rollback
+    again = subprocess.run(sweeper_cmd("launch", space, "--progress", "none"), cwd=tmp_path, env=ENV,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "rolled back" in again.stderr + again.stdout, again.stderr[-3000:]
+    assert "half_done" not in _tables(tmp_path / "sweeps" / "dmg")
+
+
+def _tables(sweep: Path) -> list[str]:
+    with sqlite3.connect(f"file:{sweep / 'optuna.db'}?mode=ro", uri=True) as db:
+        return [name for (name,) in db.execute("select name from sqlite_master where type = 'table'")]
 
 
 def _sql_rows(sweep: Path) -> list[str]:

@@ -23,6 +23,7 @@ from sweeper.sweep_checks import space_digest
 from trainables.run_dir import RunDir, check_run_files
 
 from tests.conftest import ROOT
+from tests.hostile import JOURNAL_MAGIC, kill_mid_write
 
 
 @pytest.mark.parametrize("planted", ["fifo", "folder", "link"])
@@ -113,7 +114,7 @@ def test_a_stray_journal_is_read_past_but_a_real_one_is_not(tmp_path):
     journal = tmp_path / "optuna.db-journal"
     journal.write_bytes(os.urandom(4096))  # no rollback journal: a read-only open would fail on it
     assert sqlite_immutable(db)
-    journal.write_bytes(bytes.fromhex("d9d505f920a163d7") + os.urandom(4088))  # a killed writer's: refused, not skipped
+    journal.write_bytes(JOURNAL_MAGIC + os.urandom(4088))  # a killed writer's: refused, not skipped
     assert not sqlite_immutable(db)
 
 
@@ -126,3 +127,17 @@ def test_a_recorded_curve_with_numbers_no_run_makes_is_no_curve(report):
     spec = load_space(ROOT / "search_spaces" / "smoke.yaml", n_samples=0)
     assert _complete([{"step": 10, "acc_3x": 0.1}, {"step": 60, "acc_3x": 0.2}], spec)  # a sound one is
     assert not _complete([{"step": 10, "acc_3x": 0.1}, report], spec)
+
+
+
+def test_a_store_a_writer_was_killed_in_is_rolled_back_by_a_launch_s_check_not_refused(tmp_path):
+    from sweeper.tracking_uri import check_sqlite_file
+
+    store = tmp_path / "mlflow.db"
+    with sqlite3.connect(store) as db:
+        db.execute("create table kept (x)")
+    kill_mid_write(store)
+    assert not sqlite_immutable(store)
+    check_sqlite_file(store, "sqlite:///mlflow.db", "--tracking-uri")  # refused before, with "move mlflow.db away"
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+        assert [name for (name,) in db.execute("select name from sqlite_master")] == ["kept"]
