@@ -131,6 +131,15 @@ def test_serve_status_and_stop_refuse_an_answer_outside_the_protocol(tmp_path, s
     assert "\x1b" not in r.stderr + r.stdout
 
 
+def test_the_list_of_sweeps_is_not_printed_before_a_service_s_refusal(tmp_path, stand_in):
+    (tmp_path / "sweeps" / "a").mkdir(parents=True)
+    (tmp_path / "sweeps" / "a" / "space.yaml").write_text("name: a\n")  # a sweep the list would show
+    stand = stand_in(b'{"error": "no"}\n')
+    r = sweeper("status", cwd=tmp_path, env=_env(stand), timeout=120)
+    assert_refused(r, "refused: no")
+    assert r.stdout == "", r.stdout
+
+
 def test_a_status_field_with_terminal_escapes_is_printed_without_them(tmp_path, stand_in):
     answer = {"pid": 4242, "started": 1.0, "code": "c\x1b[2Jode", "workers": 1, "worker_info": [],
               "sweeps": [{"name": "a\nb\x1b[31m", "since": 1.0, "client_pid": 7, "sweep_dir": None}]}

@@ -46,15 +46,28 @@ def run(options: Options) -> int:
 
 
 def status() -> int:
+    return show_status(service_status())
+
+
+def service_status() -> dict | None:
+    """The service's answer to `status`, checked (one line for one that is not a service's); None
+    when no service runs."""
     answer = request({"verb": "status"})
     if answer is None:
-        print(f"no sweep service runs for this user ({service_dir()})")
-        return 1
+        return None
     workers, sweeps = answer.get("worker_info") or [], answer.get("sweeps") or []
     if not isinstance(workers, list) or not isinstance(sweeps, list) or a_pid(answer.get("pid")) is None or \
             not all(isinstance(x, dict) for x in workers + sweeps):
         raise ConfigError(f"the sweep service at {service_dir()} answered a status that is not a service's "
                           "(`sweeper serve --stop`, then start it again)")
+    return answer
+
+
+def show_status(answer: dict | None) -> int:
+    if answer is None:
+        print(f"no sweep service runs for this user ({service_dir()})")
+        return 1
+    workers, sweeps = answer.get("worker_info") or [], answer.get("sweeps") or []
     up = time.time() - _number(answer.get("started"), time.time())
     print(f"sweep service: pid {_shown(answer.get('pid'))}, up {_duration(up)}, {_shown(answer.get('workers'))} warm "
           f"workers, code {_shown(answer.get('code'))}; log {service_dir() / LOG}")

@@ -44,7 +44,7 @@ def list_sweeps(storage: str | None) -> int:
     """The sweeps under the storage folder, then the sweep service's, if one runs; exit 1 when there is neither."""
     from pathlib import Path
 
-    from sweeper.commands.serve import status as service_status
+    from sweeper.commands.serve import service_status, show_status
 
     from sweeper.service_link import folder_info, service_dir
 
@@ -58,11 +58,12 @@ def list_sweeps(storage: str | None) -> int:
         raise ConfigError(f"--storage {cut(folder, 80)}: not a folder ({err.strerror})") from None
     if not_a_folder:
         raise ConfigError(f"--storage {cut(folder, 80)}: not a folder")
+    service = service_status()  # a service that cannot answer is said before anything is listed
     lines = sweep_list_lines(Path(folder).expanduser())
     print(f"sweeps in {cut(str(Path(folder).expanduser().resolve()), 120)}:" if lines else
           f"no sweep in {cut(str(Path(folder).expanduser().resolve()), 120)}")
     if lines:
         print("\n".join(lines))
-    served = service_status() == 0
+    served = show_status(service) == 0
     return 0 if lines or served else 1
 
