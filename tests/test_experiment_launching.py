@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, sweeper_env, tiny_space
+from tests.conftest import sweeper_env, tiny_space
 
 pytestmark = pytest.mark.integration
 
