@@ -103,12 +103,18 @@ def _files(top: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in top.rglob("*") if p.is_file()}
 
 
-def test_a_damaged_sweep_folder_is_refused_in_one_line_and_left_as_it_was(tmp_path):
+def _finished_sweep(tmp_path: Path) -> Path:
+    """A sweep run to its end in tmp_path/sweeps; its space file."""
     space = tmp_path / "dmg.yaml"
     space.write_text(SPACE)
     r = subprocess.run(sweeper_cmd("launch", space, "--progress", "none"), cwd=tmp_path, env=ENV,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
+    return space
+
+
+def test_a_damaged_sweep_folder_is_refused_in_one_line_and_left_as_it_was(tmp_path):
+    space = _finished_sweep(tmp_path)
     made = tmp_path / "sweeps"
     assert (made / "dmg" / "status.json").is_file() and (made / "dmg" / "trials" / "t0000").is_dir()
     assert set(_sql_rows(made / "dmg")) >= {"sweeper.elapsed_s"}
@@ -129,11 +135,7 @@ def test_a_damaged_sweep_folder_is_refused_in_one_line_and_left_as_it_was(tmp_pa
 
 
 def test_a_study_a_driver_was_killed_writing_is_said_by_reads_and_rolled_back_by_the_launch(tmp_path):
-    space = tmp_path / "dmg.yaml"
-    space.write_text(SPACE)
-    r = subprocess.run(sweeper_cmd("launch", space, "--progress", "none"), cwd=tmp_path, env=ENV,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    space = _finished_sweep(tmp_path)
     kill_mid_write(tmp_path / "sweeps" / "dmg" / "optuna.db")
     before = _files(tmp_path / "sweeps")
     read = subprocess.run(sweeper_cmd("report", "dmg"), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
