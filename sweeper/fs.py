@@ -172,6 +172,12 @@ def journal_left(path: str | Path) -> bool:
     return _head(Path(f"{path}-journal"), 8) == JOURNAL_MAGIC
 
 
+def half_done(where: str, rolled_back_by: str) -> ConfigError:
+    """The line a read gives for a database beside a journal a killed writer left (`journal_left`)."""
+    return ConfigError(f"{where}: a write a killed driver left half-done (its -journal); {rolled_back_by} rolls it "
+                       "back, a read cannot")
+
+
 def roll_back(path: str | Path) -> bool:
     """What a killed writer left half-done in an SQLite database rolled back, as the next writer
     would (SQLite does it on a read-write open; a live writer's journal is waited on, not touched).

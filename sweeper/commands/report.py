@@ -25,7 +25,7 @@ from statistics import mean
 
 from sweeper.records import length_metrics
 from sweeper.sweep_dir import OPTUNA_DB
-from sweeper.fs import check_output_file, journal_left, sqlite_immutable
+from sweeper.fs import check_output_file, half_done, journal_left, sqlite_immutable
 from sweeper.tracking_uri import sqlite_path
 from trainables.config import ConfigError
 from core.errors import brief, cut
@@ -171,8 +171,7 @@ def fetch_runs(uri: str, shown_uri: str, name: str, experiment: str | None) -> l
         raise
     except Exception as err:  # noqa: BLE001 - whatever the store's library raises: one line
         if (path := sqlite_path(shown_uri)) is not None and journal_left(path):
-            raise ConfigError(f"{shown(shown_uri)}: a write a killed driver left half-done (its -journal); the next "
-                              "`sweeper launch` or `sweeper ui` on it rolls it back, a read cannot") from None
+            raise half_done(shown(shown_uri), "the next `sweeper launch` or `sweeper ui` on it") from None
         first = (str(err).strip().splitlines() or [""])[0]
         raise ConfigError(f"{shown(shown_uri)}: not a readable MLflow store ({type(err).__name__}: {cut(first, 100)})") from None
 
