@@ -60,8 +60,10 @@ def _container_repr(value: Any, limit: int) -> str:
 
 
 def cut(text: str, limit: int) -> str:
-    """Plain text (a message, a key) on one line, cut to `limit` characters with an ellipsis."""
+    """Plain text (a message, a key) on one line, control characters escaped (see `visible`), cut
+    to `limit` characters with an ellipsis."""
     text = " ".join(str(text).split()) if len(str(text)) <= 100 * limit else str(text)[: 2 * limit].replace("\n", " ")
+    text = visible(text)
     return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 
@@ -69,6 +71,23 @@ def printable(text: str, keep: str = "") -> str:
     """`text` without control characters (terminal escapes, NUL, line breaks but those in `keep`):
     what another process sent, made safe to print."""
     return "".join(c for c in str(text) if c.isprintable() or c in keep)
+
+
+def visible(text: str, keep: str = "") -> str:
+    """`text` with each control character (a terminal escape, NUL, a line break but those in
+    `keep`) written as its escape, `\\x1b`, and each byte of a file name that was not UTF-8 as
+    `\\xff`: a name someone else chose, safe to print on any terminal and in any encoding."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else _escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte os.fsdecode could not decode (surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
+    return repr(char)[1:-1]  # repr escapes every character that is not printable
 
 
 def short_path(path, limit: int = 100) -> str:
@@ -80,10 +99,22 @@ def short_path(path, limit: int = 100) -> str:
 def one_line(message: str, limit: int = MAX_LINE) -> str:
     """The message on one line of at most `limit` characters. A line too long first gives up
     the start of its long paths (their ends name the files), so the advice after them stays."""
-    text = " ".join(message.split())
+    text = visible(" ".join(message.split()))
     if len(text) > limit:
         text = " ".join(short_path(word, 60) if "/" in word and len(word) > 60 else word for word in text.split(" "))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def path_refusal(err: BaseException) -> str | None:
+    """The one line for a path the system refused where no check named it first (a name too long,
+    a loop of symbolic links, no permission); None for any other failure. The last guard of the
+    command line and of the service, as `error_line` is of every message."""
+    if isinstance(err, OSError) and err.filename is not None:
+        name = err.filename if isinstance(err.filename, str) else repr(err.filename)
+        return f"{short_path(name, 120)}: {err.strerror or err}"
+    if isinstance(err, RuntimeError) and str(err).startswith("Symlink loop from "):  # pathlib's resolve()
+        return f"{short_path(str(err).removeprefix('Symlink loop from ').strip(chr(39)), 120)}: a loop of symbolic links"
+    return None
 
 
 def error_line(message: str) -> str:

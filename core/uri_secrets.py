@@ -1,18 +1,21 @@
 """The secrets a URI or address may carry, and the URI as an error line may show it.
 
-A secret sits in a URI's user part (`postgresql://user:PASSWORD@host/db`, `ray://user:PASSWORD@head:10001`)
-or in a query parameter named like one (`?password=...`, `?token=...`, `&api_key=...`).
+A secret sits in a URI's user part (`postgresql://user:PASSWORD@host/db`, `ray://user:PASSWORD@head:10001`,
+`https://TOKEN@host`: a user part without a password is hidden whole) or in a query, path or fragment
+parameter named like one (`?password=...`, `;jsessionid=...`, `&api_key=...`, `#token=...`).
 """
 
 from __future__ import annotations
 
+import base64
 import re
 import urllib.parse
 
 from core.errors import cut
 
-SECRET_KEY = re.compile(r"pass|pwd|token|secret|key|auth|credential|signature|sig$", re.IGNORECASE)
+SECRET_KEY = re.compile(r"pass|pwd|token|secret|key|auth|credential|signature|sig$|session", re.IGNORECASE)
 _QUERY_PAIR = re.compile(r"(?P<sep>[?&;#])(?P<key>[^=&;#?]*)=(?P<value>[^&;#]*)")  # in the query or the fragment
+_LONE_USER = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:)?//(?P<user>[^/?#@:]+)@")
 _USER_PART = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:)?//[^/?#@:]*:(?P<password>[^/?#@]*)@")
 
 
@@ -26,9 +29,15 @@ def _password(uri: str) -> str | None:
         return match["password"] if (match := _USER_PART.match(written)) else None
 
 
+def _lone_user(uri: str) -> str | None:
+    """A user part without a password (`https://TOKEN@host`): where tokens are often written, so a secret."""
+    match = _LONE_USER.match(uri if "://" in uri else f"//{uri}")
+    return match["user"] if match else None
+
+
 def secrets(uri: str) -> set[str]:
     """Every secret in `uri`, as written and percent-decoded (empty ones left out)."""
-    found = {_password(uri) or ""}
+    found = {_password(uri) or "", _lone_user(uri) or ""}
     found |= {m["value"] for m in _QUERY_PAIR.finditer(uri) if SECRET_KEY.search(urllib.parse.unquote(m["key"]))}
     return {form for secret in found for form in (secret, urllib.parse.unquote(secret))} - {""}
 
@@ -36,10 +45,25 @@ def secrets(uri: str) -> set[str]:
 def hide_password(uri: str) -> str:
     """`uri` with the password of its user part and the value of every secret-named query parameter
     replaced by ***."""
-    password = _password(uri)
-    shown = uri.replace(f":{password}@", ":***@", 1) if password else uri
+    password, user = _password(uri), _lone_user(uri)
+    shown = uri.replace(f":{password}@", ":***@", 1) if password else uri.replace(f"{user}@", "***@", 1) if user else uri
     return _QUERY_PAIR.sub(lambda m: f"{m['sep']}{m['key']}=***" if SECRET_KEY.search(urllib.parse.unquote(m["key"]))
                            else m[0], shown)
+
+
+def split_user(url: str) -> tuple[str, dict[str, str]]:
+    """An HTTP(S) URL without its user part, and the Basic Authorization header that part stands for
+    (as an HTTP client sends it); the URL as it is, and no header, when it has none."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return url, {}
+    if "@" not in parts.netloc:
+        return url, {}
+    user, password = (urllib.parse.unquote(part or "") for part in (parts.username, parts.password))
+    header = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)), {"Authorization": header}
 
 
 def shown(uri: str, width: int = 120) -> str:

@@ -15,6 +15,7 @@ from typing import Callable, NoReturn
 from trainables.config import ConfigError, preset_names
 from core.errors import cut, error_line, one_line
 from sweeper.cli_types import cpus, experiment_name, folder, port, positive_int, replay_count, sample_count, tolerance
+from sweeper.cli_process import adopt_orphans, check_working_dir, exit_at_once, refusal_of
 from sweeper.sweep_dir import DEFAULT_STORAGE
 
 
@@ -237,8 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     args.exit_at_once = argv is None and getattr(args, "exit_at_once", False)  # the CLI's own process only
     if args.exit_at_once:
         adopt_orphans()
+    if argv is None:  # the CLI's own output: a character its encoding lacks is escaped, not a traceback
+        with contextlib.suppress(AttributeError, ValueError):
+            sys.stdout.reconfigure(errors="backslashreplace")
     try:
+        check_working_dir()
         code = args.func(args) or 0
+        if sys.stdout is not None:
+            sys.stdout.flush()  # output a full disk refuses is said here, not lost
         if args.exit_at_once:
             exit_at_once(code)
         return code
@@ -251,47 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `sweeper validate FILE | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0
-
-
-PR_SET_CHILD_SUBREAPER = 36  # Linux prctl(2)
-
-
-def adopt_orphans() -> None:
-    """Make this process the reaper of its descendants' orphans (Linux): a process whose parent
-    ended (a Ray worker whose raylet was killed) becomes this process's child, not the init
-    process's, so `exit_at_once` can reap it. Without it, where the init process does not reap (a
-    container's), every killed process would stay behind as a zombie. Elsewhere, a no-op."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-
-
-def exit_at_once(code: int) -> None:
-    """End the process now, its work written. The processes it started (a local Ray: GCS, raylet,
-    agents, idle workers, none holding anything of the sweep) are killed and reaped, where
-    `ray.shutdown()` waits 1-1.5 s for them, and the interpreter's own teardown of torch, Ray,
-    MLflow and their threads, seconds that a Ctrl-C or the end of a sweep would wait for, is skipped."""
-    import time
-
-    import psutil
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    deadline = time.monotonic() + 3.0
-    while time.monotonic() < deadline:
-        left = psutil.Process().children(recursive=True)  # again: a raylet may start a worker meanwhile
-        for child in left:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-        with contextlib.suppress(ChildProcessError):
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:  # every ended child (orphans adopted above) reaped
-                pass
-        if not left:
-            break
-        time.sleep(0.01)
-    os._exit(code)
+    except (OSError, RuntimeError) as err:
+        if (line := refusal_of(err)) is None:
+            raise
+        print(error_line(line), file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -21,6 +21,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+MAX_SEEDS = 1000  # training seeds a command trains per system: past it, a typo (a job list of gigabytes)
+
+
+def seed_count(text: str) -> int:
+    """A number of training seeds, 1 to MAX_SEEDS."""
+    value = positive_int(text)
+    if value > MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SEEDS}, got {brief(value, 40)}")
+    return value
+
+
 def count(text: str) -> int:
     """A whole number >= 0."""
     return 0 if text.strip() == "0" else positive_int(text)

@@ -27,6 +27,8 @@ from trainables.config import MAX_STEPS
 from sweeper.space import SearchSpace
 
 MAX_RECORD_BYTES = 256 << 20  # a record read whole (decompressed): larger is refused, not read
+MAX_CURVES = 5_000  # curves one replay reads (a recorded grid holds ~100; 2,000 replay in ~15 s)
+MAX_RECORD_VALUES = 5_000_000  # JSON values of a record (~30 bytes of text each in a real one): ~0.5 GB parsed
 METRIC_BOUND = 1e12  # a recorded metric beyond it is no measurement (accuracies, losses)
 
 
@@ -47,6 +49,9 @@ def load_curves(sources: list[str], spec: SearchSpace, storage: str | None) -> C
     complete = cut_short = 0
     for source in sources:
         for params, reports in _read(source, storage):
+            if complete + cut_short >= MAX_CURVES:  # a replay's time grows with them: minutes past it, without a word
+                raise ConfigError(f"--curves {cut(', '.join(sources), 120)}: more than {MAX_CURVES:,} curves; replay a "
+                                  "part of them (a sweep, a record of one question)")
             if _complete(reports, spec) and _plain(params, axes):
                 runs.setdefault(point_key(axes, params), []).append([r for r in reports if spec.metric in r])
                 complete += 1
@@ -110,6 +115,8 @@ def _read_record(path: Path) -> list[tuple[dict, list[dict]]]:
             text = f.read(MAX_RECORD_BYTES + 1)
         if len(text) > MAX_RECORD_BYTES:
             raise ValueError(f"more than {MAX_RECORD_BYTES >> 20} MiB of text")
+        if (values := text.count(",")) > MAX_RECORD_VALUES:  # parsed, tiny values take ~25x their text
+            raise ValueError(f"about {values:,} values, more than {MAX_RECORD_VALUES:,}")
         data = json_text.loads(text)
         runs = data["runs"]
         out = []
@@ -119,8 +126,9 @@ def _read_record(path: Path) -> list[tuple[dict, list[dict]]]:
                 raise ValueError(f"a run must hold a `params` mapping and a list of `reports`, got {brief(run, 40)}")
             out.append((params, reports))
         return out
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
-        what = f"no key {err}" if isinstance(err, KeyError) else cut(str(err), 100)
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError, KeyError, TypeError, MemoryError) as err:
+        what = (f"no key {err}" if isinstance(err, KeyError) else "too large for this machine's memory"
+                if isinstance(err, MemoryError) else cut(str(err), 100))
         raise ConfigError(f"--curves {shown}: not a record of learning curves ({what})") from None
 
 

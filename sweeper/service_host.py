@@ -49,7 +49,7 @@ from sweeper.sweep import Sweep, SweepHost
 from sweeper.service_link import (LOCK, LOG, SOCKET, STATE, Messages, a_pid, check_entries, code_hash,
                                   ensure_private_dir, listen, peer, project_root, read_state, send, service_dir)
 from core.files import write_atomic
-from core.errors import ConfigError, brief, cut, error_line, one_line
+from core.errors import ConfigError, brief, cut, error_line, one_line, path_refusal
 from core.uri_secrets import shown
 
 JOIN_S = 120.0  # at the end, how long each sweep may take to write itself down
@@ -221,10 +221,11 @@ class Service:
             sink(Say(error_line(str(err)), "warning"))
             code = 2
         except Exception as err:  # noqa: BLE001 - the sweep's failure, not the service's
-            log.exception(f"sweep {served.name} failed")
-            sink(Say(f"error: the sweep failed on the service ({type(err).__name__}: {cut(str(err), 160)}); "
-                     f"the service's log has the details ({self.dir / LOG})", "warning"))
-            code = 1
+            if (line := path_refusal(err)) is None:  # else a path no check named: the user's, one line
+                log.exception(f"sweep {served.name} failed")
+            sink(Say(error_line(line) if line else f"error: the sweep failed on the service ({type(err).__name__}: "
+                     f"{cut(str(err), 160)}); the service's log has the details ({self.dir / LOG})", "warning"))
+            code = 1 if line is None else 2
         finally:
             with self.sweeps_lock:
                 self.sweeps.pop(me, None)

@@ -28,6 +28,7 @@ from sweeper.asha import milestones
 from sweeper.space_scheduler import Scheduler
 from trainables.config import MAX_SEED, MAX_STEPS, ConfigError, TrialConfig, set_dotted, trial_config_from_dict
 from core.errors import brief
+from core.numbers_only import NumbersOnly
 from trainables.metrics import direction
 
 MAX_INT = 10**15  # ends of an int range; beyond any sensible setting, within a float's exact range
@@ -57,7 +58,7 @@ class SpaceError(ConfigError):
     """A mistake in a search-space file; one line naming the file, key and rule."""
 
 
-class _Frozen(BaseModel):
+class _Frozen(NumbersOnly):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 

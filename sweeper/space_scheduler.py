@@ -18,13 +18,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from core.numbers_only import NumbersOnly
 
 from trainables.config import MAX_STEPS
 from trainables.metrics import direction
 
 
-class Scheduler(BaseModel):
+class Scheduler(NumbersOnly):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     type: Literal["asha", "fifo"] = "asha"

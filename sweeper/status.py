@@ -60,13 +60,13 @@ def best_line(records: list[TrialRecord], metric: str, mode: str, best: dict | N
     """The best value judged so far (status.json's `best`: at a rung or at a trial's end, so it never
     goes down); before anything was judged, the leading trial's latest value, called that."""
     if isinstance(best, dict) and (value := finite(best.get("value"))) is not None:
-        return (f"best {cut(metric, MAX_CELL)} {value:.3f} ({_fmt(best.get('trial_id', '?'))}, "
+        return (f"best {cut(metric, MAX_CELL)} {number(value)} ({_fmt(best.get('trial_id', '?'))}, "
                 f"step {_fmt(best.get('step', '?'))})")
     top = ranked(records, metric, mode)
     if not top:
         return f"best {cut(metric, MAX_CELL)}: -"
     b = top[0]
-    return (f"best {cut(metric, MAX_CELL)}: none judged yet ({_fmt(b.trial_id)} leads with {score(b, metric):.3f} "
+    return (f"best {cut(metric, MAX_CELL)}: none judged yet ({_fmt(b.trial_id)} leads with {number(score(b, metric))} "
             f"at step {_fmt(b.step)})")
 
 
@@ -190,9 +190,17 @@ def format_table(records: list[TrialRecord], metric: str, mode: str, top: int = 
     return "\n".join(out)
 
 
+def number(value) -> str:
+    """A value read from a file, in at most ~12 characters: 3 decimals, or 4 significant digits
+    when very small or large (a float of 1e308 has 309 digits before its point); "-" for no number."""
+    if (v := finite(value)) is None:
+        return "-"
+    return f"{v:.4g}" if (abs(v) < 1e-2 and v != 0) or abs(v) >= 1e6 else f"{v:.3f}"
+
+
 def _fmt(v) -> str:
     if isinstance(v, float):
-        return f"{v:.4g}" if abs(v) < 1e-2 and v != 0 else f"{v:.3f}"
+        return number(v)
     return cut(v, MAX_CELL) if isinstance(v, str) else brief(v, MAX_CELL)
 
 

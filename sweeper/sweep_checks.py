@@ -150,6 +150,9 @@ def check_address(address: str) -> None:
     host, port = match["host"].strip("[]"), int(match["port"] or RAY_CLIENT_PORT)
     try:
         socket.create_connection((host, port), timeout=5.0).close()
+    except UnicodeError:  # the idna codec: a label of over 63 characters, or empty
+        raise SpaceError(f"--address {shown_uri(address, 80)}: {cut(host, 60)} is no host name (a label empty or "
+                         "over 63 characters)") from None
     except OSError as err:
         raise SpaceError(f"--address {shown_uri(address, 80)}: nothing answers at {cut(host, 60)}:{port} "
                          f"({err.strerror or err}); is the cluster up, and is that its Ray client or GCS port?") from None

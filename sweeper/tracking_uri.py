@@ -21,7 +21,7 @@ from sweeper.fs import check_writable, read_limited, roll_back
 from trainables.config import ConfigError
 from core import json_text
 from core.errors import brief, cut
-from core.uri_secrets import hide_password, reason, shown as shown_uri
+from core.uri_secrets import hide_password, reason, shown as shown_uri, split_user
 
 DEFAULT_DB = "mlflow.db"
 MAX_DATABRICKS_CONFIG = 1 << 20  # bytes of a Databricks config file read to find a profile
@@ -106,8 +106,10 @@ SEARCH = "/api/2.0/mlflow/experiments/search?max_results=1"  # a read every MLfl
 
 def check_server(uri: str, shown: str, source: str, timeout_s: float) -> None:
     """An MLflow server answers OK on /health; anything else there (nothing, another web server) is one line."""
+    url, credentials = split_user(uri)  # urllib takes no user part in a URL: it goes as the header a client sends
     try:
-        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s) as response:
+        with urllib.request.urlopen(urllib.request.Request(f"{url.rstrip('/')}/health", headers=credentials),
+                                    timeout=timeout_s) as response:
             body = response.read(64)
     except urllib.error.HTTPError as err:
         raise ConfigError(f"{source} {shown}: not an MLflow tracking server (HTTP {err.code} on /health, where MLflow "
@@ -127,7 +129,8 @@ def check_server(uri: str, shown: str, source: str, timeout_s: float) -> None:
 def check_api(uri: str, shown: str, source: str, timeout_s: float) -> None:
     """A server whose /health says OK must also answer MLflow's REST API (many web servers have a
     /health): one search of experiments, read-only, with the credentials MLflow's client would send."""
-    request = urllib.request.Request(f"{uri.rstrip('/')}{SEARCH}", headers=_auth_headers())
+    url, credentials = split_user(uri)
+    request = urllib.request.Request(f"{url.rstrip('/')}{SEARCH}", headers=_auth_headers() or credentials)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             body = response.read(1 << 20)

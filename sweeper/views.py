@@ -205,7 +205,8 @@ def status_lines(sweep_dir: Path) -> list[str]:
     if state == "running" and not driver_alive(data):
         state = "interrupted (driver gone; run `sweeper launch` with the same file to resume)"
     age = time.time() - data["updated"]
-    lines = [f"sweep {data['name']}: {state}, updated {age:.0f}s ago", f"trials: {counts_line(records, data['num_samples'])}",
+    updated = f"updated {age:.0f}s ago" if -60 < age < 1e10 else "updated at a time that is none (a damaged status.json?)"
+    lines = [f"sweep {cut(data['name'], 80)}: {state}, {updated}", f"trials: {counts_line(records, data['num_samples'])}",
              best_line(records, data["metric"], data["mode"], data.get("best"))]
     if data["state"] == "running" or any(r.status in ("running", "pending", "interrupted") for r in records):
         lines.append(_progress_line(sweep_dir, data, records, running=state == "running"))

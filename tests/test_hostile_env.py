@@ -80,6 +80,9 @@ def test_an_error_keeps_its_words_and_loses_the_password(password, error, shown)
     (f"http://127.0.0.1:5/#token={PASSWORD}", "http://127.0.0.1:5/#token=***"),  # in the fragment
     (f"http://bob:{PASSWORD}@[::1", "http://bob:***@[::1"),  # a URI urllib cannot split
     ("sqlite:////tmp/a b/mlflow.db?mode=ro", "sqlite:////tmp/a b/mlflow.db?mode=ro"),
+    (f"https://{PASSWORD}@github.com/a@b", "https://***@github.com/a@b"),  # a token as the whole user part
+    (f"{PASSWORD}@127.0.0.1:6379", "***@127.0.0.1:6379"),
+    (f"http://127.0.0.1:5/;jsessionid={PASSWORD}", "http://127.0.0.1:5/;jsessionid=***"),  # a path parameter
 ])
 def test_a_secret_in_a_query_or_an_address_is_hidden_too(uri, shown):
     from core.uri_secrets import hide_password, reason

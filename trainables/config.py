@@ -23,9 +23,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from core.errors import ConfigError, brief, cut, short_path
+from core.numbers_only import NumbersOnly
 from trainables.safe_yaml import read_yaml
 
 __all__ = ["ConfigError", "TrialConfig", "read_yaml", "load_trial_config", "trial_config_from_dict", "with_overrides",
@@ -35,7 +36,7 @@ MAX_SEED = 2**32 - 1  # seeds of torch, numpy and Optuna's samplers all accept [
 MAX_STEPS = 10**8  # ~3 years of training at 1 step/s; a larger number is a typo
 
 
-class _Frozen(BaseModel):
+class _Frozen(NumbersOnly):
     # no inf/nan anywhere: a bound that is infinite is a mistake, never a setting
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 

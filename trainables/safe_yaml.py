@@ -11,7 +11,8 @@ read under limits, each refused with its own one-line `ConfigError`:
     keys      plain scalars, each at most once per mapping (YAML 1.1 would silently keep the
               last of two equal keys, dropping the first block)
     numbers   a whole number written with at most MAX_DIGITS digits (Python refuses to convert
-              one of over 4,300 digits, past the point where any setting means anything)
+              one of over 4,300 digits, past the point where any setting means anything);
+              no base-60 number (YAML 1.1 reads `1:30` as 90, a typo's likely meaning is not that)
     root      a mapping
 
 The checks run on libyaml's event stream, which is iterative: a file nested 100,000 levels
@@ -28,13 +29,14 @@ from typing import Any
 
 import yaml
 
-from core.errors import ConfigError, brief, cut, short_path
+from core.errors import ConfigError, cut, short_path
 
 MAX_BYTES = 256 * 1024
 MAX_DEPTH = 32
 MAX_NODES = 100_000
 MAX_DIGITS = 100
 _LONG_NUMBER = re.compile(r"[-+]?[0-9][0-9_:]*")  # YAML 1.1 ints (decimal, octal, sexagesimal)
+_SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")  # YAML 1.1's base 60: 1:30 is 90
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _MERGE = "<<"
@@ -87,7 +89,7 @@ def load_yaml_text(text: str, source: str, *, root_mapping: bool = True) -> Any:
     if data is None and root_mapping:
         data = {}
     if root_mapping and not isinstance(data, dict):
-        raise ConfigError(f"{source}: <root>: must be a mapping of keys, got {brief(data)}")
+        raise ConfigError(f"{source}: <root>: must be a mapping of keys, got {kind_of(data)}")
     return data
 
 
@@ -122,6 +124,11 @@ def check_events(text: str, source: str) -> None:
                     (_child_path(frame) or "<root>")
                 raise ConfigError(f"{source}: {where}: a number of {len(event.value):,} characters; "
                                   f"a whole number may have at most {MAX_DIGITS} digits")
+            if event.implicit[0] and _SEXAGESIMAL.fullmatch(event.value):
+                where = _at(frame, event) if frame is not None and frame.is_mapping and frame.expect_key else \
+                    (_child_path(frame) or "<root>")
+                raise ConfigError(f"{source}: {where}: {cut(event.value, 40)} is a base-60 number to YAML 1.1 "
+                                  "(1:30 reads as 90); write the number, or quote the text")
             if frame is not None and frame.is_mapping and frame.expect_key:
                 key = event.value
                 if key in frame.seen and key != _MERGE:
@@ -189,3 +196,13 @@ def _where(err: yaml.YAMLError) -> str:
 def _problem(err: yaml.YAMLError) -> str:
     problem = getattr(err, "problem", None) or (str(err).splitlines() or ["unreadable"])[0]
     return cut(problem, 120)
+
+
+def kind_of(value) -> str:
+    """What a document that is no mapping holds, without its text: the file may be anything a
+    path can name (a netrc, a credentials file), and its first line a secret."""
+    if isinstance(value, str):
+        return f"text of {len(value):,} character{'s' * (len(value) != 1)}"
+    if isinstance(value, list):
+        return f"a list of {len(value):,} item{'s' * (len(value) != 1)}"
+    return "nothing" if value is None else f"a {type(value).__name__}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import os
 import re
 import threading
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from core.errors import ConfigError, cut, one_line
-from core.uri_secrets import shown
+from core.uri_secrets import shown, split_user
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 CALL_TIMEOUT_S = 15.0  # one request to the job server; a head under load answers within a few seconds
@@ -105,13 +106,17 @@ def check_job_server(address: str, timeout_s: float = 5.0) -> None:
     """One line when `address` is not the HTTP address of a Ray job server that answers."""
     if not address.startswith(("http://", "https://")):
         raise ConfigError(f"--address {shown(address)}: the Ray dashboard's HTTP address expected, e.g. http://HEAD:8265")
+    if not address.isprintable() or " " in address:
+        raise ConfigError(f"--address {shown(address)}: a URL holds no spaces or control characters")
+    url, credentials = split_user(address)  # urllib takes no user part in a URL: it goes as a header
     try:
-        urllib.request.urlopen(f"{address.rstrip('/')}/api/version", timeout=timeout_s).close()
+        urllib.request.urlopen(urllib.request.Request(f"{url.rstrip('/')}/api/version", headers=credentials),
+                               timeout=timeout_s).close()
     except urllib.error.HTTPError as err:
         if err.code != 401:
             raise ConfigError(f"--address {shown(address)}: not a Ray job server (HTTP {err.code} on /api/version)") from None
         use_token(address)
-    except (urllib.error.URLError, OSError, ValueError) as err:
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as err:
         raise ConfigError(f"--address {shown(address)}: Ray job server unreachable ({getattr(err, 'reason', err)}); "
                           "start the cluster, or port-forward its dashboard port 8265") from None
 

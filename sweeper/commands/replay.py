@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.errors import visible
+
 
 @dataclass(frozen=True)
 class Options:
@@ -43,7 +45,7 @@ def run(options: Options) -> int:
     spec = load_space(options.file)
     curves = load_curves(options.curves, spec, options.storage)
     rows = compare(spec, curves.grid, options.replays, options.tolerance, options.top)
-    print("\n".join(render(options, spec, curves, rows)))
+    print(visible("\n".join(render(options, spec, curves, rows)), keep="\n"))  # names from files others may write
     return 0
 
 

@@ -25,7 +25,8 @@ from statistics import mean
 
 from sweeper.records import length_metrics
 from sweeper.sweep_dir import OPTUNA_DB
-from sweeper.fs import check_output_file, half_done, journal_left, sqlite_immutable
+from sweeper.fs import half_done, journal_left, sqlite_immutable
+from sweeper.report_file import REPORT_START, check_markdown
 from sweeper.tracking_uri import sqlite_path
 from trainables.config import ConfigError
 from core.errors import brief, cut
@@ -81,9 +82,19 @@ def _number(v: str):
 def _short(value: str) -> str:
     """A parameter value as MLflow stores it (a string), floats cut to 4 significant digits."""
     number = _number(value)
-    return value if number is None or not math.isfinite(number) or number == int(number) else f"{number:.4g}"
+    return _cell(value) if number is None or not math.isfinite(number) or number == int(number) else f"{number:.4g}"
 
 
+MAX_CELL = 60  # characters of a table cell
+
+
+def _cell(value) -> str:
+    """A value anyone who logs to the store chose, as one bounded Markdown table cell: line
+    breaks and terminal escapes made visible, a `|` escaped."""
+    return cut(str(value), MAX_CELL).replace("|", "\\|")
+
+
+MAX_CHOICES = 12  # values of a categorical parameter its effect names
 MIN_TRIALS_FOR_EFFECT = 3  # scored trials a parameter's effect is shown from (and two values of it)
 
 
@@ -101,7 +112,7 @@ def parameter_effects(runs: list[dict], metric: str, mode: str, ranges: dict[str
             continue
         values = {str(r["params"][path]) for r in have}
         if len(have) < MIN_TRIALS_FOR_EFFECT or len(values) < 2:  # two baselines, or one value: nothing to compare
-            rows.append(f"| `{name}` | - | too few trials to say ({len(have)} scored, {len(values)} "
+            rows.append(f"| `{_cell(name)}` | - | too few trials to say ({len(have)} scored, {len(values)} "
                         f"value{'s' if len(values) != 1 else ''}; at least {MIN_TRIALS_FOR_EFFECT} and 2) | - |")
             continue
         best = max(have, key=lambda r: r["metrics"][metric] * (1 if mode == "max" else -1))
@@ -115,13 +126,14 @@ def parameter_effects(runs: list[dict], metric: str, mode: str, ranges: dict[str
             lo, hi = ranges.get(name, (min(nums), max(nums)))
             best_v = _number(best["params"][path])
             edge = " **at the edge of the range**" if best_v is not None and (best_v <= lo or best_v >= hi) else ""
-            rows.append(f"| `{name}` | numeric | Spearman {'-' if rho is None else f'{rho:+.2f}'} | best {_short(best['params'][path])}{edge} |")
+            rows.append(f"| `{_cell(name)}` | numeric | Spearman {'-' if rho is None else f'{rho:+.2f}'} | best {_short(best['params'][path])}{edge} |")
         else:
             by_choice: dict[str, list[float]] = {}
             for r in have:
                 by_choice.setdefault(r["params"][path], []).append(r["metrics"][metric])
-            means = ", ".join(f"{k}: {mean(v):.3f} (n={len(v)})" for k, v in sorted(by_choice.items()))
-            rows.append(f"| `{name}` | categorical | mean {metric}: {means} | best {best['params'][path]} |")
+            means = ", ".join(f"{_cell(k)}: {mean(v):.3f} (n={len(v)})" for k, v in sorted(by_choice.items())[:MAX_CHOICES])
+            more = f", and {len(by_choice) - MAX_CHOICES} more" if len(by_choice) > MAX_CHOICES else ""
+            rows.append(f"| `{_cell(name)}` | categorical | mean {metric}: {means}{more} | best {_cell(best['params'][path])} |")
     return rows
 
 
@@ -145,10 +157,10 @@ def readable_store(uri: str, source: str) -> str:
     migrated); missing or empty is one line. A server must answer its health check."""
     from sweeper.tracking_uri import preflight
 
-    if not uri.startswith("sqlite:///"):
+    if (given := sqlite_path(uri)) is None:
         preflight(uri, source=source)
         return uri
-    path = Path(uri.removeprefix("sqlite:///")).expanduser().resolve()
+    path = given.expanduser().resolve()
     if not path.is_file():
         there = "not a regular file" if os.path.lexists(path) else "no file"
         raise ConfigError(f"{source} {shown(uri)}: no MLflow store there ({there} {shown(str(path))}); "
@@ -193,14 +205,14 @@ def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | 
     searched = sorted({p for r in runs for p in r["searched"]})
     lengths = length_metrics(metric)  # the scored metric at every length: acc_{k}x, or tv_{k}x, ...
     header = ["trial", *searched, *lengths, "steps", "status"]
-    lines = [f"# Sweep `{name}`", "", f"{len(runs)} trials in MLflow ({shown_uri}); scored by `{metric}` ({mode}).", "",
-             f"## Top {min(top, len(ordered))} trials", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = [f"{REPORT_START.decode()}{name}`", "", f"{len(runs)} trials in MLflow ({shown_uri}); scored by `{metric}` ({mode}).", "",
+             f"## Top {min(top, len(ordered))} trials", "", "| " + " | ".join(map(_cell, header)) + " |", "|" + "---|" * len(header)]
     for r in ordered[:top]:
-        cells = [r["trial_id"] + (" (best)" if r["best"] else "")]
+        cells = [_cell(r["trial_id"]) + (" (best)" if r["best"] else "")]
         cells += [_short(r["params"].get(s.split("|")[0], "")) if s in r["searched"] else "" for s in searched]
         # a length the metric does not exist at (ood_acc_1x: nothing lies beyond the range at 1x) is "-"
         cells += [f"{v:.3f}" if (v := r["metrics"].get(m)) is not None else "-" for m in lengths]
-        cells += [str(int(r["metrics"].get("step", 0))), r["status"]]
+        cells += [str(int(r["metrics"].get("step", 0))), _cell(r["status"])]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Parameter effect", "", "| parameter | kind | effect | best value |", "|---|---|---|---|",
               *parameter_effects(runs, metric, mode, ranges, kinds)]
@@ -213,29 +225,6 @@ def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | 
             lines += ["", f"## Parameter importance (fANOVA, {n} completed trials)", ""]
             lines += ["| parameter | importance |", "|---|---|", *rows] if rows else ["Too few completed trials for importances."]
     return "\n".join(lines) + "\n"
-
-
-PSEUDO_FILE_SYSTEMS = (Path("/proc"), Path("/sys"))  # files there are the kernel's, not documents
-
-
-def check_markdown(path: str) -> Path:
-    """--markdown FILE: a regular file (or none yet) in an existing, writable folder, not a folder
-    itself and not under /proc or /sys. Checked before anything is read or printed."""
-    target = Path(path).expanduser()
-    try:
-        resolved = target.resolve()
-        target.is_dir()
-    except OSError as err:  # a name too long for the file system, a loop of links
-        raise ConfigError(f"--markdown {cut(path, 120)}: not a file name this file system takes ({err.strerror or err})") from None
-    for root in PSEUDO_FILE_SYSTEMS:
-        if resolved == root or root in resolved.parents:
-            raise ConfigError(f"--markdown {cut(path, 120)}: under {root}, whose files are the kernel's; name a file in a folder of yours")
-    if target.is_dir():
-        raise ConfigError(f"--markdown {cut(path, 120)}: is a folder; name the report's file, e.g. {cut(path, 60).rstrip('/')}/report.md")
-    if not target.parent.is_dir():
-        raise ConfigError(f"--markdown {cut(path, 120)}: folder {cut(str(target.parent), 120)} does not exist")
-    check_output_file(target, "--markdown")
-    return target
 
 
 def report_uri(cli_value: str | None, logged_to: str | None, default: str, study: Path) -> str:

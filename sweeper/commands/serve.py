@@ -65,7 +65,7 @@ def service_status() -> dict | None:
 
 def show_status(answer: dict | None) -> int:
     if answer is None:
-        print(f"no sweep service runs for this user ({service_dir()})")
+        print(f"no sweep service runs for this user ({cut(str(service_dir()), 120)})")
         return 1
     workers, sweeps = answer.get("worker_info") or [], answer.get("sweeps") or []
     up = time.time() - _number(answer.get("started"), time.time())

@@ -28,9 +28,9 @@ def run(options: Options) -> int:
         raise ConfigError(f"{sweep_dir}: no sweep here (no {STATUS_FILE}, no {SPACE_FILE}); `sweeper launch FILE` starts one")
     if not (sweep_dir / STATUS_FILE).exists():
         if not ensure_status(sweep_dir):
-            print(f"sweep {sweep_dir.name}: starting (no report yet); run this again in a moment")
+            print(f"sweep {cut(sweep_dir.name, 80)}: starting (no report yet); run this again in a moment")
             return 0
-        print(f"(rebuilt {sweep_dir / STATUS_FILE} from the sweep's study and its trials' folders)")
+        print(f"(rebuilt {cut(str(sweep_dir / STATUS_FILE), 200)} from the sweep's study and its trials' folders)")
     if not options.watch:
         print("\n".join(status_lines(sweep_dir)))
         return 0

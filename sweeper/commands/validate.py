@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.errors import visible
 from sweeper.space_file import N_VALIDATION_SAMPLES, load_space
 
 
@@ -21,23 +22,23 @@ def run(options: Options) -> int:
     spec = load_space(options.file)
     b, s = spec.budget, spec.scheduler
     if spec.searcher.sampler == "grid":
-        print(f"{options.file}: valid (a grid of {b.num_samples} points, every point checked)")
+        lines = [f"{options.file}: valid (a grid of {b.num_samples} points, every point checked)"]
     else:
-        print(f"{options.file}: valid ({N_VALIDATION_SAMPLES} sampled configs, every range end and every choice checked)")
-    print(f"name: {spec.name}   metric: {spec.metric} ({spec.mode})")
-    print(f"budget: {b.num_samples} trials, {b.max_concurrent} at once, {b.max_steps} steps each, report every {b.eval_every}")
+        lines = [f"{options.file}: valid ({N_VALIDATION_SAMPLES} sampled configs, every range end and every choice checked)"]
+    lines.append(f"name: {spec.name}   metric: {spec.metric} ({spec.mode})")
+    lines.append(f"budget: {b.num_samples} trials, {b.max_concurrent} at once, {b.max_steps} steps each, report every {b.eval_every}")
     grace, max_t = spec.asha_limits()
     margin = spec.phase_margin()
     phases = ("" if margin is None else f", phase-aware: margin {margin}"
               + (f", before the phase change by {s.pre_phase_metric}" if s.pre_phase_metric else ", judged only after it"))
     sched = f"asha (grace {grace}, max_t {max_t}, reduction {s.reduction_factor}{phases})" if s.type == "asha" else "fifo"
-    print(f"scheduler: {sched}   searcher: {spec.searcher.sampler} (seed {spec.searcher.seed})")
-    print(f"resources per trial: cpu {spec.resources.cpu}, gpu {spec.resources.gpu}")
-    print("space:")
-    print("\n".join(describe_space(spec)))
+    lines.append(f"scheduler: {sched}   searcher: {spec.searcher.sampler} (seed {spec.searcher.seed})")
+    lines.append(f"resources per trial: cpu {spec.resources.cpu}, gpu {spec.resources.gpu}")
+    lines += ["space:", *describe_space(spec)]
     for i, point in enumerate(baseline_points(spec, options.file)):
-        print(f"baseline {i}: {point}")
-    print(f"{options.samples} sampled configs:")
+        lines.append(f"baseline {i}: {point}")
+    lines.append(f"{options.samples} sampled configs:")
     for params in sample_configs(spec, options.file, options.samples)[-options.samples:] if options.samples else []:
-        print(f"  {params}")
+        lines.append(f"  {params}")
+    print(visible("\n".join(lines), keep="\n"))  # a file name or a choice with a terminal escape in it
     return 0

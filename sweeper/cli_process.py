@@ -1,0 +1,75 @@
+"""What the command line's own process does around a verb: check its working folder, turn what
+the system refuses into one line, adopt and end its descendants."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sys
+
+from core.errors import ConfigError, path_refusal
+
+OUTPUT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
+
+
+def refusal_of(err: OSError | RuntimeError) -> str | None:
+    """The one line for what the system refused a verb: a path no check named (`path_refusal`), or
+    the output itself (stdout on a full disk); None for anything else."""
+    if (line := path_refusal(err)) is not None:
+        return line
+    if not isinstance(err, OSError) or err.errno not in OUTPUT_ERRORS or err.filename is not None:
+        return None
+    # the product's own files refuse with a ConfigError naming them: what is left is its output
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # its unwritten rest is not tried again at exit
+    return f"stdout: the output could not be written ({err.strerror})"
+
+
+def check_working_dir() -> None:
+    """A working folder removed under the shell is one line, before any verb resolves a path."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise ConfigError("the working folder no longer exists (removed or moved away); cd to one that "
+                          "does and run the command again") from None
+
+
+PR_SET_CHILD_SUBREAPER = 36  # Linux prctl(2)
+
+
+def adopt_orphans() -> None:
+    """Make this process the reaper of its descendants' orphans (Linux): a process whose parent
+    ended (a Ray worker whose raylet was killed) becomes this process's child, not the init
+    process's, so `exit_at_once` can reap it. Without it, where the init process does not reap (a
+    container's), every killed process would stay behind as a zombie. Elsewhere, a no-op."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def exit_at_once(code: int) -> None:
+    """End the process now, its work written. The processes it started (a local Ray: GCS, raylet,
+    agents, idle workers, none holding anything of the sweep) are killed and reaped, where
+    `ray.shutdown()` waits 1-1.5 s for them, and the interpreter's own teardown of torch, Ray,
+    MLflow and their threads, seconds that a Ctrl-C or the end of a sweep would wait for, is skipped."""
+    import time
+
+    import psutil
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        left = psutil.Process().children(recursive=True)  # again: a raylet may start a worker meanwhile
+        for child in left:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:  # every ended child (orphans adopted above) reaped
+                pass
+        if not left:
+            break
+        time.sleep(0.01)
+    os._exit(code)

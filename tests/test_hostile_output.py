@@ -1,0 +1,123 @@
+"""What the sweeper prints, when what it prints comes from someone else: names and values with
+terminal escapes, bytes that are no UTF-8, a terminal whose encoding lacks a character, a working
+folder removed under the shell, a full disk behind stdout, a credentials file named by mistake, a
+record of curves that would take gigabytes to parse, and a tracking store's values in the report."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.errors import ConfigError, error_line, visible
+from sweeper.curves import MAX_RECORD_VALUES, _read_record
+
+from tests.hostile import ENV, SWEEPER, assert_refused, sweeper
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J"
+NO_SERVICE = {"SWEEPER_SERVICE_DIR": "no-service-here"}
+
+
+def _finished_status(sweep_dir: Path, name: str, text: str) -> None:
+    sweep_dir.mkdir(parents=True)
+    trial = {"trial_id": "t0000" + text, "params": {"seed" + text: "v" + text + "\r\nINJECTED"}, "status": "completed",
+             "step": 10, "metrics": {"step": 10, "acc_3x": 0.5}, "path": ""}
+    (sweep_dir / "status.json").write_text(json.dumps({"name": name, "metric": "acc_3x", "mode": "max", "state": "finished",
+                                                       "updated": 1.0e9, "num_samples": 1, "trials": [trial]}))
+
+
+def test_visible_escapes_control_characters_and_undecodable_bytes_and_keeps_the_rest():
+    assert visible("a" + ESCAPES + "b") == "a\\x1b]0;pwned\\x07\\x1b[2Jb"
+    assert visible(os.fsdecode(b"run-\xff\xfe")) == "run-\\xff\\xfe"
+    assert visible("line\nnext", keep="\n") == "line\nnext" and visible("t\u00e9 \u2713") == "t\u00e9 \u2713"
+    assert error_line("no sweep " + ESCAPES + "\nhere") == "error: no sweep \\x1b]0;pwned\\x07\\x1b[2J here"
+
+
+def test_terminal_escapes_in_a_status_file_and_a_folder_name_reach_the_terminal_escaped(tmp_path):
+    _finished_status(tmp_path / "sweeps" / "s", "s" + ESCAPES, ESCAPES)
+    _finished_status(tmp_path / "sweeps" / ("e" + ESCAPES), "e", ESCAPES)
+    for args in (["status", "s"], ["status"]):
+        r = sweeper(*args, cwd=tmp_path, env=NO_SERVICE)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "\r" not in r.stdout, r.stdout
+        assert "\\x1b]0;pwned\\x07" in r.stdout
+        assert not any(line.startswith("INJECTED") for line in r.stdout.splitlines())  # a value breaks no line
+    assert "INJECTED" in sweeper("status", "s", cwd=tmp_path, env=NO_SERVICE).stdout  # the table's value, on its row
+    assert_refused(sweeper("status", "x" + ESCAPES, cwd=tmp_path, env=NO_SERVICE), "\\x1b]0;pwned\\x07")
+
+
+def test_names_the_output_encoding_lacks_are_escaped_not_a_traceback(tmp_path):
+    _finished_status(tmp_path / "sweeps" / "s", "s", "\u00e9\u2713")
+    _finished_status(tmp_path / "sweeps" / os.fsdecode(b"\xff\xfe"), "u", "")
+    for encoding in ("ascii", "utf-8"):  # utf-8 as a real UTF-8 locale sets it: strict, no surrogates
+        for args in (["status", "s"], ["status"]):
+            r = sweeper(*args, cwd=tmp_path, env={**NO_SERVICE, "PYTHONIOENCODING": encoding})
+            assert r.returncode == 0 and "Traceback" not in r.stderr, (encoding, args, r.stderr[-2000:])
+            assert "t0000" in r.stdout
+    assert "\\xff\\xfe" in r.stdout  # the folder that is no UTF-8, by its bytes
+
+
+def test_a_working_folder_removed_under_the_shell_is_one_line(tmp_path):
+    cmd = [str(SWEEPER)] if SWEEPER.exists() else [sys.executable, "-m", "sweeper.cli"]
+    for verb in (["status"], ["launch", str(Path(__file__).parents[1] / "search_spaces" / "smoke.yaml")]):
+        script = 'mkdir gone && cd gone && rmdir ../gone && exec "$@"'
+        r = subprocess.run(["sh", "-c", script, "sh", *cmd, *verb], cwd=tmp_path, env={**ENV, **NO_SERVICE},
+                           capture_output=True, text=True, timeout=120)
+        assert_refused(r, "working folder no longer exists")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing was written anywhere
+
+
+def test_output_a_full_disk_refuses_is_one_line_not_a_silent_success(tmp_path):
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    _finished_status(tmp_path / "sweeps" / "s", "s", "")
+    cmd = [str(SWEEPER)] if SWEEPER.exists() else [sys.executable, "-m", "sweeper.cli"]
+    for args in (["status", "s"], ["validate", str(Path(__file__).parents[1] / "search_spaces" / "smoke.yaml")]):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([*cmd, *args], cwd=tmp_path, env={**ENV, **NO_SERVICE}, stdout=full,
+                               stderr=subprocess.PIPE, text=True, timeout=120)
+        r.stdout = ""
+        assert_refused(r, "stdout", "No space left on device")
+
+
+@pytest.mark.parametrize("content", ["machine example.com login bob password S3cr3tPassw0rd\n",
+                                     "https://bob:ghp_S3cr3tToken1234567890@github.com\n",
+                                     "export MLFLOW_TRACKING_PASSWORD=S3cr3tPassw0rd\n"])
+def test_a_credentials_file_named_as_a_space_or_config_is_refused_without_its_text(tmp_path, content):
+    (tmp_path / "creds").write_text(content)
+    for verb in ("validate", "trial"):
+        line = assert_refused(sweeper(verb, "creds", cwd=tmp_path), "must be a mapping of keys", "characters")
+        assert "S3cr3t" not in line and "bob" not in line, line
+
+
+def test_a_record_of_many_tiny_values_is_refused_before_it_is_parsed(tmp_path):
+    record = tmp_path / "bomb.json.gz"  # ~11 MB of JSON text, compressed to a few KB: gigabytes once parsed at scale
+    with gzip.open(record, "wb", compresslevel=1) as f:
+        f.write(b'{"runs": [{"params": {}, "reports": [' + b"{}," * (MAX_RECORD_VALUES + 1) + b"{}]}]}")
+    with pytest.raises(ConfigError, match="values, more than"):
+        _read_record(record)
+
+
+def test_the_report_bounds_and_escapes_what_a_tracking_store_holds(tmp_path):
+    import mlflow
+
+    from sweeper.commands.report import build_report
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri)
+    exp = client.create_experiment("s", artifact_location=str(tmp_path / "artifacts"))
+    parent = client.create_run(exp, tags={"role": "sweep", "sweep": "s"}).info.run_id
+    for i, lr in enumerate(["0.001" + ESCAPES, "9" * 100_000, "10 | x\n## injected heading\n| a"]):
+        run = client.create_run(exp, tags={"mlflow.parentRunId": parent, "trial_id": f"t{i}" + ESCAPES + "t" * 5000,
+                                           "status": "completed" + ESCAPES, "searched": "optim.lr"})
+        client.log_param(run.info.run_id, "optim.lr", lr)
+        client.log_metric(run.info.run_id, "acc_3x", 0.5 + i / 10)
+    text = build_report("s", uri, None, None, top=5)
+    assert "\x1b" not in text and "\x07" not in text and "## injected heading" not in text.replace("| x ## injected", "")
+    assert all(len(line) <= 400 for line in text.splitlines()), max(map(len, text.splitlines()))
+    assert "\\|" in text and "\\x1b]0;pwned\\x07" in text

@@ -1,0 +1,110 @@
+"""Values that read as something else or as nothing: booleans and base-60 numbers where a number
+goes, paths the system refuses (a loop of links, a name too long), URLs with a user part or a
+control character, and numbers in a status file no run makes."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.hostile import ROOT, assert_refused, snapshot, sweeper
+
+SMOKE = ROOT / "search_spaces" / "smoke.yaml"
+
+
+@pytest.mark.parametrize("old, new, key", [
+    ("max_concurrent: 2", "max_concurrent: on", "max_concurrent"),
+    ("seed: 0", "seed: true", "seed"),
+    ("num_samples: 6", "num_samples: 1:30", "num_samples"),  # YAML 1.1 would read 90
+])
+def test_a_boolean_or_a_base_60_number_where_a_number_goes_is_refused(tmp_path, old, new, key):
+    text = SMOKE.read_text()
+    assert old in text
+    (tmp_path / "space.yaml").write_text(text.replace(old, new))
+    assert_refused(sweeper("validate", "space.yaml", cwd=tmp_path), key)
+    assert_refused(sweeper("trial", "tiny", "--set", "steps=yes", "--out", "run", cwd=tmp_path), "steps", "must be a number")
+    assert not (tmp_path / "run").exists()
+
+
+def test_paths_the_system_refuses_are_one_line_naming_them(tmp_path):
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    before = snapshot(tmp_path)
+    for args, said in ((["status", "x", "--storage", "loop1"], "a loop of symbolic links"),
+                       (["status", "--storage", "loop1"], "a loop of symbolic links"),
+                       (["trial", "tiny", "--steps", "20", "--out", "d" * 300], "File name too long"),
+                       (["report", "x", "--tracking-uri", f"sqlite:///{tmp_path / ('a' * 300)}"], "File name too long")):
+        assert_refused(sweeper(*args, cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(tmp_path / "svc")}), said,
+                       root=tmp_path, before=before)
+
+
+class _Health(BaseHTTPRequestHandler):
+    """Answers 404 to all, recording the Authorization header each request carried."""
+
+    seen: list = []
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.seen.append(self.headers.get("Authorization"))
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_server_named_with_credentials_is_reached_with_them_and_they_are_not_shown(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        line = assert_refused(sweeper("report", "x", "--tracking-uri", f"http://bob:S3cr3tPw@127.0.0.1:{port}", cwd=tmp_path),
+                              "not an MLflow tracking server", "HTTP 404")
+        assert "S3cr3tPw" not in line and _Health.seen == ["Basic Ym9iOlMzY3IzdFB3"]  # reached, as bob
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("address", ["http://127.0.0.1:1/\x1b[2J", "http://127.0.0.1:1/a b"])
+def test_a_job_server_address_with_a_control_character_or_a_space_is_one_line(tmp_path, address):
+    line = assert_refused(sweeper("job", "status", "x", "--address", address, cwd=tmp_path), "no spaces or control characters")
+    assert "\x1b" not in line
+
+
+def test_numbers_no_run_makes_are_shown_in_a_bounded_width(tmp_path):
+    trial = {"trial_id": "t0000", "params": {"seed": 0}, "status": "completed", "step": 10,
+             "metrics": {"step": 10, "acc_3x": 1e308}, "path": ""}
+    sweep = tmp_path / "sweeps" / "s"
+    sweep.mkdir(parents=True)
+    (sweep / "status.json").write_text(json.dumps({"name": "N" * 100_000, "metric": "acc_3x", "mode": "max",
+                                                   "state": "finished", "updated": -1e308, "num_samples": 1,
+                                                   "trials": [trial]}))
+    for args in (["status", "s"], ["status"]):
+        r = sweeper(*args, cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(tmp_path / "svc")})
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert max(map(len, r.stdout.splitlines())) <= 200, max(map(len, r.stdout.splitlines()))
+        assert "1e+308" in r.stdout
+
+
+def test_a_report_never_replaces_a_file_that_is_no_report(tmp_path):
+    (tmp_path / "mlflow.db").write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)  # `--markdown mlflow.db`, for mlflow.md
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("report", "x", "--markdown", "mlflow.db", cwd=tmp_path), "no report this command wrote",
+                   root=tmp_path, before=before)
+
+
+def test_counts_past_any_use_are_one_line(tmp_path):
+    assert_refused(sweeper("reproduce", "--quick", "--seeds", str(10**21), "--out", "o", cwd=tmp_path), "--seeds", "at most")
+    record = tmp_path / "many.json"  # more curves than a replay reads in reasonable time
+    run = {"params": {"dat.switch_step": 0}, "reports": [{"step": 60, "acc_3x": 0.5}]}
+    record.write_text(json.dumps({"runs": [run] * 5_001}))
+    assert_refused(sweeper("replay", str(SMOKE), "--curves", "many.json", cwd=tmp_path), "more than 5,000 curves")
+
+
+def test_a_cluster_address_whose_host_is_no_host_name_is_one_line(tmp_path):
+    before = snapshot(tmp_path)
+    for address in (f"ray://{'h' * 64}:10001", "ray://a..b:10001"):
+        assert_refused(sweeper("launch", str(SMOKE), "--storage", "s", "--address", address, cwd=tmp_path,
+                               env={"SWEEPER_SERVICE_DIR": str(tmp_path / "svc")}), "is no host name", root=tmp_path, before=before)
