@@ -84,7 +84,8 @@ def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") 
             raise ConfigError(f"{source} {shown}: not a database file (the store must outlive the sweep and be "
                               "shared by its processes); name one, sqlite:///PATH/mlflow.db")
         if not path.parent.is_dir():
-            raise ConfigError(f"{source} {shown}: folder {cut(str(path.parent), 120)} does not exist")
+            what = "is there but is no folder" if path.parent.exists() else "does not exist"
+            raise ConfigError(f"{source} {shown}: folder {cut(str(path.parent), 120)} {what}")
         check_writable(path.parent, f"{source} {shown}: folder")
         check_sqlite_file(path, shown, source)
     elif uri.startswith("file:") or "://" not in uri:
