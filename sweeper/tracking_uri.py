@@ -124,13 +124,13 @@ def check_server(uri: str, shown: str, source: str, timeout_s: float) -> None:
     if answer.strip() != "OK":
         raise ConfigError(f"{source} {shown}: not an MLflow tracking server (/health answered {brief(answer)}, "
                           "where MLflow answers OK); check the host, port and path")
-    check_api(uri, shown, source, timeout_s)
+    check_api(url, credentials, shown, source, timeout_s)
 
 
-def check_api(uri: str, shown: str, source: str, timeout_s: float) -> None:
+def check_api(url: str, credentials: dict[str, str], shown: str, source: str, timeout_s: float) -> None:
     """A server whose /health says OK must also answer MLflow's REST API (many web servers have a
-    /health): one search of experiments, read-only, with the credentials MLflow's client would send."""
-    url, credentials = split_user(uri)
+    /health): one search of experiments, read-only, with the credentials MLflow's client would send
+    (its environment's, else the URL's user part, split off as `credentials`)."""
     request = urllib.request.Request(f"{url.rstrip('/')}{SEARCH}", headers=_auth_headers() or credentials)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
