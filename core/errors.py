@@ -67,12 +67,6 @@ def cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 
-def printable(text: str, keep: str = "") -> str:
-    """`text` without control characters (terminal escapes, NUL, line breaks but those in `keep`):
-    what another process sent, made safe to print."""
-    return "".join(c for c in str(text) if c.isprintable() or c in keep)
-
-
 def visible(text: str, keep: str = "") -> str:
     """`text` with each control character (a terminal escape, NUL, a line break but those in
     `keep`) written as its escape, `\\x1b`, and each byte of a file name that was not UTF-8 as

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Iterator
 
 from core import json_text
-from core.errors import ConfigError, cut, printable
+from core.errors import ConfigError, cut
 from sweeper.lock import lock_held
 
 SOCKET, STATE, LOG, LOCK = "service.sock", "service.json", "service.log", "service.lock"
@@ -232,7 +232,7 @@ def request(message: dict, directory: Path | None = None, timeout_s: float = ANS
         raise ConfigError(f"the sweep service at {where} closed the connection without an answer; its log: "
                           f"{(directory or service_dir()) / LOG}")
     if "error" in answer:
-        raise ConfigError(f"the sweep service at {where} refused: {cut(printable(str(answer['error'])), 160)}")
+        raise ConfigError(f"the sweep service at {where} refused: {cut(str(answer['error']), 160)}")
     return answer
 
 

@@ -121,3 +121,17 @@ def test_the_report_bounds_and_escapes_what_a_tracking_store_holds(tmp_path):
     assert "\x1b" not in text and "\x07" not in text and "## injected heading" not in text.replace("| x ## injected", "")
     assert all(len(line) <= 400 for line in text.splitlines()), max(map(len, text.splitlines()))
     assert "\\|" in text and "\\x1b]0;pwned\\x07" in text
+
+
+def test_validate_prints_a_choice_of_a_thousand_values_in_bounded_lines(tmp_path):
+    from sweeper.commands.validate import MAX_LINE
+
+    choices = [round(1e-4 * (i + 1), 6) for i in range(1000)]
+    space = {"name": "big", "space": {"optim.lr": {"type": "categorical", "choices": choices}},
+             "searcher": {"baseline": [{"optim.lr": choices[-1]}]}}
+    (tmp_path / "big.yaml").write_text(json.dumps(space))
+    r = sweeper("validate", "big.yaml", "--samples", "2", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert any("CategoricalDistribution" in line for line in lines) and any(line.startswith("baseline 0") for line in lines)
+    assert max(map(len, lines)) <= MAX_LINE, max(map(len, lines))

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import optuna
 
 from trainables.config import ConfigError
-from core.errors import brief, cut
+from core.errors import brief, cut, repr_cut
 from sweeper.fs import sqlite_immutable
 from sweeper.space import CategoricalParam, FloatParam, IntParam, Param, SearchSpace, SpaceError, grid_points, param_names, trial_config_for
 
@@ -203,11 +203,12 @@ def random_points(spec: SearchSpace, n: int) -> list[dict[str, Any]]:
 
 
 def describe_space(spec) -> list[str]:
-    """One line per parameter: optuna name, distribution, condition."""
+    """One line per parameter: optuna name, distribution (cut: a choice may list 1,000 values),
+    condition."""
     lines = []
     for _, p, name, cond in walk(spec.space, param_names(spec.space)):
         when = "  when " + ", ".join(f"{k}={v}" for k, v in cond) if cond else ""
-        lines.append(f"  {name:<40} {distribution(p)!r}{when}")
+        lines.append(f"  {name:<40} {repr_cut(distribution(p), 160)}{when}")
     return lines
 
 

@@ -21,7 +21,7 @@ from sweeper.request import SweepRequest
 from sweeper.service_link import (ANSWER_S, SILENT_S, Messages, code_hash, connect, project_root, send, service_dir,
                                   unresponsive)
 from sweeper.sweep_checks import check_request
-from core.errors import ConfigError, brief, cut, one_line, printable
+from core.errors import ConfigError, brief, cut, one_line, visible
 
 
 def attach(sweep: SweepRequest, progress: str, every_s: float) -> int | None:
@@ -134,9 +134,9 @@ def _reply(message: dict) -> tuple[str | None, object]:
     key = next((k for k in (*TEXTS, *PATHS, "fitted", "exit") if k in message), None)
     value = message.get(key)
     if key in TEXTS and isinstance(value, str):
-        text = printable(value, keep="\n" if key == "out" else "").rstrip("\n")
+        text = visible(value, keep="\n" if key == "out" else "").rstrip("\n")
         return key, text[:MAX_OUT] if key == "out" else one_line(text)
-    if key in PATHS and isinstance(value, str) and 0 < len(value) <= 4096 and printable(value) == value \
+    if key in PATHS and isinstance(value, str) and 0 < len(value) <= 4096 and value.isprintable() \
             and os.path.isabs(value):
         return key, value
     if key == "exit" and isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 255:

@@ -17,7 +17,7 @@ import sys
 import time
 
 from sweeper.service_link import LOG, a_pid, check_entries, connect, ensure_private_dir, request, service_dir
-from core.errors import ConfigError, brief, cut, printable
+from core.errors import ConfigError, brief, cut, visible
 
 START_TIMEOUT_S = 180.0  # until a detached service answers (Ray and the workers' imports; slow on 2 busy cores)
 STOP_TIMEOUT_S = 150.0  # until a stopped service's process has ended (its sweeps write themselves down first)
@@ -89,7 +89,7 @@ def _number(value, default: float) -> float:
 
 def _shown(value, limit: int = 40) -> str:
     """A field the service sent, as one short piece of a line (no terminal escapes)."""
-    return printable(cut(value, limit) if isinstance(value, str) else brief(value, limit))
+    return cut(value, limit) if isinstance(value, str) else visible(brief(value, limit))
 
 
 def stop() -> int:

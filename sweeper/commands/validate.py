@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.errors import visible
+from core.errors import cut, visible
 from sweeper.space_file import N_VALIDATION_SAMPLES, load_space
+
+
+MAX_LINE = 1000  # characters of one line printed (a baseline point or sample of many parameters)
 
 
 @dataclass(frozen=True)
@@ -40,5 +43,5 @@ def run(options: Options) -> int:
     lines.append(f"{options.samples} sampled configs:")
     for params in sample_configs(spec, options.file, options.samples)[-options.samples:] if options.samples else []:
         lines.append(f"  {params}")
-    print(visible("\n".join(lines), keep="\n"))  # a file name or a choice with a terminal escape in it
+    print("\n".join(cut(line, MAX_LINE) if len(line) > MAX_LINE else visible(line) for line in lines))  # a terminal escape in a name or choice
     return 0
