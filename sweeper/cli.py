@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 from typing import Callable, NoReturn
 
 from trainables.config import ConfigError, preset_names
-from core.errors import cut, error_line, one_line
+from core.errors import cut, error_line, one_line, path_refusal
 from sweeper.cli_types import cpus, experiment_name, folder, port, positive_int, replay_count, sample_count, tolerance
-from sweeper.cli_process import adopt_orphans, check_working_dir, exit_at_once, refusal_of
+from sweeper.cli_process import adopt_orphans, check_working_dir, drop_stdout, exit_at_once, output_refusal
 from sweeper.sweep_dir import DEFAULT_STORAGE
 
 
@@ -256,10 +255,12 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `sweeper validate FILE | head`: the reader left; not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        drop_stdout()
         return 0
-    except (OSError, RuntimeError) as err:
-        if (line := refusal_of(err)) is None:
+    except (OSError, RuntimeError) as err:  # a path no check named, or the output itself
+        if (line := path_refusal(err)) is None and (line := output_refusal(err)) is not None:
+            drop_stdout()
+        if line is None:
             raise
         print(error_line(line), file=sys.stderr)
         return 2

@@ -8,21 +8,23 @@ import errno
 import os
 import sys
 
-from core.errors import ConfigError, path_refusal
+from core.errors import ConfigError
 
 OUTPUT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
 
 
-def refusal_of(err: OSError | RuntimeError) -> str | None:
-    """The one line for what the system refused a verb: a path no check named (`path_refusal`), or
-    the output itself (stdout on a full disk); None for anything else."""
-    if (line := path_refusal(err)) is not None:
-        return line
+def output_refusal(err: OSError | RuntimeError) -> str | None:
+    """The one line for output the system refused (stdout on a full disk); None for anything else.
+    The product's own files refuse with a ConfigError naming them: an OSError naming no file is its output."""
     if not isinstance(err, OSError) or err.errno not in OUTPUT_ERRORS or err.filename is not None:
         return None
-    # the product's own files refuse with a ConfigError naming them: what is left is its output
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # its unwritten rest is not tried again at exit
     return f"stdout: the output could not be written ({err.strerror})"
+
+
+def drop_stdout() -> None:
+    """Point stdout at /dev/null: output its reader left or a full disk refused is not tried again
+    at exit (a second error)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def check_working_dir() -> None:
