@@ -158,3 +158,31 @@ def test_dashboard_prints_its_address_at_once_and_stops_on_ctrl_c_without_a_trac
     assert code == 0 and "Traceback" not in err.read_text() and err.read_text() == "", err.read_text()
     time.sleep(1)
     assert not port_answers(port)
+
+
+@pytest.mark.integration
+def test_ui_killed_outright_takes_its_server_and_every_worker_with_it(tmp_path):
+    """SIGKILL leaves the verb no moment to stop its server: the guard does (sweeper/server_guard.py)."""
+    import psutil
+
+    port = free_port()
+    proc, out, err = start(tmp_path, "ui", "--port", port)
+    try:
+        wait_for(out, f"ready: http://127.0.0.1:{port}", proc, STARTUP_S)
+        family = psutil.Process(proc.pid).children(recursive=True)  # the server, its workers, the guard
+        assert any("server_guard" in " ".join(p.cmdline()) for p in family), [p.cmdline()[:3] for p in family]
+        assert len(family) >= 3 and port_answers(port)
+    finally:
+        proc.kill()
+        proc.wait()
+    def running(p: psutil.Process) -> bool:
+        try:
+            return p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + 60  # the guard gives the server 10 s after SIGTERM, then SIGKILL
+    while (left := [p for p in family if running(p)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, [p.cmdline()[:4] for p in left]
+    assert not port_answers(port)

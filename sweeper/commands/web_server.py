@@ -7,7 +7,8 @@
                                login, is reachable from the network
     Server(cmd)                the server in a session of its own (a Ctrl-C at the terminal reaches
                                only this process, never the server's workers), its output kept
-                               aside: shown with $SWEEPER_VERBOSE, or its last lines when it fails
+                               aside: shown with $SWEEPER_VERBOSE, or its last lines when it fails;
+                               a guard (sweeper/server_guard.py) stops it if this process is killed
     Server.serve(...)          print the address at once, wait until it answers, print the page,
                                serve until Ctrl-C or SIGTERM, then stop the server's whole process
                                group, quietly (its workers' shutdown tracebacks are dropped)
@@ -26,6 +27,7 @@ import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 from typing import Callable
 
 from core.errors import ConfigError, brief, cut
@@ -109,6 +111,7 @@ class Server:
         self.verbose = bool(os.environ.get("SWEEPER_VERBOSE"))
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      start_new_session=True, env=env)
+        self._guard, self._guard_pipe = _start_guard(self.proc.pid)
         self._reader = threading.Thread(target=self._read, name=f"{what}-output", daemon=True)
         self._reader.start()
 
@@ -158,6 +161,16 @@ class Server:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+        self.release_guard()
+
+    def release_guard(self) -> None:
+        """End the guard: the server was stopped here (or stopped by itself), nothing is left to guard."""
+        if self._guard is not None and self._guard.poll() is None:
+            self._guard.kill()
+            self._guard.wait()
+        if self._guard_pipe is not None:
+            os.close(self._guard_pipe)
+            self._guard_pipe = None
 
     def serve(self, address: str, probe_url: str, starting: str, ready: Callable[[], str]) -> int:
         """Print `starting` (which names `address`) at once, wait for the server, print `ready()`,
@@ -177,6 +190,25 @@ class Server:
         finally:
             if self.proc.poll() is None or _group_alive(self.proc.pid):
                 self.stop()
+            self.release_guard()
+
+
+def _start_guard(group: int) -> tuple[subprocess.Popen | None, int | None]:
+    """A process that stops `group` once this one has ended, however it ended, and the write end
+    of its pipe: the guard reads the pipe, whose only writer is this process (the end is not
+    inheritable), and the kernel closes it when this process goes, SIGKILL included. (None, None)
+    where it cannot start."""
+    read_end, write_end = os.pipe()
+    try:
+        guard = subprocess.Popen([sys.executable, "-I", str(Path(__file__).parents[1] / "server_guard.py"), str(group)],
+                                 stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True)
+    except OSError:
+        os.close(write_end)
+        return None, None
+    finally:
+        os.close(read_end)
+    return guard, write_end
 
 
 def _interrupt(*_) -> None:
