@@ -141,3 +141,17 @@ def test_a_store_a_writer_was_killed_in_is_rolled_back_by_a_launch_s_check_not_r
     check_sqlite_file(store, "sqlite:///mlflow.db", "--tracking-uri")  # refused before, with "move mlflow.db away"
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
         assert [name for (name,) in db.execute("select name from sqlite_master")] == ["kept"]
+
+
+def test_a_study_of_more_trials_than_a_replay_reads_is_refused_before_they_are_read(tmp_path):
+    import optuna
+
+    from sweeper.adapters.optuna_study import trial_points
+
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    for x in range(4):
+        study.enqueue_trial({"x": float(x)})
+        study.optimize(lambda t: t.suggest_float("x", 0, 9), n_trials=1)
+    assert [p for _, p in trial_points(tmp_path / "optuna.db", limit=4)] == [{"x": float(x)} for x in range(4)]
+    with pytest.raises(ConfigError, match="4 trials, more than the 3 a replay reads"):
+        trial_points(tmp_path / "optuna.db", limit=3)
