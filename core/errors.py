@@ -8,6 +8,8 @@ described by its size (`<list of 9 items>`). `one_line` is the last guard the CL
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 MAX_LINE = 300  # characters of an error line, at most
@@ -108,7 +110,19 @@ def path_refusal(err: BaseException) -> str | None:
         return f"{short_path(name, 120)}: {err.strerror or err}"
     if isinstance(err, RuntimeError) and str(err).startswith("Symlink loop from "):  # pathlib's resolve()
         return f"{short_path(str(err).removeprefix('Symlink loop from ').strip(chr(39)), 120)}: a loop of symbolic links"
+    if isinstance(err, RuntimeError) and str(err) == "Could not determine home directory.":  # pathlib's expanduser()
+        return "a path begins with ~NAME, and NAME is no user of this machine; write the path out (~/ is your own home)"
     return None
+
+
+def expand_user(path: str | os.PathLike) -> Path:
+    """`path` with a leading `~` or `~NAME` expanded; one ConfigError line where NAME is no user."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        head = os.fspath(path).split(os.sep, 1)[0]
+        raise ConfigError(f"{short_path(os.fspath(path), 120)}: {cut(head, 40)} names no user of this machine; "
+                          "write the path out (~/ is your own home)") from None
 
 
 def error_line(message: str) -> str:

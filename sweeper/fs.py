@@ -16,7 +16,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from core.errors import ConfigError, cut
+from core.errors import ConfigError, cut, expand_user
 
 PROBE_BYTES = 64 * 1024  # more than a file system's reserve of a few blocks; what a first report needs
 
@@ -30,7 +30,7 @@ def _nearest_existing(path: Path) -> Path:
 def check_writable(path: str | Path, what: str) -> None:
     """Raise a one-line ConfigError unless `path` (a folder, existing or not) could be created and
     written: PROBE_BYTES are written, fsynced and removed in the nearest existing ancestor."""
-    target = Path(path).expanduser()
+    target = expand_user(path)
     try:
         target = target.resolve()
         if len(str(target)) > 3000 or any(len(part.encode()) > 255 for part in target.parts):
@@ -55,7 +55,7 @@ def check_writable(path: str | Path, what: str) -> None:
 def check_output_file(path: str | Path, what: str) -> None:
     """A file this command will write (or replace): not a folder, not a link, not a device or
     FIFO, and its folder writable (`check_writable`). The file itself may be missing."""
-    p = Path(path).expanduser()
+    p = expand_user(path)
     try:
         st = os.lstat(p)
     except FileNotFoundError:
@@ -72,7 +72,7 @@ def check_output_file(path: str | Path, what: str) -> None:
 def read_limited(path: str | Path, what: str, max_bytes: int) -> bytes:
     """The bytes of a regular file of at most `max_bytes`, or one ConfigError line: no such file,
     a folder, a FIFO or device (which would block or never end), too large, unreadable."""
-    p = Path(path).expanduser()
+    p = expand_user(path)
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:

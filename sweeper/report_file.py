@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.errors import ConfigError, cut
+from core.errors import ConfigError, cut, expand_user
 from sweeper.fs import check_output_file
 
 REPORT_START = b"# Sweep `"  # the first bytes of every report: what --markdown may replace
@@ -16,7 +16,7 @@ PSEUDO_FILE_SYSTEMS = (Path("/proc"), Path("/sys"))  # files there are the kerne
 def check_markdown(path: str) -> Path:
     """--markdown FILE: a regular file (or none yet) in an existing, writable folder, not a folder
     itself and not under /proc or /sys. Checked before anything is read or printed."""
-    target = Path(path).expanduser()
+    target = expand_user(path)
     try:
         resolved = target.resolve()
         target.is_dir()

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from sweeper.sweep_dir import DEFAULT_STORAGE, is_uri
 from sweeper.tracking_uri import resolve_uri, uri_source
-from core.errors import ConfigError, brief
+from core.errors import ConfigError, brief, expand_user
 
 MAX_FIELD = 4096  # characters of a path or URI in a request
 TrackingSource = Literal["--tracking-uri", "$MLFLOW_TRACKING_URI", "the default tracking URI"]  # tracking_uri.uri_source
@@ -134,7 +134,7 @@ class SweepRequest(BaseModel):
 
 def _against(cwd: Path, path: str) -> Path:
     """`path` (a user's `~` expanded) made absolute against `cwd`, not against this process's folder."""
-    return Path(os.path.normpath(cwd / Path(path).expanduser()))
+    return Path(os.path.normpath(cwd / expand_user(path)))
 
 
 def current_umask() -> int:

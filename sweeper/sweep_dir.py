@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.errors import ConfigError, short_path
+from core.errors import ConfigError, expand_user, short_path
 
 DEFAULT_STORAGE = "sweeps"
 OPTUNA_DB = "optuna.db"  # the sweep's Optuna study (SQLite), in its directory
@@ -23,7 +23,7 @@ def sweep_dir_for(name: str, storage: str | None) -> tuple[str, Path]:
     storage = storage or DEFAULT_STORAGE
     if is_uri(storage):
         return f"{storage.rstrip('/')}/{name}", Path(DEFAULT_STORAGE).resolve() / name
-    local = Path(storage).expanduser().resolve() / name
+    local = expand_user(storage).resolve() / name
     return str(local), local
 
 

@@ -41,6 +41,18 @@ def test_paths_the_system_refuses_are_one_line_naming_them(tmp_path):
                        root=tmp_path, before=before)
 
 
+def test_a_path_under_the_home_of_no_user_is_one_line_in_every_verb(tmp_path):
+    (tmp_path / "s.yaml").write_text((ROOT / "search_spaces" / "smoke.yaml").read_text())
+    before = snapshot(tmp_path)
+    no_user = "~no-such-user-here/x"
+    for args in (["launch", "s.yaml", "--in-process", "--storage", no_user], ["launch", no_user + ".yaml", "--in-process"],
+                 ["trial", "tiny", "--steps", "20", "--out", no_user], ["status", "--storage", no_user],
+                 ["report", "smoke", "--storage", no_user], ["report", "smoke", "--markdown", no_user + ".md"],
+                 ["replay", "s.yaml", "--curves", "smoke", "--storage", no_user]):
+        assert_refused(sweeper(*args, cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(tmp_path / "svc")}),
+                       "~no-such-user-here names no user", root=tmp_path, before=before)
+
+
 class _Health(BaseHTTPRequestHandler):
     """Answers 404 to all, recording the Authorization header each request carried."""
 

@@ -29,7 +29,7 @@ from sweeper.fs import half_done, journal_left, sqlite_immutable
 from sweeper.report_file import REPORT_START, check_markdown
 from sweeper.tracking_uri import sqlite_path
 from trainables.config import ConfigError
-from core.errors import brief, cut
+from core.errors import brief, cut, expand_user
 from core.uri_secrets import shown
 
 
@@ -160,7 +160,7 @@ def readable_store(uri: str, source: str) -> str:
     if (given := sqlite_path(uri)) is None:
         preflight(uri, source=source)
         return uri
-    path = given.expanduser().resolve()
+    path = expand_user(given).resolve()
     if not path.is_file():
         there = "not a regular file" if os.path.lexists(path) else "no file"
         raise ConfigError(f"{source} {shown(uri)}: no MLflow store there ({there} {shown(str(path))}); "

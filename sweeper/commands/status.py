@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sweeper.status import SPACE_FILE, STATUS_FILE, load_records
 from sweeper.views import ensure_status, status_lines, sweep_list_lines
 from sweeper.sweep_dir import DEFAULT_STORAGE, find_sweep_dir, is_uri
-from core.errors import ConfigError, cut
+from core.errors import ConfigError, cut, expand_user
 
 
 @dataclass(frozen=True)
@@ -42,10 +42,7 @@ def run(options: Options) -> int:
 
 def list_sweeps(storage: str | None) -> int:
     """The sweeps under the storage folder, then the sweep service's, if one runs; exit 1 when there is neither."""
-    from pathlib import Path
-
     from sweeper.commands.serve import service_status, show_status
-
     from sweeper.service_link import folder_info, service_dir
 
     folder_info(service_dir())  # a service folder that cannot be one is said before anything is listed
@@ -53,15 +50,15 @@ def list_sweeps(storage: str | None) -> int:
     if is_uri(folder):
         raise ConfigError(f"--storage {cut(folder, 80)}: sweeps are listed from a local folder; name the sweep instead")
     try:
-        not_a_folder = storage is not None and Path(folder).expanduser().exists() and not Path(folder).expanduser().is_dir()
+        not_a_folder = storage is not None and expand_user(folder).exists() and not expand_user(folder).is_dir()
     except OSError as err:  # a name the file system refuses
         raise ConfigError(f"--storage {cut(folder, 80)}: not a folder ({err.strerror})") from None
     if not_a_folder:
         raise ConfigError(f"--storage {cut(folder, 80)}: not a folder")
     service = service_status()  # a service that cannot answer is said before anything is listed
-    lines = sweep_list_lines(Path(folder).expanduser())
-    print(f"sweeps in {cut(str(Path(folder).expanduser().resolve()), 120)}:" if lines else
-          f"no sweep in {cut(str(Path(folder).expanduser().resolve()), 120)}")
+    lines = sweep_list_lines(expand_user(folder))
+    print(f"sweeps in {cut(str(expand_user(folder).resolve()), 120)}:" if lines else
+          f"no sweep in {cut(str(expand_user(folder).resolve()), 120)}")
     if lines:
         print("\n".join(lines))
     served = show_status(service) == 0
