@@ -14,6 +14,7 @@ import json
 import os
 import stat
 import tempfile
+import urllib.parse
 from pathlib import Path
 
 from core.errors import ConfigError, cut, expand_user
@@ -164,6 +165,14 @@ def sqlite_immutable(path: str | Path) -> bool:
         return header[18:20] == b"\x02\x02"
     log = _head(Path(f"{path}-wal"), 8)
     return not (log[:4] in WAL_MAGIC and log[4:8] == WAL_VERSION)
+
+
+def sqlite_read_only_url(path: str | Path) -> str:
+    """SQLAlchemy's URL of an SQLite database opened read-only (never created, never migrated):
+    quoted once for SQLite (spaces, #, ?, %) and once more for SQLAlchemy, which unquotes the path
+    before handing it on."""
+    quoted = urllib.parse.quote(urllib.parse.quote(str(path), safe="/"), safe="/")
+    return f"sqlite+pysqlite:///file:{quoted}?mode=ro{'&immutable=1' * sqlite_immutable(path)}&uri=true"
 
 
 def journal_left(path: str | Path) -> bool:

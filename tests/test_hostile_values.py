@@ -53,6 +53,22 @@ def test_a_path_under_the_home_of_no_user_is_one_line_in_every_verb(tmp_path):
                        "~no-such-user-here names no user", root=tmp_path, before=before)
 
 
+def test_a_tracking_store_that_is_another_programs_database_is_refused_and_left_as_it_was(tmp_path):
+    import sqlite3
+
+    import optuna
+
+    with sqlite3.connect(tmp_path / "app.db") as db:
+        db.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+    optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    (tmp_path / "s.yaml").write_text((ROOT / "search_spaces" / "smoke.yaml").read_text())
+    before = snapshot(tmp_path)
+    env = {"SWEEPER_SERVICE_DIR": str(tmp_path / "svc")}
+    for args in (["ui", "--tracking-uri", f"sqlite:///{tmp_path / 'app.db'}"],
+                 ["launch", "s.yaml", "--in-process", "--storage", "st", "--tracking-uri", f"sqlite:///{tmp_path / 'optuna.db'}"]):
+        assert_refused(sweeper(*args, cwd=tmp_path, env=env), "a database that is no MLflow store", root=tmp_path, before=before)
+
+
 class _Health(BaseHTTPRequestHandler):
     """Answers 404 to all, recording the Authorization header each request carried."""
 

@@ -54,6 +54,13 @@ def client(uri: str, retries: bool = True):
     return MlflowClient(tracking_uri=uri)
 
 
+def check_store(url: str) -> None:
+    """List one experiment of the store at `url` (an SQLite store opened read-only: a database of
+    anything else fails here, where a writable open would add MLflow's tables to it); raises what
+    MLflow raises."""
+    client(url).search_experiments(max_results=1)
+
+
 def unreachable(err: BaseException) -> bool:
     """Whether a tracking call failed because the store could not be reached (worth retrying),
     not because MLflow refused the call."""

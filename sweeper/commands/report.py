@@ -19,13 +19,12 @@ import os
 from dataclasses import dataclass
 
 import math
-import urllib.parse
 from pathlib import Path
 from statistics import mean
 
 from sweeper.records import length_metrics
 from sweeper.sweep_dir import OPTUNA_DB
-from sweeper.fs import half_done, journal_left, sqlite_immutable
+from sweeper.fs import half_done, journal_left, sqlite_read_only_url
 from sweeper.report_file import REPORT_START, check_markdown
 from sweeper.tracking_uri import sqlite_path
 from trainables.config import ConfigError
@@ -167,10 +166,7 @@ def readable_store(uri: str, source: str) -> str:
                           "pass the --tracking-uri the sweep logged to")
     if path.stat().st_size == 0:
         raise ConfigError(f"{source} {shown(uri)}: {shown(str(path))} is empty, not an MLflow store")
-    # SQLAlchemy's URL of an SQLite URI filename, read-only: quoted once for SQLite (spaces, #, ?, %)
-    # and once more for SQLAlchemy, which unquotes the path before handing it on
-    quoted = urllib.parse.quote(urllib.parse.quote(str(path), safe="/"), safe="/")
-    return f"sqlite+pysqlite:///file:{quoted}?mode=ro{'&immutable=1' * sqlite_immutable(path)}&uri=true"
+    return sqlite_read_only_url(path)
 
 
 def fetch_runs(uri: str, shown_uri: str, name: str, experiment: str | None) -> list[dict]:
