@@ -27,6 +27,7 @@ from trainables.config import MAX_STEPS
 from sweeper.space import SearchSpace
 
 MAX_RECORD_BYTES = 256 << 20  # a record read whole (decompressed): larger is refused, not read
+MAX_CHOICE_TEXT = 200  # characters of a searched string value: a choice of a space, not a document
 MAX_CURVES = 5_000  # curves one replay reads (a recorded grid holds ~100; 2,000 replay in ~15 s)
 MAX_RECORD_VALUES = 5_000_000  # JSON values of a record (~30 bytes of text each in a real one): ~0.5 GB parsed
 METRIC_BOUND = 1e12  # a recorded metric beyond it is no measurement (accuracies, losses)
@@ -70,8 +71,9 @@ def load_curves(sources: list[str], spec: SearchSpace, storage: str | None) -> C
 
 
 def _plain(params: dict, axes: tuple[str, ...]) -> bool:
-    """Each searched value a string, a flag or a finite number (what a point of a space can be)."""
-    return all(value is None or isinstance(value, (str, bool)) or finite(value) is not None
+    """Each searched value a short string, a flag or a finite number (what a point of a space can be)."""
+    return all(value is None or isinstance(value, bool) or (isinstance(value, str) and len(value) <= MAX_CHOICE_TEXT)
+               or finite(value) is not None
                for value in (params.get(axis) for axis in axes))
 
 

@@ -198,8 +198,12 @@ def ensure_status(sweep_dir: Path) -> bool:
     return True
 
 
-def status_lines(sweep_dir: Path) -> list[str]:
-    """What `sweeper status NAME` shows: state, counts, best, progress, the table."""
+TABLE_WIDTH = 1000  # characters of a line of the status table off a terminal
+
+
+def status_lines(sweep_dir: Path, width: int = TABLE_WIDTH) -> list[str]:
+    """What `sweeper status NAME` shows: state, counts, best, progress, the table (at most `width`
+    characters a line: a damaged status.json may hold thousands of parameters)."""
     data, records = load_records(sweep_dir)
     state = data["state"]
     if state == "running" and not driver_alive(data):
@@ -210,7 +214,7 @@ def status_lines(sweep_dir: Path) -> list[str]:
              best_line(records, data["metric"], data["mode"], data.get("best"))]
     if data["state"] == "running" or any(r.status in ("running", "pending", "interrupted") for r in records):
         lines.append(_progress_line(sweep_dir, data, records, running=state == "running"))
-    return lines + [format_table(records, data["metric"], data["mode"])]
+    return lines + [format_table(records, data["metric"], data["mode"], width=width)]
 
 
 def _progress_line(sweep_dir: Path, data: dict, records: list[TrialRecord], running: bool) -> str:

@@ -135,3 +135,28 @@ def test_validate_prints_a_choice_of_a_thousand_values_in_bounded_lines(tmp_path
     lines = r.stdout.splitlines()
     assert any("CategoricalDistribution" in line for line in lines) and any(line.startswith("baseline 0") for line in lines)
     assert max(map(len, lines)) <= MAX_LINE, max(map(len, lines))
+
+
+def test_status_and_replay_lines_stay_bounded_whatever_the_files_hold(tmp_path):
+    from sweeper.views import TABLE_WIDTH
+
+    _finished_status(tmp_path / "sweeps" / "s", "s", "")
+    status = json.loads((tmp_path / "sweeps" / "s" / "status.json").read_text())
+    status["trials"][0]["params"].update({f"p{i}": i for i in range(3000)})  # a damaged or planted file
+    (tmp_path / "sweeps" / "s" / "status.json").write_text(json.dumps(status))
+    r = sweeper("status", "s", cwd=tmp_path, env=NO_SERVICE)
+    assert r.returncode == 0 and "t0000" in r.stdout, r.stderr[-2000:]
+    assert max(map(len, r.stdout.splitlines())) <= TABLE_WIDTH
+
+    reports = [{"step": 20, "acc_3x": 0.1}, {"step": 40, "acc_3x": 0.2}]
+    (tmp_path / "rec.json").write_text(json.dumps({"runs": [
+        {"params": {"dat.switch_step": "s" * 100_000, "optim.lr": 0.003}, "reports": reports},
+        {"params": {"dat.switch_step": 0, "optim.lr": 0.003}, "reports": reports}]}))
+    space = {"name": "r", "budget": {"num_samples": 2, "max_concurrent": 1, "max_steps": 40, "eval_every": 20},
+             "scheduler": {"type": "fifo"},
+             "space": {"dat.switch_step": {"type": "int", "low": 0, "high": 40, "step": 20},
+                       "optim.lr": {"type": "categorical", "choices": [0.003]}}}
+    (tmp_path / "r.yaml").write_text(json.dumps(space))
+    r = sweeper("replay", "r.yaml", "--curves", "rec.json", "--replays", "2", cwd=tmp_path, env=NO_SERVICE)
+    assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert max(map(len, (r.stdout + r.stderr).splitlines())) <= 1000

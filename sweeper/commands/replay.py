@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.errors import visible
+from core.errors import cut, short_path, visible
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def render(options: Options, spec, curves, rows: dict[str, list[dict]]) -> list[
                                                + (f", before the switch by {s.pre_phase_metric}" if s.pre_phase_metric else "")
                                                + ")" if s.type == "asha" else "FIFO")
     best = grid.ranked()[: options.top]
-    lines = [f"replay of {options.file} ({written}, {spec.budget.num_samples} trials, {spec.budget.max_concurrent} at "
+    lines = [f"replay of {short_path(options.file, 120)} ({written}, {spec.budget.num_samples} trials, {spec.budget.max_concurrent} at "
              f"once) on {curves.complete} curves at {len(grid.runs)} points"
              + (f" ({curves.cut_short} cut short, without {spec.metric} or at no point of the space: left out)" if curves.cut_short else "")
              + f"; {options.replays} replays each",
@@ -104,4 +104,5 @@ def render(options: Options, spec, curves, rows: dict[str, list[dict]]) -> list[
 
 
 def _point(grid, key: tuple) -> str:
-    return ", ".join(f"{axis} {value:g}" if isinstance(value, float) else f"{axis} {value}" for axis, value in zip(grid.axes, key))
+    return ", ".join(f"{cut(axis, 60)} {value:g}" if isinstance(value, float) else f"{cut(axis, 60)} {cut(str(value), 60)}"
+                     for axis, value in zip(grid.axes, key))

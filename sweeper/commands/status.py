@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
 from dataclasses import dataclass
 
 from sweeper.status import SPACE_FILE, STATUS_FILE, load_records
-from sweeper.views import ensure_status, status_lines, sweep_list_lines
+from sweeper.views import TABLE_WIDTH, ensure_status, status_lines, sweep_list_lines
 from sweeper.sweep_dir import DEFAULT_STORAGE, find_sweep_dir, is_uri
 from core.errors import ConfigError, cut, expand_user
 
@@ -32,7 +34,8 @@ def run(options: Options) -> int:
             return 0
         print(f"(rebuilt {cut(str(sweep_dir / STATUS_FILE), 200)} from the sweep's study and its trials' folders)")
     if not options.watch:
-        print("\n".join(status_lines(sweep_dir)))
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else TABLE_WIDTH
+        print("\n".join(status_lines(sweep_dir, width=max(width, 40))))
         return 0
     from sweeper.live import LiveView
 
