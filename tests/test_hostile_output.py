@@ -17,7 +17,7 @@ import pytest
 from core.errors import ConfigError, error_line, visible
 from sweeper.curves import MAX_RECORD_VALUES, _read_record
 
-from tests.hostile import ENV, SWEEPER, assert_refused, sweeper
+from tests.hostile import ENV, SWEEPER, assert_refused, snapshot, sweeper
 
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J"
 NO_SERVICE = {"SWEEPER_SERVICE_DIR": "no-service-here"}
@@ -83,6 +83,17 @@ def test_output_a_full_disk_refuses_is_one_line_not_a_silent_success(tmp_path):
                                stderr=subprocess.PIPE, text=True, timeout=120)
         r.stdout = ""
         assert_refused(r, "stdout", "No space left on device")
+
+
+def test_a_closed_stdout_is_one_line_before_any_work(tmp_path):
+    _finished_status(tmp_path / "sweeps" / "s", "s", "")
+    cmd = [str(SWEEPER)] if SWEEPER.exists() else [sys.executable, "-m", "sweeper.cli"]
+    before = snapshot(tmp_path)
+    for args in (["status", "s"], ["launch", str(Path(__file__).parents[1] / "search_spaces" / "smoke.yaml"), "--in-process"]):
+        r = subprocess.run([*cmd, *args], cwd=tmp_path, env={**ENV, **NO_SERVICE}, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=lambda: os.close(1))
+        r.stdout = ""
+        assert_refused(r, "stdout is closed", root=tmp_path, before=before)  # the launch trained nothing
 
 
 @pytest.mark.parametrize("content", ["machine example.com login bob password S3cr3tPassw0rd\n",
