@@ -155,3 +155,17 @@ def test_a_study_of_more_trials_than_a_replay_reads_is_refused_before_they_are_r
     assert [p for _, p in trial_points(tmp_path / "optuna.db", limit=4)] == [{"x": float(x)} for x in range(4)]
     with pytest.raises(ConfigError, match="4 trials, more than the 3 a replay reads"):
         trial_points(tmp_path / "optuna.db", limit=3)
+
+
+def test_importances_of_trials_of_one_value_are_none_and_say_nothing_on_stderr(tmp_path, recwarn):
+    import optuna
+
+    from sweeper.adapters.optuna_search import param_importances
+
+    for name, value in (("tie", lambda x, y: 0.5), ("spread", lambda x, y: x + 0.1 * y)):
+        study = optuna.create_study(study_name=name, storage=f"sqlite:///{tmp_path / (name + '.db')}")
+        study.optimize(lambda t: value(t.suggest_float("x", 0, 1), t.suggest_float("y", 0, 1)), n_trials=8)
+    assert param_importances(tmp_path / "tie.db", "tie") == ([], 8)
+    rows, n = param_importances(tmp_path / "spread.db", "spread")
+    assert n == 8 and rows[0].startswith("| `x` |"), rows  # x moves the value ten times as much as y
+    assert not [w for w in recwarn if issubclass(w.category, UserWarning)], [str(w.message) for w in recwarn]

@@ -222,12 +222,15 @@ def param_importances(storage: Path, study_name: str) -> tuple[list[str], int]:
     except Exception as err:  # noqa: BLE001 - a study damaged past its schema: one line
         raise ConfigError(f"{storage}: not a readable Optuna study ({type(err).__name__}: {cut(str(err), 100)})") from None
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
-    if len(complete) < 2:
+    if len(complete) < 2 or len({tuple(t.values) for t in complete}) < 2:  # one value: nothing to attribute
         return [], len(complete)
     try:
         trained = optuna.create_study(directions=study.directions)  # in memory: the trials that trained
         trained.add_trials(complete)
-        imp = optuna.importance.get_param_importances(trained)
+        with warnings.catch_warnings():  # a verb's own process: the evaluator's notes on ties stay out of the report
+            warnings.simplefilter("ignore", UserWarning)
+            imp = optuna.importance.get_param_importances(  # named: the library's default has changed before
+                trained, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))
     except (RuntimeError, ValueError, TypeError):  # too few distinct points, or values the study holds wrongly
         return [], len(complete)
     return [f"| `{k}` | {v:.3f} |" for k, v in imp.items()], len(complete)

@@ -219,7 +219,7 @@ def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | 
         if study_id(sweep_dir / OPTUNA_DB, name) is not None:  # read-only: a damaged study is one line
             rows, n = param_importances(sweep_dir / OPTUNA_DB, name)
             lines += ["", f"## Parameter importance (fANOVA, {n} completed trials)", ""]
-            lines += ["| parameter | importance |", "|---|---|", *rows] if rows else ["Too few completed trials for importances."]
+            lines += ["| parameter | importance |", "|---|---|", *rows] if rows else ["No importances: fewer than two completed trials, or one value for all."]
     return "\n".join(lines) + "\n"
 
 
