@@ -10,7 +10,6 @@ Prints the median of `--rounds` runs per tree, the ratio new / old, and the targ
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path
 from worktree import ROOT, baseline_tree  # noqa: E402
+from core.tool_cli import Parser, run_tool
 
 COMMANDS = {"sweeper --help": ["--help"],
             "sweeper validate search_spaces/switch_time.yaml": ["validate", "search_spaces/switch_time.yaml"]}
@@ -38,7 +38,7 @@ def wall_s(tree: Path, args: list[str]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", help="git revision to compare with")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
@@ -62,4 +62,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

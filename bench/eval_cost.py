@@ -17,15 +17,15 @@ report interval of training at the measured ms/step.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import torch
+from core.tool_cli import Parser, run_tool
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="hybrid_dat")
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
@@ -72,4 +72,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+from core.tool_cli import Parser, run_tool
 
 
 def child(seed: int, steps: int, head: int) -> None:
@@ -53,7 +54,7 @@ def child(seed: int, steps: int, head: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[11, 12])
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--head", type=int, default=64)
@@ -77,4 +78,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

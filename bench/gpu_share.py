@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from core.tool_cli import Parser, run_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 TRIAL_STEPS = 6000  # a default trial
@@ -64,7 +65,7 @@ def level(n: int, steps: int, device: str) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--procs", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--device", default="cuda")
@@ -89,4 +90,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

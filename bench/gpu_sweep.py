@@ -14,7 +14,6 @@ same sharing with plain processes, without Ray.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path (the tests)
 from fixed_trials import space_file, start_launch  # noqa: E402
+from core.tool_cli import Parser, run_tool
 
 TRIAL_STEPS = 6000  # a default trial
 
@@ -49,7 +49,7 @@ def launch(path: Path, workdir: Path, name: str, expected: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = Parser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--gpus", type=float, nargs="+", default=[1, 0.5, 0.25, 0.125])
@@ -79,4 +79,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

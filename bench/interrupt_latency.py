@@ -14,7 +14,6 @@ beside this checkout, bench/worktree.py) and prints both medians.
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import statistics
@@ -27,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path (the tests)
 from fixed_trials import ROOT, space_file, start_launch  # noqa: E402
 from worktree import baseline_tree  # noqa: E402
+from core.tool_cli import Parser, run_tool
 
 TARGET_S = 3.0
 
@@ -61,7 +61,7 @@ def one_round(workdir: Path, trials: int, root: Path = ROOT) -> tuple[float, str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--trials", type=int, default=2)
     parser.add_argument("--baseline", metavar="REV", help="alternate each round with this commit's launch")
@@ -80,4 +80,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -11,7 +11,6 @@ cost of one training batch of the `othello` preset (64 games, 20 moves, soft tar
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
@@ -19,6 +18,7 @@ import torch
 
 from trainables.othello import games_to_batch
 from trainables.othello_game import generate_games
+from core.tool_cli import Parser, run_tool
 
 TARGET = 20_000  # complete games per second on one core
 
@@ -30,7 +30,7 @@ def timed(fn) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--games", type=int, default=2048, help="games per generator call (default 2048)")
     parser.add_argument("--repeats", type=int, default=10)
@@ -48,4 +48,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -13,7 +13,6 @@ the lag of status.json and of MLflow behind the trial's folder: median, 95th per
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -28,6 +27,7 @@ from fixed_trials import ROOT, space_file, start_launch  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests"))
 from conftest import start_mlflow_server, stop  # noqa: E402  the tests' real MLflow server
+from core.tool_cli import Parser, run_tool
 
 POLL_S = 0.05
 
@@ -72,7 +72,7 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=4)
     parser.add_argument("--steps", type=int, default=600)
     args = parser.parse_args()
@@ -115,4 +115,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

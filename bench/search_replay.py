@@ -25,7 +25,6 @@ curriculum only), so that a grid recorded seed by seed can be replayed before it
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -44,6 +43,9 @@ from sweeper.pasha import progressive_for  # noqa: E402
 from sweeper.replay import Grid, kendall_tau, load_grid, outcome  # noqa: E402
 from sweeper.replay_stats import N_BOOT, paired, summarize  # noqa: E402
 from sweeper.space import SearchSpace  # noqa: E402
+from core.tool_cli import Parser, run_tool  # noqa: E402
+from sweeper.cli_types import cpus, positive_int  # noqa: E402
+from sweeper.fs import check_output_file  # noqa: E402
 
 OUT = ROOT / "docs" / "results" / "search_efficiency"
 SHIPPED_SPACE = ROOT / "search_spaces" / "switch_time.yaml"
@@ -269,10 +271,10 @@ def rung_taus(grid: Grid, rungs: tuple[int, ...]) -> list[dict]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=200, help="replays per method (replay seeds 0..N-1)")
-    parser.add_argument("--samples", type=int, default=52, help="trials per replayed sweep")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes replaying at once")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=positive_int, default=200, help="replays per method (replay seeds 0..N-1)")
+    parser.add_argument("--samples", type=positive_int, default=52, help="trials per replayed sweep")
+    parser.add_argument("--jobs", type=cpus, default=min(2, os.cpu_count() or 1), help="processes replaying at once")
     parser.add_argument("--data", default=str(switch_grid.DATA))
     parser.add_argument("--out", default=str(OUT), help="the results' path, without suffix")
     parser.add_argument("--lr", type=float, choices=switch_grid.LEARNING_RATES, help="replay the grid at this learning rate only")
@@ -286,6 +288,7 @@ def main() -> int:
         print(f"held-out: pending, {held['pending']} of {held['planned']} runs recorded" if "pending" in held
               else summary_line(held["results"], default))
         return 0
+    check_output_file(f"{args.out}.md", "--out")  # before the replays, not after an hour of them
     grid = load_grid(args.data, AXES)
     lrs = list(switch_grid.LEARNING_RATES)
     if args.lr is not None:
@@ -594,4 +597,4 @@ def plot(grid: Grid, results: dict, out: Path, default: str) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_tool(main)

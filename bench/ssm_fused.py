@@ -25,7 +25,6 @@ Three parts, each printed as a table:
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -42,6 +41,7 @@ from trainables import ssm  # noqa: E402
 from trainables.config import ModelConfig, load_trial_config, with_overrides  # noqa: E402
 from trainables.model import HybridLM  # noqa: E402
 from trainables.ssm import selective_scan, selective_scan_reference  # noqa: E402
+from core.tool_cli import Parser, run_tool  # noqa: E402
 
 BAR = 1e-4
 SOURCES = ["selective_scan.cpp", "selective_scan_fwd_fp32.cu", "selective_scan_fwd_fp16.cu", "selective_scan_fwd_bf16.cu",
@@ -178,7 +178,7 @@ def trial(steps: int) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = Parser(description=__doc__.split("\n")[0])
     ap.add_argument("--build-from", type=Path, help="an unpacked mamba-ssm sdist: JIT-build its kernel for this GPU")
     ap.add_argument("--build-dir", type=Path, default=Path("/tmp/selective_scan_build"))
     ap.add_argument("--repeats", type=int, default=30)
@@ -229,4 +229,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

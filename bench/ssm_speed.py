@@ -15,7 +15,6 @@ the default `decay` SSM step instead.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
@@ -24,6 +23,7 @@ import torch
 from trainables.config import ModelConfig
 from trainables.model import HybridLM
 from trainables.ssm import TRANSITIONS, SSMMixer
+from core.tool_cli import Parser, run_tool
 
 
 def make_step(model: HybridLM, tokens: torch.Tensor):
@@ -50,7 +50,7 @@ def build(kw: dict, method: str = "auto", layers: int = 2) -> HybridLM:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = Parser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--layers", type=int, default=2, help="hybrid blocks (4: the paper-depth experiments)")
@@ -88,4 +88,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

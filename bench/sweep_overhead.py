@@ -40,7 +40,6 @@ same direct time, and prints both ratios and first-report times.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import os
@@ -53,6 +52,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path (the tests)
 from fixed_trials import ROOT, space_file, start_launch  # noqa: E402
 from worktree import baseline_tree  # noqa: E402
+from core.tool_cli import Parser, run_tool
 
 TRIALS = [4]  # trials in the sweep (set by main)
 
@@ -211,7 +211,7 @@ def idle_use(pid: int, seconds: float = 30.0) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=4)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--concurrent", type=int, default=2)
@@ -275,4 +275,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

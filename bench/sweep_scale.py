@@ -30,7 +30,6 @@ where an O(N) cost per event lives.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -45,6 +44,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from worktree import baseline_tree  # noqa: E402
+from core.tool_cli import Parser, run_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 4
@@ -145,7 +145,7 @@ def print_growth(rows: list[dict], profile_dir: Path, top: int = 25) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 500])
     parser.add_argument("--schedulers", nargs="+", default=["fifo", "asha"], choices=["fifo", "asha"])
     parser.add_argument("--json", help="also write the rows here")
@@ -188,4 +188,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -15,7 +15,6 @@ Target: real / bare >= 0.85.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
@@ -24,6 +23,7 @@ from trainables.config import TrialConfig
 from trainables.model import HybridLM
 from trainables.objectives import make_objective
 from trainables.train import build_optimizer, train
+from core.tool_cli import Parser, run_tool
 
 
 def bare_loop(cfg: TrialConfig, steps: int) -> float:
@@ -52,7 +52,7 @@ def real_loop(cfg: TrialConfig) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=500, help="steps per loop (a multiple of eval.every)")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
@@ -74,4 +74,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -61,6 +61,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))  # run as a script or loaded by path
 from worktree import baseline_tree  # noqa: E402
+from core.tool_cli import Parser, run_tool  # noqa: E402
+
 REPRO_EVAL_SEED = 20261121  # the reproduction's evaluation seed: the memory run's acc_3x compares with its table
 
 
@@ -234,7 +236,7 @@ def summary(r: dict, peak: float) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", help="git revision of the old trainer")
     parser.add_argument("--steps", type=int, default=1000,
                         help="steps per run, a multiple of 1000; the switch at steps/4 (6000: the trial itself)")
@@ -324,4 +326,4 @@ def _memory(peak: float) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

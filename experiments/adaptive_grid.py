@@ -20,6 +20,7 @@ from itertools import product
 from experiments import switch_grid
 from experiments import curve_grid
 from experiments.curve_grid import ROOT, CurveGrid
+from core.tool_cli import run_tool
 
 DATA = ROOT / "docs" / "results" / "adaptive_grid.json.gz"
 
@@ -161,4 +162,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_tool(main)

@@ -28,7 +28,6 @@ in-range recall on the confirmation seeds, if that recall passes the check.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from pathlib import Path
 
 from experiments import packs
 from experiments.sweep_chunks import Chunks, status_command
+from core.tool_cli import Parser, run_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_paper_depth_runs.json.gz"
@@ -422,7 +422,7 @@ def write_preset() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.dat_paper_depth", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m experiments.dat_paper_depth", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("run", help="explore, apply the rules, confirm; resumes what was interrupted")
     sub.add_parser("export", help="copy finished runs of sweeps/dat_depth_* into the record")
@@ -459,4 +459,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_tool(main)

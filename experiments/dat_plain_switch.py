@@ -17,14 +17,13 @@ its provenance into docs/results/dat_plain_switch_runs.json.gz; interrupted in a
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 from experiments import dat_paper_depth as depth
 from experiments import packs
 from experiments.dat_paper_depth import IN_RANGE, Plan, Run, in_range_misses
 from experiments.sweep_chunks import Chunks, status_command
+from core.tool_cli import Parser, run_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_plain_switch_runs.json.gz"
@@ -193,7 +192,7 @@ def run() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.dat_plain_switch", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m experiments.dat_plain_switch", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", required=True)
     for verb in ("run", "status", "export", "report"):
         sub.add_parser(verb)
@@ -223,4 +222,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main)

@@ -27,6 +27,7 @@ from statistics import mean, stdev
 from experiments.launching import sweeper_launch
 from core.errors import ConfigError, brief, cut, one_line, short_path
 from trainables.run_dir import is_number
+from core.tool_cli import run_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACES = Path(__file__).resolve().parent / "dat_reproduction_spaces"
@@ -563,4 +564,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main)

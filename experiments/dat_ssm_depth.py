@@ -22,14 +22,13 @@ the 15 confirmation seeds, two seeds per sweep.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 from experiments import dat_paper_depth as depth
 from experiments import packs
 from experiments.dat_paper_depth import ARMS, OFF, Plan, Run, cell, explore, missing_from, premise_misses, runs_of
 from experiments.sweep_chunks import Chunks, status_command
+from core.tool_cli import Parser, run_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_ssm_depth_runs.json.gz"
@@ -211,7 +210,7 @@ def report(data: dict, p: Plan, out: Path = RESULTS) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.dat_ssm_depth", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m experiments.dat_ssm_depth", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("run", help="explore, apply the rules, confirm; resumes what was interrupted")
     sub.add_parser("export", help="copy finished runs of sweeps/dat_ssm_* into the record")
@@ -242,4 +241,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main)

@@ -36,7 +36,6 @@ experiment imports the finished runs from it.
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -50,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainables.run_dir import RunDir, parse_reports
+from core.tool_cli import Parser, run_tool
 
 MACHINE = "machine.json"
 PROVENANCE = "provenance.json"  # beside the configs: {"commit": the code they were written from}
@@ -343,7 +343,7 @@ def summary(runs: list[Run]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.device_runs", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m experiments.device_runs", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", required=True)
     t = sub.add_parser("train", help="train every config of a folder at once, against a deadline")
     t.add_argument("configs", type=Path, help="a folder of trial configs (*.yaml), grouped by the name before its first _")
@@ -382,4 +382,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_tool(main)

@@ -16,10 +16,11 @@ compared paired by training seed (the re-analysis pre-registered in dat_paper_de
 
 from __future__ import annotations
 
-import argparse
+import gzip
 import json
 import math
 import re
+import zlib
 import statistics as st
 from pathlib import Path
 
@@ -28,9 +29,20 @@ from scipy import stats
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from core.errors import ConfigError, cut, short_path
+from core.tool_cli import Parser, run_tool
 
 KS = (1, 2, 3)
 NAMES = ("acc", "tv", "illegal_mass")
+
+
+def _text(path: Path) -> str:
+    """A regular file's text, gzip-compressed (.gz) or not (a FIFO is not opened: it would block)."""
+    if not path.is_file():
+        raise ConfigError(f"{short_path(path, 120)}: " + ("not a regular file (a FIFO, a device?)" if path.exists()
+                                                          else "no such file or folder"))
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as f:
+        return f.read()
 
 
 def load(paths: list[Path]) -> dict:
@@ -38,16 +50,28 @@ def load(paths: list[Path]) -> dict:
     for p in paths:
         if p.is_dir():
             for f in sorted(p.glob("*.jsonl")):
-                runs[f.stem] = {"reports": [json.loads(line) for line in f.read_text().splitlines()]}
+                runs[f.stem] = {"reports": [json.loads(line) for line in _text(f).splitlines()]}
         else:
-            runs.update({k: {"reports": v["reports"]} for k, v in json.loads(p.read_text()).items()})
+            runs.update({k: {"reports": v["reports"]} for k, v in json.loads(_text(p)).items()})
     return runs
 
 
 def read(paths: list[Path]) -> dict:
-    """The record: read back from one stored OUT.json, or built from the runs' reports."""
+    """The record: read back from one stored OUT.json, or built from the runs' reports; one
+    ConfigError line for inputs that are neither."""
+    try:
+        return _read(paths)
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError,
+            IndexError) as err:
+        if isinstance(err, ConfigError):
+            raise
+        what = f"no key {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {cut(str(err), 80)}"
+        raise ConfigError(f"{cut(' '.join(map(str, paths)), 120)}: not Othello runs or their record ({what})") from None
+
+
+def _read(paths: list[Path]) -> dict:
     if len(paths) == 1 and paths[0].is_file():
-        rec = json.loads(paths[0].read_text())
+        rec = json.loads(_text(paths[0]))
         if all("final" in r for r in rec.values()):
             return rec
     return record(load(paths))
@@ -220,7 +244,7 @@ def plot(g: dict, rec: dict, path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, default=Path("docs/results/othello"))
     parser.add_argument("--paired-only", action="store_true", help="print the paired comparisons only; write nothing")
@@ -236,4 +260,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -10,12 +10,12 @@ cut-off batch). No Ray, no MLflow: the trainer alone, as `sweeper trial othello 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from core.tool_cli import Parser, run_tool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -44,7 +44,7 @@ def run_one(name: str, overrides: dict, out_dir: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--jobs", type=int, default=1)
@@ -59,4 +59,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main)

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.files import write_atomic  # noqa: E402
+from core.tool_cli import Parser, run_tool  # noqa: E402
 from trainables.config import load_trial_config, with_overrides  # noqa: E402
 from trainables.train import train  # noqa: E402
 
@@ -197,7 +198,14 @@ def gap_table(results: dict, metric: str = "ood_acc_3x") -> None:
                   f"[{lo:+.3f}, {hi:+.3f}] | {sum(g > 0 for g in gaps.values())} of {len(gaps)} |")
 
 
+def main() -> int:
+    parser = Parser(prog="python -m experiments.ssm_runs", description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=("run", "table"))
+    parser.add_argument("out", help="the folder of the runs")
+    args = parser.parse_args()
+    (run if args.action == "run" else table)(args.out)
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("run", "table"):
-        raise SystemExit(__doc__)
-    (run if sys.argv[1] == "run" else table)(sys.argv[2])
+    run_tool(main)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from experiments import curve_grid
 from experiments.curve_grid import ROOT, CurveGrid
+from core.tool_cli import run_tool
 
 DATA = ROOT / "docs" / "results" / "switch_grid.json.gz"
 
@@ -134,4 +135,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_tool(main)

@@ -15,7 +15,6 @@ docs/results/transformer_baseline.json as each finishes, and a finished run is n
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch
 
 from trainables.config import TrialConfig
 from trainables.train import train
+from core.tool_cli import Parser, run_tool
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "results" / "transformer_baseline.json"
 SEEDS = (100, 101)  # exploration seeds: never the confirmation's
@@ -47,7 +47,7 @@ def candidate(positional: str, n_layers: int, lr: float, seed: int) -> TrialConf
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])
     ap.parse_args()
     torch.set_num_threads(1)
     done = json.loads(OUT.read_text()) if OUT.exists() else []
@@ -77,4 +77,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

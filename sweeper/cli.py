@@ -9,21 +9,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from typing import Callable, NoReturn
+from typing import Callable
 
 from trainables.config import ConfigError, preset_names
-from core.errors import cut, error_line, one_line, path_refusal
+from core.errors import error_line, path_refusal
+from core.tool_cli import Parser
 from sweeper.cli_types import cpus, experiment_name, folder, port, positive_int, replay_count, sample_count, tolerance
 from sweeper.cli_process import adopt_orphans, check_working_dir, drop_stdout, exit_at_once, output_refusal, stdout_closed
 from sweeper.sweep_dir import DEFAULT_STORAGE
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line and exit 2 (not usage + message)."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"error: {one_line(f'{self.prog}: {cut(message, 200)}')} (see {self.prog} --help)", file=sys.stderr)
-        sys.exit(2)
 
 
 def verb(module: str, function: str = "run") -> Callable[[argparse.Namespace], int]:

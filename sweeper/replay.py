@@ -25,10 +25,12 @@ import heapq
 import json
 import math
 import random
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from core.errors import ConfigError, cut, short_path
 from sweeper.adapters.optuna_ledger import MEMORY, Ledger
 from sweeper.space import SearchSpace
 from sweeper.pasha import PAUSED_AT
@@ -112,15 +114,24 @@ def _norm(value: Any) -> Any:
 
 
 def load_grid(path: str | Path, axes: tuple[str, ...], seed_axis: str = "seed") -> Grid:
-    """A data file of experiments/switch_grid.py: runs of equal points (all but `seed_axis`) grouped."""
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt") as f:
-        data = json.load(f)
-    grid = data["grid"]
-    runs: dict[tuple, list[list[dict]]] = {}
-    for run in sorted(data["runs"], key=lambda r: r["params"][seed_axis]):
-        runs.setdefault(tuple(_norm(run["params"][a]) for a in axes), []).append(run["reports"])
-    return Grid(axes, runs, grid["metric"], grid["mode"], grid["max_steps"])
+    """A data file of experiments/switch_grid.py: runs of equal points (all but `seed_axis`) grouped;
+    one ConfigError line for a file that is not one (a FIFO is not opened: it would block)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{short_path(path, 120)}: " + ("not a regular file (a FIFO, a device, a folder?)"
+                                                          if path.exists() else "no such grid record"))
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            data = json.load(f)
+        grid = data["grid"]
+        runs: dict[tuple, list[list[dict]]] = {}
+        for run in sorted(data["runs"], key=lambda r: r["params"][seed_axis]):
+            runs.setdefault(tuple(_norm(run["params"][a]) for a in axes), []).append(run["reports"])
+        return Grid(axes, runs, grid["metric"], grid["mode"], grid["max_steps"])
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
+        what = f"no key {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {cut(str(err), 80)}"
+        raise ConfigError(f"{short_path(path, 120)}: not a record of a learning-curve grid ({what})") from None
 
 
 @dataclass

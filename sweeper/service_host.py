@@ -25,7 +25,6 @@ service's own lines go to its log (`logging`).
 
 from __future__ import annotations
 
-import argparse
 import errno
 import fcntl
 import json
@@ -51,6 +50,8 @@ from sweeper.service_link import (LOCK, LOG, SOCKET, STATE, Messages, a_pid, che
 from core.files import write_atomic
 from core.errors import ConfigError, brief, cut, error_line, one_line, path_refusal
 from core.uri_secrets import shown
+from core.tool_cli import Parser, run_tool
+from sweeper.cli_types import cpus
 
 JOIN_S = 120.0  # at the end, how long each sweep may take to write itself down
 BUSY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED}
@@ -277,8 +278,8 @@ class Service:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeper.service_host", description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=None, help="warm trial workers (default: this machine's CPUs)")
+    parser = Parser(prog="python -m sweeper.service_host", description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=cpus, default=None, help="warm trial workers (default: this machine's CPUs)")
     args = parser.parse_args(argv)
     from sweeper.cli_types import usable_cpus
 
@@ -295,4 +296,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main)

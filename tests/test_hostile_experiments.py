@@ -122,3 +122,26 @@ def test_othello_sample_out_of_range_is_one_line(tmp_path, argv, expect):
     line = r.stderr.strip()
     assert "\n" not in line and len(line) <= MAX_LINE + 10 and expect in line, line
     assert snapshot(tmp_path) == before
+
+
+def test_the_tools_beside_the_sweeper_answer_bad_options_and_inputs_in_one_line(tmp_path):
+    import gzip
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    good = gzip.compress(json.dumps({"grid": {"metric": "acc_3x"}, "runs": []}).encode())
+    (tmp_path / "cut.json.gz").write_bytes(good[: len(good) // 2])
+    os.mkfifo(tmp_path / "fifo")
+    before = snapshot(tmp_path)
+    replay = [sys.executable, str(ROOT / "bench" / "search_replay.py"), "--samples", "4", "--jobs", "1", "--out", "o"]
+    for argv, said in (([*replay, "--seeds", "0"], "--seeds: must be >= 1"),
+                       ([*replay, "--data", "cut.json.gz"], "not a record of a learning-curve grid"),
+                       ([*replay, "--data", "fifo"], "not a regular file"),
+                       ([sys.executable, "-m", "experiments.othello_report", "--paired-only", "fifo"], "not a regular file"),
+                       ([sys.executable, "-m", "experiments.othello_report", "--paired-only", "cut.json.gz"], "not Othello runs"),
+                       ([sys.executable, "-m", "experiments.ssm_runs", "bogus", "x"], "invalid choice: 'bogus'")):
+        r = subprocess.run(argv, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                           text=True, timeout=120)
+        assert_refused(r, said, root=tmp_path, before=before)

@@ -64,6 +64,7 @@ from trainables.config import MAX_SEED, TaskConfig
 from core.errors import brief, one_line
 from trainables.othello_game import MAX_MOVES, START_BLACK, START_WHITE, Games, game_notation, generate_games, unpack
 from trainables.set_complement import SetBatch, evaluate_set_complement
+from core.tool_cli import run_tool
 
 CENTRE = sorted(START_BLACK + START_WHITE)  # d4 e4 d5 e5: never played
 TOKEN_TO_SQUARE = torch.tensor([s for s in range(64) if s not in CENTRE])  # (60,)
@@ -173,4 +174,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main)
