@@ -15,7 +15,7 @@ from trainables.config import ConfigError, preset_names
 from core.errors import error_line, path_refusal
 from core.tool_cli import Parser
 from sweeper.cli_types import cpus, experiment_name, folder, port, positive_int, replay_count, sample_count, tolerance
-from sweeper.cli_process import adopt_orphans, check_working_dir, drop_stdout, exit_at_once, output_refusal, stdout_closed
+from sweeper.cli_process import adopt_orphans, check_working_dir, drop_stdout, exit_at_once, hold_closed_stdout, output_refusal
 from sweeper.sweep_dir import DEFAULT_STORAGE
 
 
@@ -227,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None and sys.stdout is None:  # started with its output closed (`>&-`)
-        return stdout_closed()
+        print(error_line(hold_closed_stdout()), file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     args.exit_at_once = argv is None and getattr(args, "exit_at_once", False)  # the CLI's own process only
     if args.exit_at_once:

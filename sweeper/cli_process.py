@@ -27,17 +27,13 @@ def drop_stdout() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def stdout_closed() -> int:
-    """The one line for a command started with stdout closed, and its exit code: whatever it would
-    print is lost, and the next file this process opened would take descriptor 1 and receive it.
-    /dev/null holds that place first."""
+def hold_closed_stdout() -> str:
+    """For a command started with stdout closed: put /dev/null at descriptor 1 (else the next file
+    this process opened would take it, and receive what is printed) and return the one line to say."""
     fd = os.open(os.devnull, os.O_WRONLY)  # the lowest free descriptor: 1, unless stdin is closed too
     if fd != 1:
         os.dup2(fd, 1)
-    if sys.stderr is not None:
-        print("error: stdout is closed (>&-): the command's output would be lost; send it to a file or "
-              "to /dev/null instead", file=sys.stderr)
-    return 2
+    return "stdout is closed (>&-): the command's output would be lost; send it to a file or to /dev/null instead"
 
 
 def check_working_dir() -> None:

@@ -56,6 +56,9 @@ def check_request(request: SweepRequest) -> Checked:
     else:
         check_address(request.address)
     preflight(request.tracking_uri, source=request.tracking_source)
+    from sweeper.adapters.mlflow_store import check_sqlite_store
+
+    check_sqlite_store(request.tracking_uri, request.tracking_source)  # not another program's database
     return Checked(spec, experiment_dir, sweep_dir)
 
 

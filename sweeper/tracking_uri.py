@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Mapping
 
-from sweeper.fs import check_writable, read_limited, roll_back, sqlite_read_only_url
+from sweeper.fs import check_writable, read_limited, roll_back
 from trainables.config import ConfigError
 from core import json_text
 from core.errors import brief, cut
@@ -192,10 +192,10 @@ def check_databricks(uri: str, shown: str, source: str) -> None:
 
 
 def check_sqlite_file(path: Path, shown: str, source: str) -> None:
-    """An existing SQLite store must open as a database, and as an MLflow store (MLflow would fail
-    on it only once Ray runs, or add its tables to another program's database, or to a sweep's
-    study); read-only, so nothing is written to it. A missing or empty file MLflow makes a store
-    of; anything else there (a FIFO, a device) is one line: reading it would block or never end."""
+    """An existing SQLite store must open as a database (MLflow would fail on it only once Ray runs;
+    that it is an MLflow store is `mlflow_store.check_sqlite_store`'s); read-only, so nothing is
+    written to it. A missing or empty file MLflow makes a store of; anything else there (a FIFO, a
+    device) is one line: reading it would block or never end."""
     if os.path.lexists(path) and not path.is_file():
         raise ConfigError(f"{source} {shown}: not a regular file (a FIFO, a device, a folder); name a database file")
     if not path.is_file() or path.stat().st_size == 0:
@@ -212,30 +212,6 @@ def check_sqlite_file(path: Path, shown: str, source: str) -> None:
                 return
         raise ConfigError(f"{source} {shown}: not a readable SQLite database ({cut(str(err), 60)}); move "
                           f"{cut(path.name, 60)} away (a new store is made) or put back a good copy") from None
-    check_mlflow_store(path, shown, source)
-
-
-def check_mlflow_store(path: Path, shown: str, source: str) -> None:
-    """The SQLite database at `path` opens read-only as an MLflow store; one line where it holds
-    something else (an application's tables, an Optuna study) or a schema this MLflow cannot read."""
-    from sweeper.adapters.mlflow_store import check_store
-    from sweeper.lock import file_lock
-
-    url = sqlite_read_only_url(path.resolve())
-    try:
-        try:
-            check_store(url)
-        except Exception:  # noqa: BLE001 - perhaps a sweep creating the store now, under its lock: after it, again
-            if not os.path.lexists(lock := Path(f"{path}.lock")):
-                raise
-            with file_lock(lock):
-                check_store(url)
-    except Exception as err:  # noqa: BLE001 - whatever the store's library raises: one line
-        if "locked" in str(err):  # a sweep writing to it now: readable, only busy
-            return
-        first = (str(err).strip().splitlines() or [""])[0]
-        raise ConfigError(f"{source} {shown}: a database that is no MLflow store ({type(err).__name__}: {cut(first, 80)}); "
-                          "name an MLflow store's database, or a new file (a store is made there)") from None
 
 
 def check_database(uri: str, shown: str, source: str, timeout_s: float) -> None:

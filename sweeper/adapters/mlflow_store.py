@@ -16,6 +16,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Callable
 
+from sweeper.fs import sqlite_read_only_url
 from sweeper.tracking_uri import hide_password, sqlite_path
 from sweeper.records import TrialRecord, is_per_length, length_metrics
 from trainables.config import ConfigError
@@ -54,11 +55,33 @@ def client(uri: str, retries: bool = True):
     return MlflowClient(tracking_uri=uri)
 
 
-def check_store(url: str) -> None:
-    """List one experiment of the store at `url` (an SQLite store opened read-only: a database of
-    anything else fails here, where a writable open would add MLflow's tables to it); raises what
-    MLflow raises."""
-    client(url).search_experiments(max_results=1)
+def check_sqlite_store(uri: str, source: str) -> None:
+    """An existing, non-empty SQLite database named as the store opens read-only as an MLflow store:
+    one ConfigError line where it holds something else (an application's tables, a sweep's Optuna
+    study), which a writable open would add MLflow's tables to, or a schema this MLflow cannot read.
+    A sweep creating the store at this moment holds its lock (`store_lock`): the check waits for it."""
+    path = sqlite_path(uri)
+    if path is None or not path.is_file() or path.stat().st_size == 0:
+        return
+    url = sqlite_read_only_url(path.resolve())
+
+    def check() -> None:
+        client(url).search_experiments(max_results=1)
+
+    try:
+        try:
+            check()
+        except Exception:  # noqa: BLE001 - perhaps a store being created now, under its lock: after it, again
+            if not os.path.lexists(f"{path}.lock"):
+                raise
+            with store_lock(uri):
+                check()
+    except Exception as err:  # noqa: BLE001 - whatever the store's library raises: one line
+        if "locked" in str(err):  # a sweep writing to it now: readable, only busy
+            return
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise ConfigError(f"{source} {hide_password(uri)}: a database that is no MLflow store ({type(err).__name__}: "
+                          f"{cut(first, 80)}); name an MLflow store's database, or a new file (a store is made there)") from None
 
 
 def unreachable(err: BaseException) -> bool:
