@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from sweeper.fs import sqlite_read_only_url
-from sweeper.tracking_uri import hide_password, sqlite_path
+from sweeper.tracking_uri import hide_password, sqlite_path, store_failure
 from sweeper.records import TrialRecord, is_per_length, length_metrics
 from trainables.config import ConfigError
 from core.errors import cut
@@ -55,6 +55,11 @@ def client(uri: str, retries: bool = True):
     return MlflowClient(tracking_uri=uri)
 
 
+# what a read-only open of a database MLflow did not make says: it would create its tables, or
+# finds a schema history of another program's
+FOREIGN_SIGNS = ("attempt to write a readonly database", "no such table", "Can't locate revision")
+
+
 def check_sqlite_store(uri: str, source: str) -> None:
     """An existing, non-empty SQLite database named as the store opens read-only as an MLflow store:
     one ConfigError line where it holds something else (an application's tables, a sweep's Optuna
@@ -79,6 +84,8 @@ def check_sqlite_store(uri: str, source: str) -> None:
     except Exception as err:  # noqa: BLE001 - whatever the store's library raises: one line
         if "locked" in str(err):  # a sweep writing to it now: readable, only busy
             return
+        if not any(sign in str(err) for sign in FOREIGN_SIGNS):  # an MLflow store, damaged
+            raise store_failure(uri, source, err) from None
         first = (str(err).strip().splitlines() or [""])[0]
         raise ConfigError(f"{source} {hide_password(uri)}: a database that is no MLflow store ({type(err).__name__}: "
                           f"{cut(first, 80)}); name an MLflow store's database, or a new file (a store is made there)") from None
