@@ -24,6 +24,12 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def drop_stdout() -> None:
+    """Point stdout at /dev/null: output its reader left or a full disk refused is not tried again
+    at exit (a second error)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def run_tool(main: Callable[[], int | None]) -> NoReturn:
     """Exit with what `main` returns; what a user can cause is one line on stderr."""
     try:
@@ -36,7 +42,7 @@ def run_tool(main: Callable[[], int | None]) -> NoReturn:
         print("interrupted", file=sys.stderr)
         code = 130
     except BrokenPipeError:  # `... | head`: the reader left
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        drop_stdout()
         code = 0
     except (OSError, RuntimeError) as err:
         if (line := path_refusal(err)) is None:

@@ -13,9 +13,9 @@ from typing import Callable
 
 from trainables.config import ConfigError, preset_names
 from core.errors import error_line, path_refusal
-from core.tool_cli import Parser
+from core.tool_cli import Parser, drop_stdout
 from sweeper.cli_types import cpus, experiment_name, folder, port, positive_int, replay_count, sample_count, tolerance
-from sweeper.cli_process import adopt_orphans, check_working_dir, drop_stdout, exit_at_once, hold_closed_stdout, output_refusal
+from sweeper.cli_process import adopt_orphans, check_working_dir, exit_at_once, hold_closed_stdout, output_refusal
 from sweeper.sweep_dir import DEFAULT_STORAGE
 
 

@@ -21,12 +21,6 @@ def output_refusal(err: OSError | RuntimeError) -> str | None:
     return f"stdout: the output could not be written ({err.strerror})"
 
 
-def drop_stdout() -> None:
-    """Point stdout at /dev/null: output its reader left or a full disk refused is not tried again
-    at exit (a second error)."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
 def hold_closed_stdout() -> str:
     """For a command started with stdout closed: put /dev/null at descriptor 1 (else the next file
     this process opened would take it, and receive what is printed) and return the one line to say."""
