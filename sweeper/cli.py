@@ -43,7 +43,7 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field by dotted path, e.g. --set dat.switch_step=500 (repeatable)")
     p.add_argument("--steps", type=positive_int, help="shorthand for --set steps=N")
-    p.add_argument("--out", help="directory for metrics.jsonl, result.json and the latest checkpoint")
+    p.add_argument("--out", type=folder, help="directory for metrics.jsonl, result.json and the latest checkpoint")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     p.add_argument("--threads", type=cpus, default=None, help="torch CPU threads, at most this machine's CPUs (default: torch's choice)")
     p.set_defaults(func=verb("sweeper.commands.trial"))

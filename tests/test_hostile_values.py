@@ -136,3 +136,8 @@ def test_a_cluster_address_whose_host_is_no_host_name_is_one_line(tmp_path):
     for address in (f"ray://{'h' * 64}:10001", "ray://a..b:10001"):
         assert_refused(sweeper("launch", str(SMOKE), "--storage", "s", "--address", address, cwd=tmp_path,
                                env={"SWEEPER_SERVICE_DIR": str(tmp_path / "svc")}), "is no host name", root=tmp_path, before=before)
+
+
+def test_an_empty_out_is_refused_not_taken_for_no_out(tmp_path):
+    assert_refused(sweeper("trial", "tiny", "--steps", "20", "--out", "", cwd=tmp_path), "--out: must name a folder")
+    assert not any(tmp_path.iterdir())
