@@ -2,18 +2,23 @@
 keeps the sweeper's promise: a mistake is one line on stderr and exit 2, never a traceback.
 
     Parser          argparse whose usage errors are one line and exit 2 (not usage + message)
-    run_tool(main)  call `main`, and turn what a user can cause (a ConfigError, a path the system
-                    refuses, a reader that left, Ctrl-C) into one line and an exit code
+    answer(err)     what a user can cause (a ConfigError, a path the system refuses, a full disk
+                    behind stdout, a reader that left, Ctrl-C) as one line and an exit code
+    run_tool(main)  call `main`, and exit with its code or the `answer`
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from typing import Callable, NoReturn
 
 from core.errors import ConfigError, cut, error_line, one_line, path_refusal
+
+
+OUTPUT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
 
 
 class Parser(argparse.ArgumentParser):
@@ -30,23 +35,43 @@ def drop_stdout() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def output_refusal(err: BaseException) -> str | None:
+    """The one line for output the system refused (stdout on a full disk); None for anything else.
+    The product's own files refuse with a ConfigError naming them: an OSError naming no file is its output."""
+    if not isinstance(err, OSError) or err.errno not in OUTPUT_ERRORS or err.filename is not None:
+        return None
+    return f"stdout: the output could not be written ({err.strerror})"
+
+
+def answer(err: BaseException) -> tuple[str | None, int] | None:
+    """What a command says on stderr (None: nothing) and its exit code, for what a user can cause:
+    a ConfigError, Ctrl-C, a reader that left, a path the system refused, output a full disk
+    refused. None for anything else (a bug: its traceback is worth seeing)."""
+    if isinstance(err, ConfigError):
+        return error_line(str(err)), 2
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted", 130
+    if isinstance(err, BrokenPipeError):  # `... | head`: the reader left; not an error of ours
+        drop_stdout()
+        return None, 0
+    if isinstance(err, (OSError, RuntimeError)):
+        if (line := path_refusal(err)) is not None:
+            return error_line(line), 2
+        if (line := output_refusal(err)) is not None:
+            drop_stdout()
+            return error_line(line), 2
+    return None
+
+
 def run_tool(main: Callable[[], int | None]) -> NoReturn:
-    """Exit with what `main` returns; what a user can cause is one line on stderr."""
+    """Exit with what `main` returns; what a user can cause is one line on stderr (`answer`)."""
     try:
         code = main() or 0
         sys.stdout.flush()
-    except ConfigError as err:
-        print(error_line(str(err)), file=sys.stderr)
-        code = 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        code = 130
-    except BrokenPipeError:  # `... | head`: the reader left
-        drop_stdout()
-        code = 0
-    except (OSError, RuntimeError) as err:
-        if (line := path_refusal(err)) is None:
+    except (Exception, KeyboardInterrupt) as err:  # noqa: BLE001 - `answer` decides; the rest is raised again
+        if (said := answer(err)) is None:
             raise
-        print(error_line(line), file=sys.stderr)
-        code = 2
+        line, code = said
+        if line is not None:
+            print(line, file=sys.stderr)
     sys.exit(code)

@@ -11,11 +11,11 @@ import contextlib
 import sys
 from typing import Callable
 
-from trainables.config import ConfigError, preset_names
-from core.errors import error_line, path_refusal
-from core.tool_cli import Parser, drop_stdout
+from trainables.config import preset_names
+from core.errors import error_line
+from core.tool_cli import Parser, answer
 from sweeper.cli_types import cpus, experiment_name, folder, port, positive_int, replay_count, sample_count, tolerance
-from sweeper.cli_process import adopt_orphans, check_working_dir, exit_at_once, hold_closed_stdout, output_refusal
+from sweeper.cli_process import adopt_orphans, check_working_dir, exit_at_once, hold_closed_stdout
 from sweeper.sweep_dir import DEFAULT_STORAGE
 
 
@@ -244,22 +244,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.exit_at_once:
             exit_at_once(code)
         return code
-    except ConfigError as err:
-        print(error_line(str(err)), file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `sweeper validate FILE | head`: the reader left; not an error of ours
-        drop_stdout()
-        return 0
-    except (OSError, RuntimeError) as err:  # a path no check named, or the output itself
-        if (line := path_refusal(err)) is None and (line := output_refusal(err)) is not None:
-            drop_stdout()
-        if line is None:
+    except (Exception, KeyboardInterrupt) as err:  # noqa: BLE001 - `answer` decides; the rest is raised again
+        if (said := answer(err)) is None:
             raise
-        print(error_line(line), file=sys.stderr)
-        return 2
+        line, code = said
+        if line is not None:
+            print(line, file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -1,24 +1,13 @@
-"""What the command line's own process does around a verb: check its working folder, turn what
-the system refuses into one line, adopt and end its descendants."""
+"""What the command line's own process does around a verb: check its working folder and its
+stdout, adopt and end its descendants (what a user can cause is `core.tool_cli.answer`'s)."""
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import sys
 
 from core.errors import ConfigError
-
-OUTPUT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
-
-
-def output_refusal(err: OSError | RuntimeError) -> str | None:
-    """The one line for output the system refused (stdout on a full disk); None for anything else.
-    The product's own files refuse with a ConfigError naming them: an OSError naming no file is its output."""
-    if not isinstance(err, OSError) or err.errno not in OUTPUT_ERRORS or err.filename is not None:
-        return None
-    return f"stdout: the output could not be written ({err.strerror})"
 
 
 def hold_closed_stdout() -> str:

@@ -52,16 +52,16 @@ def list_sweeps(storage: str | None) -> int:
     folder = storage or DEFAULT_STORAGE
     if is_uri(folder):
         raise ConfigError(f"--storage {cut(folder, 80)}: sweeps are listed from a local folder; name the sweep instead")
+    path = expand_user(folder)
     try:
-        not_a_folder = storage is not None and expand_user(folder).exists() and not expand_user(folder).is_dir()
+        not_a_folder = storage is not None and path.exists() and not path.is_dir()
     except OSError as err:  # a name the file system refuses
         raise ConfigError(f"--storage {cut(folder, 80)}: not a folder ({err.strerror})") from None
     if not_a_folder:
         raise ConfigError(f"--storage {cut(folder, 80)}: not a folder")
     service = service_status()  # a service that cannot answer is said before anything is listed
-    lines = sweep_list_lines(expand_user(folder))
-    print(f"sweeps in {cut(str(expand_user(folder).resolve()), 120)}:" if lines else
-          f"no sweep in {cut(str(expand_user(folder).resolve()), 120)}")
+    lines = sweep_list_lines(path)
+    print(f"{'sweeps' if lines else 'no sweep'} in {cut(str(path.resolve()), 120)}{':' * bool(lines)}")
     if lines:
         print("\n".join(lines))
     served = show_status(service) == 0
