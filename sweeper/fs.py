@@ -167,10 +167,18 @@ def sqlite_immutable(path: str | Path) -> bool:
     return not (log[:4] in WAL_MAGIC and log[4:8] == WAL_VERSION)
 
 
+def sqlite_url(path: str | Path) -> str:
+    """SQLAlchemy's URL of an SQLite database file (made when missing): the path quoted, as SQLAlchemy
+    unquotes it, so a folder named with ?, % or braces names the file it says (Optuna fills
+    braces in; MLflow does not unquote: an MLflow store's path takes no quoting, see `tracking_uri`)."""
+    return "sqlite:///" + urllib.parse.quote(str(path), safe="/")
+
+
 def sqlite_read_only_url(path: str | Path) -> str:
     """SQLAlchemy's URL of an SQLite database opened read-only (never created, never migrated):
     quoted once for SQLite (spaces, #, ?, %) and once more for SQLAlchemy, which unquotes the path
-    before handing it on."""
+    before handing it on. Never a -wal or -shm file left beside it (`sqlite_immutable`)."""
+    path = Path(path).resolve()
     quoted = urllib.parse.quote(urllib.parse.quote(str(path), safe="/"), safe="/")
     return f"sqlite+pysqlite:///file:{quoted}?mode=ro{'&immutable=1' * sqlite_immutable(path)}&uri=true"
 

@@ -31,7 +31,7 @@ from typing import Callable
 from sweeper import orphans
 from sweeper.events import Fitted, Running, Sink, Speaker, TopTrials
 from sweeper.faults import Faults
-from sweeper.fs import first_missing, narrow_modes, roll_back
+from sweeper.fs import first_missing, narrow_modes, roll_back, sqlite_url
 from sweeper.lock import claim_sweep_lock, hold_sweep_lock, release_sweep_lock, sweep_lock_path
 from sweeper.request import SweepRequest, current_umask
 from sweeper.status import SPACE_FILE, write_summary
@@ -143,7 +143,7 @@ class Sweep:
         from sweeper.views import SweepViews
 
         req, spec, sweep_dir = self.request, self.spec, self.sweep_dir
-        ledger = Ledger(f"sqlite:///{sweep_dir / OPTUNA_DB}", spec, create=not resuming)  # checked by check_resume
+        ledger = Ledger(sqlite_url(sweep_dir / OPTUNA_DB), spec, create=not resuming)  # checked by check_resume
         ledger.set_attr("sweeper.tracking_uri", hide_password(req.tracking_uri))  # a password never goes into the study
         if closed := ledger.close_decided():
             self.say.note(f"ended {len(closed)} trials whose end the study held before the last driver stopped")

@@ -77,9 +77,13 @@ def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") 
         check_databricks(uri, shown, source)
     elif uri.startswith("sqlite:///"):
         path = Path(uri.removeprefix("sqlite:///"))
-        if "?" in uri or "#" in uri:  # SQLAlchemy drops what it does not take, and the store's lock would be named after it
+        if "?" in uri:  # SQLAlchemy drops what it does not take, and the store's lock would be named after it
             raise ConfigError(f"{source} {shown}: query arguments on an SQLite store are not taken (every process of the "
-                              "sweep reads and writes it); name the file alone, sqlite:///PATH/mlflow.db")
+                              "sweep reads and writes it; a ? in a folder's name reads as one); name the file alone, "
+                              "sqlite:///PATH/mlflow.db, in a folder without ?")
+        if "%" in uri:  # SQLAlchemy unquotes %XX, MLflow makes the quoted name's folder beside the real one
+            raise ConfigError(f"{source} {shown}: a % in an SQLite store's path, which SQLAlchemy reads as an escape and "
+                              "MLflow as a folder's name; name a store in a folder without %, sqlite:///PATH/mlflow.db")
         if uri.removeprefix("sqlite:///") in ("", "/", ":memory:") or path.is_dir():
             raise ConfigError(f"{source} {shown}: not a database file (the store must outlive the sweep and be "
                               "shared by its processes); name one, sqlite:///PATH/mlflow.db")

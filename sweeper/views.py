@@ -183,7 +183,7 @@ def ensure_status(sweep_dir: Path) -> bool:
     if (sweep_dir / STATUS_FILE).exists() or not (sweep_dir / OPTUNA_DB).is_file() or driver_running(sweep_dir):
         return False
     from sweeper.adapters.optuna_ledger import Ledger
-    from sweeper.adapters.optuna_search import read_only_url
+    from sweeper.fs import sqlite_read_only_url
     from sweeper.space_file import load_saved_space
 
     from sweeper.adapters.optuna_study import check_ledger
@@ -191,7 +191,7 @@ def ensure_status(sweep_dir: Path) -> bool:
     spec = load_saved_space(sweep_dir)
     db = sweep_dir / OPTUNA_DB
     check_ledger(db, spec, where=str(db))  # a damaged, empty or foreign study: one line, before anything is written
-    ledger = Ledger(read_only_url(db), spec, create=False)
+    ledger = Ledger(sqlite_read_only_url(db), spec, create=False)
     views = SweepViews(sweep_dir, spec, ledger, str(sweep_dir / "trials"))
     done = ledger.counted() >= spec.budget.num_samples and not ledger.unfinished()
     views.write("finished" if done else "interrupted")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+ODD_FOLDER = "odd ?#%25{x} name"  # a folder name SQLAlchemy and Optuna would misread unquoted (query, fragment, escape, format field)
 
 # A shell without job control starts background commands (`make test &`, nohup) with SIGINT ignored,
 # and every process they start inherits that: a verb the tests stop with SIGINT, as Ctrl-C would in a
@@ -195,7 +196,8 @@ SECRET_CANARIES = {
 def smoke_sweep(tmp_path_factory, mlflow_server):
     """search_spaces/smoke.yaml run once through `sweeper launch`, logging to the real MLflow server,
     with credential canaries in its environment."""
-    workdir = tmp_path_factory.mktemp("smoke")
+    workdir = tmp_path_factory.mktemp("smoke") / ODD_FOLDER  # every verb on it meets a name a URL would misread
+    workdir.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), **SECRET_CANARIES}
     cmd = sweeper_cmd("launch", ROOT / "search_spaces" / "smoke.yaml", "--tracking-uri", mlflow_server)
     r = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)

@@ -110,3 +110,13 @@ def test_a_reuse_file_over_the_limit_is_refused_unread(tmp_path):
     os.truncate(tmp_path / "big.json", 2**36)  # sparse
     before = snapshot(tmp_path)
     assert_refused(sweeper(*QUICK, "--reuse", "big.json", cwd=tmp_path), "--reuse", "at most", root=tmp_path, before=before)
+
+
+@pytest.mark.parametrize("folder, rule", [("runs?v2", "query arguments"), ("100%25", "a % in an SQLite store's path")])
+def test_a_default_store_in_a_folder_mlflow_would_misread_is_one_line(tmp_path, folder, rule):
+    # MLflow makes an SQLite store's folder from its URI unquoted: a ? or % there would name
+    # another file or leave a folder of the escaped name beside the real one
+    (tmp_path / folder).mkdir()
+    before = snapshot(tmp_path)
+    r = sweeper("launch", ROOT / "search_spaces" / "smoke.yaml", cwd=tmp_path / folder)
+    assert_refused(r, "the default tracking URI", rule, "sqlite:///PATH/mlflow.db", root=tmp_path, before=before)

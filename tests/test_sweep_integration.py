@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.parse
 
 import pytest
 from mlflow import MlflowClient
@@ -15,6 +16,7 @@ from tests.hostile import sweeper_watching_ray
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 pytestmark = pytest.mark.integration
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+STORE_FOLDER = "odd #{x} name"  # ODD_FOLDER without the ? and % an MLflow store's path may not hold
 
 
 def _summary(workdir, name="smoke"):
@@ -24,7 +26,12 @@ def _summary(workdir, name="smoke"):
 def _study(workdir, name="smoke"):
     import optuna
 
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{workdir / 'sweeps' / name / 'optuna.db'}")
+    return optuna.load_study(study_name=name, storage=_study_url(workdir, name))
+
+
+def _study_url(workdir, name) -> str:
+    """The sweep's study file as SQLAlchemy reads it (the folder's name quoted)."""
+    return "sqlite:///" + urllib.parse.quote(str(workdir / "sweeps" / name / "optuna.db"))
 
 
 def _reports_of(workdir, trial_id, name="smoke") -> list[float]:
@@ -44,7 +51,7 @@ def _ended_in_study(workdir, name="smoke") -> dict[str, dict]:
     import optuna
 
     sweep_dir = workdir / "sweeps" / name
-    study = optuna.load_study(study_name=name, storage=f"sqlite:///{sweep_dir / 'optuna.db'}")
+    study = optuna.load_study(study_name=name, storage=_study_url(workdir, name))
     out = {}
     for t in study.trials:
         if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs:
@@ -258,15 +265,21 @@ resources: {cpu: 1, gpu: 0}
 
 def test_a_point_that_already_trained_is_never_trained_again(tmp_path):
     # 6 distinct points and 6 trials: random draws repeat points, each repeat is answered from
-    # the study (tagged duplicate_of) and the trials cover every point exactly once
-    space = tmp_path / "discrete.yaml"
+    # the study (tagged duplicate_of) and the trials cover every point exactly once. The sweep runs
+    # in a folder whose name an unquoted URL would misread (#, braces, spaces): its study and its
+    # default tracking store are the files in that folder, nowhere else.
+    workdir = tmp_path / STORE_FOLDER
+    workdir.mkdir()
+    space = workdir / "discrete.yaml"
     space.write_text(DISCRETE)
-    r = subprocess.run(sweeper_cmd("launch", space), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(sweeper_cmd("launch", space), cwd=workdir, env=ENV, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    points = [tuple(sorted(t["params"].items())) for t in _summary(tmp_path, "discrete")["trials"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [STORE_FOLDER]
+    assert (workdir / "mlflow.db").stat().st_size > 0 and (workdir / "mlartifacts").is_dir()
+    points = [tuple(sorted(t["params"].items())) for t in _summary(workdir, "discrete")["trials"]]
     assert len(points) == 6 and len(set(points)) == 6
     import optuna
 
-    study = optuna.load_study(study_name="discrete", storage=f"sqlite:///{tmp_path / 'sweeps' / 'discrete' / 'optuna.db'}")
+    study = optuna.load_study(study_name="discrete", storage=_study_url(workdir, "discrete"))
     dups = sum("duplicate_of" in t.user_attrs for t in study.trials)
     assert dups > 0 and len(study.trials) == 6 + dups

@@ -16,7 +16,7 @@ import optuna
 
 from trainables.config import ConfigError
 from core.errors import brief, cut, repr_cut
-from sweeper.fs import sqlite_immutable
+from sweeper.fs import sqlite_read_only_url
 from sweeper.space import CategoricalParam, FloatParam, IntParam, Param, SearchSpace, SpaceError, grid_points, param_names, trial_config_for
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # what goes wrong is said in the sweeper's own lines, not Optuna's SQL
@@ -216,7 +216,7 @@ def param_importances(storage: Path, study_name: str) -> tuple[list[str], int]:
     """fANOVA importances over COMPLETE trials (ASHA-stopped ones trained less: left out; draws
     of an already-trained point, tagged `duplicate_of`, counted once)."""
     try:
-        ro = optuna.storages.RDBStorage(read_only_url(storage), skip_table_creation=True)
+        ro = optuna.storages.RDBStorage(sqlite_read_only_url(storage), skip_table_creation=True)
         study = optuna.load_study(study_name=study_name, storage=ro)
         trials = study.trials
     except Exception as err:  # noqa: BLE001 - a study damaged past its schema: one line
@@ -236,8 +236,3 @@ def param_importances(storage: Path, study_name: str) -> tuple[list[str], int]:
     return [f"| `{k}` | {v:.3f} |" for k, v in imp.items()], len(complete)
 
 
-def read_only_url(db: str | Path) -> str:
-    """An SQLite study opened read-only: a verb that only reads never writes (nor creates tables,
-    nor leaves a -wal or -shm file beside it: `sqlite_immutable`)."""
-    path = Path(db).resolve()
-    return f"sqlite:///file:{path}?mode=ro{'&immutable=1' * sqlite_immutable(path)}&uri=true"

@@ -1,6 +1,6 @@
 """A sweep's study read without a write: the checks of a resume and what the views and `replay` read.
 
-Each reader opens the SQLite file read-only (`read_only_url`: no table is created, no journal left
+Each reader opens the SQLite file read-only (`sqlite_read_only_url`: no table is created, no journal left
 beside it), and anything that fails while reading it (a damaged, empty or foreign file) is one
 ConfigError line.
 """
@@ -18,7 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 from sweeper.adapters.optuna_ledger import FORMAT, FORMAT_ATTR, storage_for
-from sweeper.adapters.optuna_search import read_only_url
+from sweeper.fs import sqlite_read_only_url
 from sweeper.fs import half_done, journal_left
 from sweeper.space import SearchSpace
 from trainables.config import ConfigError
@@ -36,7 +36,7 @@ def reading(db: str | Path, what: str = "Optuna study", where: str | None = None
     try:
         if not stat.S_ISREG(os.stat(db).st_mode):
             raise ValueError("not a regular file (a folder, a FIFO or a device)")
-        yield storage_for(read_only_url(db))
+        yield storage_for(sqlite_read_only_url(db))
     except Exception as err:  # noqa: BLE001 - a damaged or foreign database: one line
         if journal_left(db):  # a killed writer's: SQLite's read-only open fails where a writer would roll it back
             raise half_done(str(where or db), "the sweep's next `sweeper launch`") from None

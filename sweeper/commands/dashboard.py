@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sweeper.adapters.optuna_study import study_id
 from sweeper.commands.web_server import Server, check_address, exposure_warning, url_of
+from sweeper.fs import sqlite_url
 from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
 from core.errors import ConfigError
 
@@ -43,7 +44,7 @@ def command(db: Path, host: str, port: int) -> list[str]:
     exe = str(exe) if exe.is_file() else shutil.which("optuna-dashboard")
     if exe is None:
         raise ConfigError("optuna-dashboard: not installed in this environment (pip install 'dat-sweeper' brings it)")
-    return [exe, f"sqlite:///{db.resolve()}", "--host", host, "--port", str(port), "--quiet"]
+    return [exe, sqlite_url(db.resolve()), "--host", host, "--port", str(port), "--quiet"]
 
 
 def run(options: Options) -> int:
