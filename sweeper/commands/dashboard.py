@@ -44,7 +44,8 @@ def command(db: Path, host: str, port: int) -> list[str]:
     exe = str(exe) if exe.is_file() else shutil.which("optuna-dashboard")
     if exe is None:
         raise ConfigError("optuna-dashboard: not installed in this environment (pip install 'dat-sweeper' brings it)")
-    return [exe, sqlite_url(db.resolve()), "--host", host, "--port", str(port), "--quiet"]
+    bind = f"[{host}]" if ":" in host and not host.startswith("[") else host  # its server reads HOST:PORT: IPv6 bracketed
+    return [exe, sqlite_url(db.resolve()), "--host", bind, "--port", str(port), "--quiet"]
 
 
 def run(options: Options) -> int:
