@@ -149,12 +149,21 @@ def trial_speed(records: list[TrialRecord]) -> float | None:
     return steps / seconds if seconds > 0 else None
 
 
+SPEED_RANGE = (1e-6, 1e9)  # steps/s a trial can train at; a file's speed beyond it is none
+
+
+def plausible(speed: float | None) -> bool:
+    """A speed read from the files that a trial could train at (`SPEED_RANGE`)."""
+    return speed is not None and SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]
+
+
 def progress(records: list[TrialRecord], plan: Plan, speed: float | None = None) -> Progress:
     """Where the sweep stands; `speed`: this launch's (LaunchSpeed), else the trials' last reported."""
     running = [plan.expected_steps(r.step, r.params) for r in records if r.status == "running"]
     waiting = [plan.expected_steps(r.step, r.params) for r in records if r.status in ("pending", "interrupted")]
     waiting += [plan.expected_steps(0)] * max(0, plan.num_samples - len(records))
-    speed = speed if speed is not None and speed > 0 else trial_speed(records)
+    speed = speed if plausible(speed) else trial_speed(records)
+    speed = speed if plausible(speed) else None
     eta = None if speed is None else makespan(running, waiting, plan.max_concurrent) / speed
     return Progress(sum(r.step for r in records), sum(running) + sum(waiting), speed, eta)
 
@@ -168,9 +177,13 @@ def makespan(running: list[float], waiting: list[float], slots: int) -> float:
     return max(busy, default=0.0)
 
 
+MAX_CLOCK_DAYS = 10_000  # the longest duration `clock` shows
+
+
 def clock(seconds: float | None) -> str:
-    """A duration as [Nd ]H:MM:SS; "-" for none."""
-    if seconds is None:
+    """A duration as [Nd ]H:MM:SS; "-" for none, for a negative one or one past `MAX_CLOCK_DAYS`
+    (read from files: a time no sweep takes)."""
+    if seconds is None or not 0 <= seconds <= MAX_CLOCK_DAYS * 86400:
         return "-"
     seconds = int(round(seconds))
     days, rest = divmod(seconds, 86400)

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from trainables.config import MAX_STEPS
+
 Status = Literal["pending", "running", "interrupted", "completed", "stopped", "diverged", "failed"]
 FINAL = ("completed", "stopped", "diverged", "failed")  # never trained again; everything else resumes
 STATUSES = ("pending", "running", "interrupted", *FINAL)
@@ -32,7 +34,7 @@ class TrialRecord:
         record = cls(**data)
         numbers = all(_finite_number(v) for v in record.metrics.values()) if isinstance(record.metrics, dict) else False
         checks = {"trial_id": isinstance(record.trial_id, str), "params": isinstance(record.params, dict),
-                  "status": record.status in STATUSES, "step": isinstance(record.step, int) and not isinstance(record.step, bool),
+                  "status": record.status in STATUSES, "step": isinstance(record.step, int) and not isinstance(record.step, bool) and 0 <= record.step <= MAX_STEPS,
                   "metrics": numbers, "path": isinstance(record.path, str)}
         if wrong := [k for k, ok in checks.items() if not ok]:
             raise ValueError(f"trial field {wrong[0]}: not a {wrong[0]} of a trial")

@@ -115,6 +115,26 @@ def test_a_best_or_speed_that_is_no_finite_number_is_left_out_not_a_traceback(tm
         assert "none judged yet (t0000 leads with 0.500" in r.stdout, r.stdout  # the value is not taken for a best
 
 
+@pytest.mark.parametrize("speed", [1e-308, 1e308])
+def test_a_speed_no_trial_trains_at_gives_no_eta_past_a_clock_or_a_line_of_digits(tmp_path, speed):
+    # 1e-308 steps/s made an infinite ETA (an OverflowError traceback); 1e308 a 309-digit speed
+    trial = {**HEAD["trials"][0], "status": "running", "metrics": {"step": 10, "acc_3x": 0.5, "steps_per_s": speed}}
+    _status(tmp_path, trial_speed=speed, state="running", trials=[trial])
+    (tmp_path / "sweeps" / "s" / "space.yaml").write_text((ROOT / "search_spaces" / "smoke.yaml").read_text())
+    r = sweeper("status", "s", cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(tmp_path / "no-service")}, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    progress = next(line for line in r.stdout.splitlines() if line.startswith("progress: "))
+    assert "steps/s" not in progress and progress.endswith("ETA -"), progress
+    assert max(len(line) for line in r.stdout.splitlines()) < 300
+
+
+def test_a_trial_step_past_any_budget_is_one_line(tmp_path):
+    _status(tmp_path, trials=[{**HEAD["trials"][0], "step": 10**400}])
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("status", "s", cwd=tmp_path), "not a sweep status file", "trial field step", root=tmp_path,
+                   before=before)
+
+
 @pytest.mark.parametrize("verb", [("serve",), ("launch", str(ROOT / "search_spaces" / "smoke.yaml"))])
 @pytest.mark.parametrize("where", ["a file", "under a file"])
 def test_a_service_folder_that_is_a_file_or_under_one_is_one_line(tmp_path, where, verb):
