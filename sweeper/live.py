@@ -26,7 +26,7 @@ from typing import Callable, TextIO
 from sweeper.eta import Plan
 from sweeper.live_table import plain_line, table
 from sweeper.records import TrialRecord
-from sweeper.status import counts_line, launch_speed, load_records
+from sweeper.status import counts_line, finite, launch_speed, load_records
 from core.errors import ConfigError
 
 
@@ -45,10 +45,6 @@ def choose_view(view: str, out: TextIO) -> str:
     if view != "auto":
         return view
     return "table" if getattr(out, "isatty", lambda: False)() else "lines"
-
-
-def _number(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)
@@ -89,7 +85,7 @@ class LiveView:
         """`sweeper status --watch`: the view of a sweep from its directory alone."""
         view = cls(sweep_dir, plan_of(sweep_dir), "auto", every_s, out, clock=clock, driver=False)
         view.reload()
-        view.started = _number(view.status.get("started"))  # None (unknown) in a status.json of an older version
+        view.started = finite(view.status.get("started"))  # None (unknown) in a status.json of an older version
         return view
 
     # -- what to draw --------------------------------------------------------------------------
@@ -98,19 +94,19 @@ class LiveView:
         """Elapsed (the whole sweep's where status.json knows the earlier launches' time) and the
         age of the records, both from the clock now."""
         now, st = self.clock(), self.status
-        updated = _number(st.get("updated"))
+        updated = finite(st.get("updated"))
         running = self.state == "running" and self.final is None
         age = max(0.0, now - updated) if running and updated is not None else 0.0
-        start = _number(st.get("launched"))
+        start = finite(st.get("launched"))
         start = self.started if start is None else start
         if start is None:
             return Times(None, False, age)
         ticking = running or (self.state == "running" and self.driver)  # the driver's last frame: up to now
         ran = max(0.0, (now if ticking or updated is None else updated) - start)
-        before = _number(st.get("elapsed_before_s"))
+        before = finite(st.get("elapsed_before_s"))
         if before is not None:
             return Times(before + ran, False, age)
-        trained_longer = any((_number(r.metrics.get("time_total_s")) or 0.0) > ran + 1.0 for r in self.records)
+        trained_longer = any((finite(r.metrics.get("time_total_s")) or 0.0) > ran + 1.0 for r in self.records)
         return Times(ran, bool(self._resumed) or trained_longer, age)
 
     def elapsed(self) -> float | None:

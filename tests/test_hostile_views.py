@@ -128,6 +128,16 @@ def test_a_speed_no_trial_trains_at_gives_no_eta_past_a_clock_or_a_line_of_digit
     assert max(len(line) for line in r.stdout.splitlines()) < 300
 
 
+@pytest.mark.parametrize("field", ["started", "launched", "elapsed_before_s"])
+def test_a_watched_time_past_a_float_is_unknown_not_a_traceback(tmp_path, field):
+    _status(tmp_path, **{"started": 1.0e9, "launched": 1.0e9, "elapsed_before_s": 0.0, field: 10**400})
+    (tmp_path / "sweeps" / "s" / "space.yaml").write_text((ROOT / "search_spaces" / "smoke.yaml").read_text())
+    r = sweeper("status", "s", "--watch", cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(tmp_path / "no-service")},
+                timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.stdout.startswith("[smoke ") and "10 steps done" in r.stdout, r.stdout[-2000:]  # the watch's line, drawn
+
+
 def test_a_trial_step_past_any_budget_is_one_line(tmp_path):
     _status(tmp_path, trials=[{**HEAD["trials"][0], "step": 10**400}])
     before = snapshot(tmp_path)
