@@ -18,8 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 from sweeper.adapters.optuna_ledger import FORMAT, FORMAT_ATTR, storage_for
-from sweeper.fs import sqlite_read_only_url
-from sweeper.fs import half_done, journal_left
+from sweeper.fs import half_done, journal_left, sqlite_read_only_url
 from sweeper.space import SearchSpace
 from trainables.config import ConfigError
 from core.errors import brief, cut
