@@ -12,10 +12,11 @@ from core.errors import brief
 
 
 def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {brief(text, 40)}") from None
+    """A whole number >= 1 in ASCII digits (Python's int() would also take spaces, underscores and
+    other scripts' digits: ' 8080', '8_080', '８０８０')."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 100):
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {brief(text, 40)}")
+    value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
@@ -34,7 +35,7 @@ def seed_count(text: str) -> int:
 
 def count(text: str) -> int:
     """A whole number >= 0."""
-    return 0 if text.strip() == "0" else positive_int(text)
+    return 0 if text == "0" else positive_int(text)
 
 
 def sample_count(text: str) -> int:

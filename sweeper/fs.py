@@ -183,6 +183,22 @@ def sqlite_read_only_url(path: str | Path) -> str:
     return f"sqlite+pysqlite:///file:{quoted}?mode=ro{'&immutable=1' * sqlite_immutable(path)}&uri=true"
 
 
+def foreign_beside(path: str | Path) -> Path | None:
+    """A file named as SQLite's own beside the database (its -journal or -wal) that SQLite did not
+    write: anything but a regular file, or one whose header is neither a journal's (or a zeroed
+    one's) nor a log's. A read-write open would delete it as its own; None where there is none."""
+    for suffix, fits in (("-journal", lambda head: head in (JOURNAL_MAGIC, bytes(8))),
+                         ("-wal", lambda head: head[:4] in WAL_MAGIC)):
+        beside = Path(f"{path}{suffix}")
+        try:
+            st = os.lstat(beside)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or (st.st_size >= 8 and not fits(_head(beside, 8))):
+            return beside
+    return None
+
+
 def journal_left(path: str | Path) -> bool:
     """Whether a rollback journal stands beside an SQLite database (a live writer's, or a killed
     one's that the next writer rolls back)."""

@@ -23,6 +23,32 @@ from typing import IO, Iterator
 
 from core.errors import ConfigError, cut
 
+def _link_refused(path: Path) -> ConfigError:
+    return ConfigError(f"lock file {path}: a link (to {cut(os.readlink(path), 80)}); a lock file is never "
+                       "followed through a link: remove the link")
+
+
+def _not_regular(path: Path) -> ConfigError:
+    return ConfigError(f"lock file {path}: not a regular file; remove it")
+
+
+def check_lock_file(path: Path) -> None:
+    """What `open_lock_file` would refuse, found without opening or making anything: a check run
+    before a launch changes anything (a `--restart` removes the sweep's folder only after it)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise ConfigError(f"lock file {path}: cannot be read ({err.strerror or err})") from None
+    if stat.S_ISLNK(mode):
+        raise _link_refused(path)
+    if not stat.S_ISREG(mode):
+        raise _not_regular(path)
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise ConfigError(f"lock file {path}: cannot be opened (Permission denied)")
+
+
 def open_lock_file(path: Path) -> IO:
     """`path` opened for reading and writing, created if missing, never through a link; one
     ConfigError line for a link or anything but a regular file."""
@@ -30,13 +56,12 @@ def open_lock_file(path: Path) -> IO:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as err:
         if os.path.islink(path):
-            raise ConfigError(f"lock file {path}: a link (to {cut(os.readlink(path), 80)}); a lock file is never "
-                              "followed through a link: remove the link") from None
+            raise _link_refused(path) from None
         raise ConfigError(f"lock file {path}: cannot be opened ({err.strerror or err})") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise ConfigError(f"lock file {path}: not a regular file; remove it")
+        raise _not_regular(path)
     os.set_blocking(fd, True)
     return os.fdopen(fd, "r+")
 

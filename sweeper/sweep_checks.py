@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Callable
 
 from sweeper.fs import check_writable
+from sweeper.lock import check_lock_file, sweep_lock_path
 from sweeper.orphans import key_path
 from sweeper.request import SweepRequest
 from sweeper.space import SearchSpace, SpaceError
 from sweeper.space_file import load_space
 from sweeper.status import SPACE_FILE
 from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, folder_kind, is_uri, sweep_dir_for
-from sweeper.tracking_uri import hide_password, preflight
+from sweeper.tracking_uri import hide_password, preflight, sqlite_path
 from core.errors import cut, short_path
 from core.uri_secrets import shown as shown_uri
 from trainables.safe_yaml import MAX_BYTES as MAX_SPACE_BYTES
@@ -56,6 +57,9 @@ def check_request(request: SweepRequest) -> Checked:
     else:
         check_address(request.address)
     preflight(request.tracking_uri, source=request.tracking_source)
+    check_lock_file(sweep_lock_path(sweep_dir))  # what the launch would refuse later, once it had changed things
+    if (store := sqlite_path(request.tracking_uri)) is not None:
+        check_lock_file(Path(f"{store}.lock"))
     from sweeper.adapters.mlflow_store import check_sqlite_store
 
     check_sqlite_store(request.tracking_uri, request.tracking_source)  # not another program's database

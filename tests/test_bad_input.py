@@ -166,6 +166,9 @@ CLI_MISUSE = {
     "tracking_unknown_scheme": (["launch", SMOKE, "--tracking-uri", "bogus://x"], "unknown scheme"),
     "tracking_sqlite_missing_folder": (["launch", SMOKE, "--tracking-uri", "sqlite:////no/such/dir/m.db"], "does not exist"),
     "ui_port_out_of_range": (["ui", "--port", "99999"], "--port"),
+    "ui_port_with_a_space": (["ui", "--port", " 8080"], "must be a whole number"),
+    "dashboard_port_in_other_digits": (["dashboard", "s", "--port", "\uff18\uff10\uff18\uff10"], "must be a whole number"),
+    "samples_with_an_underscore": (["validate", SMOKE, "--samples", "1_0"], "must be a whole number"),
     "reproduce_zero_seeds": (["reproduce", "--seeds", "0"], "--seeds"),
 }
 

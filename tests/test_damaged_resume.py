@@ -134,6 +134,28 @@ def test_a_damaged_sweep_folder_is_refused_in_one_line_and_left_as_it_was(tmp_pa
         assert not (storage / ".dmg.lock").exists(), f"{name}: the refused resume made a lock file"
 
 
+STORE_LOCK_DAMAGES = {"a_fifo": os.mkfifo, "a_folder": Path.mkdir,
+                      "a_dangling_link": lambda lock: lock.symlink_to(lock.parent / "nowhere")}
+
+
+def test_a_bad_store_lock_is_refused_before_a_restart_removes_the_sweep(tmp_path):
+    # the tracking store's lock file, damaged: refused before --restart removes anything, or a resume changes anything
+    space = _finished_sweep(tmp_path)
+    lock = tmp_path / "mlflow.db.lock"
+    for name, damage in STORE_LOCK_DAMAGES.items():
+        for restart in ((), ("--restart",)):
+            lock.rmdir() if lock.is_dir() and not lock.is_symlink() else lock.unlink(missing_ok=True)
+            damage(lock)
+            before = _files(tmp_path)
+            r = subprocess.run(sweeper_cmd("launch", space, "--progress", "none", *restart), cwd=tmp_path, env=ENV,
+                               capture_output=True, text=True, timeout=300)
+            lines = r.stderr.strip().splitlines()
+            case = (name, restart, r.stderr[-2000:])
+            assert r.returncode == 2 and len(lines) == 1 and "mlflow.db.lock" in lines[0], case
+            assert _files(tmp_path) == before, f"{case}: the refused launch changed the storage"
+            assert (tmp_path / "sweeps" / "dmg" / "trials" / "t0000").is_dir(), case
+
+
 def test_a_study_a_driver_was_killed_writing_is_said_by_reads_and_rolled_back_by_the_launch(tmp_path):
     space = _finished_sweep(tmp_path)
     kill_mid_write(tmp_path / "sweeps" / "dmg" / "optuna.db")

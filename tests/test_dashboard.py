@@ -29,6 +29,21 @@ def test_a_sweep_without_a_study_is_one_line_and_exit_2(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Optuna study" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("stray", ["journal_of_text", "wal_of_text", "journal_a_fifo"])
+def test_a_stray_file_beside_the_study_is_one_line_and_kept(smoke_sweep, tmp_path, stray):
+    # the dashboard's server opens the study for writing: SQLite would delete a -journal or -wal as its own
+    from tests.hostile import assert_refused, snapshot, sweeper
+
+    workdir, _ = smoke_sweep
+    folder = tmp_path / "sweeps" / "smoke"
+    folder.mkdir(parents=True)
+    shutil.copyfile(workdir / "sweeps" / "smoke" / "optuna.db", folder / "optuna.db")
+    beside = folder / f"optuna.db-{stray.split('_')[0]}"
+    os.mkfifo(beside) if stray.endswith("fifo") else beside.write_text("the user's notes, not SQLite's\n")
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("dashboard", "smoke", cwd=tmp_path), beside.name, "move it away", root=tmp_path, before=before)
+
+
 def _ipv6_loopback() -> bool:
     import socket
 
