@@ -199,6 +199,21 @@ def foreign_beside(path: str | Path) -> Path | None:
     return None
 
 
+def why_unreadable(path: str | Path, err: BaseException) -> str:
+    """What is wrong with an SQLite file a read failed on, in a few words: the file's own state where
+    it shows (empty, not SQLite), else the innermost cause's first line (a library's wrapper, such
+    as Optuna's, says only that a commit failed)."""
+    head = _head(Path(path), 16)
+    if head == b"" and os.path.isfile(path):
+        return "an empty file"
+    if head and head != b"SQLite format 3\x00":
+        return "not an SQLite database"
+    while err.__cause__ is not None or (err.__context__ is not None and not err.__suppress_context__):
+        err = err.__cause__ or err.__context__
+    first = (str(err).strip().splitlines() or [""])[0]
+    return f"{type(err).__name__}: {cut(first, 100)}"
+
+
 def journal_left(path: str | Path) -> bool:
     """Whether a rollback journal stands beside an SQLite database (a live writer's, or a killed
     one's that the next writer rolls back)."""

@@ -114,7 +114,11 @@ def check_sweep_dir(spec: SearchSpace, space_file: str, sweep_dir: Path, restart
         if not os.path.lexists(saved):  # written before the study: a study without it lost its space
             raise SpaceError(f"{saved}: missing: the space file sweep `{spec.name}` was started with is gone; put it "
                              f"back (a copy of {space_file}, if that is the one), or pass --restart to start over")
-        if (digest := space_digest(saved)) is None or digest != space_digest(space_file):
+        if (digest := space_digest(saved)) is None or saved.stat().st_size == 0:  # no copy of a file that loaded
+            raise SpaceError(f"{saved}: {'empty' if digest else 'larger than a space file may be'}: the saved copy of "
+                             f"the file sweep `{spec.name}` was started with is damaged; put it back (a copy of "
+                             f"{space_file}, if that is the one), or pass --restart to start over")
+        if digest != space_digest(space_file):
             raise SpaceError(
                 f"{space_file}: differs from the file sweep `{spec.name}` was started with ({saved}); "
                 f"pass --restart to start over, or change `name` to keep both"

@@ -95,6 +95,7 @@ DAMAGES = {
     # a FIFO would block the trial, a folder fail it inside Ray: refused before Ray
     "its_times_a_fifo": (_running_with(_in_run_folder("times.json", os.mkfifo)), "times.json: not a regular file"),
     "its_reports_a_folder": (_running_with(_in_run_folder("metrics.jsonl", Path.mkdir)), "metrics.jsonl: a folder"),
+    "the_saved_space_emptied": (lambda sweep: (sweep / "space.yaml").write_text(""), "space.yaml: empty: the saved copy"),
     "the_ray_record_a_folder": (_ray_record_a_folder, "not a file this sweeper wrote (the record of the sweep's local Ray)"),
 }
 

@@ -273,8 +273,8 @@ def test_a_resume_of_a_study_missing_a_table_is_one_line_and_changes_nothing(tmp
     assert_refused(r, "optuna.db", "--restart", root=tmp_path, before=before)
 
 
-@pytest.mark.parametrize("study", [b"", b"\x8f garbage, not SQLite " * 200])
-def test_status_rebuilding_its_view_from_a_damaged_study_is_one_line(tmp_path, study):
+@pytest.mark.parametrize("study,why", [(b"", "an empty file"), (b"\x8f garbage, not SQLite " * 200, "not an SQLite database")])
+def test_status_rebuilding_its_view_from_a_damaged_study_is_one_line(tmp_path, study, why):
     """status.json gone, so `status` rebuilds it from the study: an empty or garbage study is refused
     in one line, and nothing is written."""
     folder = tmp_path / "sweeps" / "s"
@@ -282,5 +282,5 @@ def test_status_rebuilding_its_view_from_a_damaged_study_is_one_line(tmp_path, s
     (folder / "space.yaml").write_text((ROOT / "search_spaces" / "smoke.yaml").read_text())
     (folder / "optuna.db").write_bytes(study)
     before = snapshot(tmp_path)
-    assert_refused(sweeper("status", "s", cwd=tmp_path), "optuna.db: not a readable Optuna study", root=tmp_path,
-                   before=before)
+    assert_refused(sweeper("status", "s", cwd=tmp_path), f"optuna.db: not a readable Optuna study ({why})",
+                   root=tmp_path, before=before)

@@ -16,7 +16,7 @@ import optuna
 
 from trainables.config import ConfigError
 from core.errors import brief, cut, repr_cut
-from sweeper.fs import sqlite_read_only_url
+from sweeper.fs import sqlite_read_only_url, why_unreadable
 from sweeper.space import CategoricalParam, FloatParam, IntParam, Param, SearchSpace, SpaceError, grid_points, param_names, trial_config_for
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # what goes wrong is said in the sweeper's own lines, not Optuna's SQL
@@ -220,7 +220,7 @@ def param_importances(storage: Path, study_name: str) -> tuple[list[str], int]:
         study = optuna.load_study(study_name=study_name, storage=ro)
         trials = study.trials
     except Exception as err:  # noqa: BLE001 - a study damaged past its schema: one line
-        raise ConfigError(f"{storage}: not a readable Optuna study ({type(err).__name__}: {cut(str(err), 100)})") from None
+        raise ConfigError(f"{storage}: not a readable Optuna study ({why_unreadable(storage, err)})") from None
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
     if len(complete) < 2 or len({tuple(t.values) for t in complete}) < 2:  # one value: nothing to attribute
         return [], len(complete)

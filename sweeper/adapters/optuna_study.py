@@ -18,7 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 from sweeper.adapters.optuna_ledger import FORMAT, FORMAT_ATTR, storage_for
-from sweeper.fs import half_done, journal_left, sqlite_read_only_url
+from sweeper.fs import half_done, journal_left, sqlite_read_only_url, why_unreadable
 from sweeper.space import SearchSpace
 from trainables.config import ConfigError
 from core.errors import brief, cut
@@ -39,8 +39,7 @@ def reading(db: str | Path, what: str = "Optuna study", where: str | None = None
     except Exception as err:  # noqa: BLE001 - a damaged or foreign database: one line
         if journal_left(db):  # a killed writer's: SQLite's read-only open fails where a writer would roll it back
             raise half_done(str(where or db), "the sweep's next `sweeper launch`") from None
-        raise ConfigError(f"{where or db}: not a readable {what} ({type(err).__name__}: {cut(str(err), 100)})"
-                          f"{advice}") from None
+        raise ConfigError(f"{where or db}: not a readable {what} ({why_unreadable(db, err)}){advice}") from None
 
 
 def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
