@@ -174,13 +174,19 @@ def sqlite_url(path: str | Path) -> str:
     return "sqlite:///" + urllib.parse.quote(str(path), safe="/")
 
 
-def sqlite_read_only_url(path: str | Path) -> str:
-    """SQLAlchemy's URL of an SQLite database opened read-only (never created, never migrated):
-    quoted once for SQLite (spaces, #, ?, %) and once more for SQLAlchemy, which unquotes the path
-    before handing it on. Never a -wal or -shm file left beside it (`sqlite_immutable`)."""
+def sqlite_read_only_uri(path: str | Path) -> str:
+    """SQLite's own URI (for `sqlite3.connect(uri=True)`) of a database opened read-only, never
+    created: the resolved path quoted (spaces, #, ?, %), and never a -wal or -shm file left beside
+    it (`sqlite_immutable`)."""
     path = Path(path).resolve()
-    quoted = urllib.parse.quote(urllib.parse.quote(str(path), safe="/"), safe="/")
-    return f"sqlite+pysqlite:///file:{quoted}?mode=ro{'&immutable=1' * sqlite_immutable(path)}&uri=true"
+    return f"file:{urllib.parse.quote(str(path), safe='/')}?mode=ro{'&immutable=1' * sqlite_immutable(path)}"
+
+
+def sqlite_read_only_url(path: str | Path) -> str:
+    """SQLAlchemy's URL of the same (`sqlite_read_only_uri`): its path quoted once more, as
+    SQLAlchemy unquotes it before handing it to SQLite."""
+    location, query = sqlite_read_only_uri(path).split("?", 1)
+    return f"sqlite+pysqlite:///{urllib.parse.quote(location, safe='/:')}?{query}&uri=true"
 
 
 def foreign_beside(path: str | Path) -> Path | None:

@@ -105,9 +105,9 @@ def load_records(sweep_dir: Path) -> tuple[dict, list[TrialRecord]]:
 
 
 def launch_speed(status: dict) -> float | None:
-    """The speed of one trial in the driver's launch (status.json's `trial_speed`), when it is a positive number."""
-    value = finite(status.get("trial_speed"))
-    return value if value is not None and value > 0 else None
+    """The speed of one trial in the driver's launch (status.json's `trial_speed`), when it is a
+    finite number (`eta.plausible` judges whether a trial could train at it)."""
+    return finite(status.get("trial_speed"))
 
 
 def finite(value) -> float | None:

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Mapping
 
-from sweeper.fs import check_writable, read_limited, roll_back
+from sweeper.fs import check_writable, read_limited, roll_back, sqlite_read_only_uri
 from trainables.config import ConfigError
 from core import json_text
 from core.errors import brief, cut
@@ -204,9 +204,8 @@ def check_sqlite_file(path: Path, shown: str, source: str) -> None:
         raise ConfigError(f"{source} {shown}: not a regular file (a FIFO, a device, a folder); name a database file")
     if not path.is_file() or path.stat().st_size == 0:
         return
-    url = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
     try:
-        with contextlib.closing(sqlite3.connect(url, uri=True, timeout=5.0)) as db:
+        with contextlib.closing(sqlite3.connect(sqlite_read_only_uri(path), uri=True, timeout=5.0)) as db:
             db.execute("PRAGMA table_list").fetchall()  # reads the header and the schema
     except sqlite3.Error as err:
         if "locked" in str(err):  # a sweep writing to it now: readable, only busy

@@ -3,7 +3,6 @@ sweep, its output captured, so not a terminal) starts with the plan line and rep
 plain lines with the ETA; `sweeper status --watch` of the finished sweep draws it once and ends."""
 
 import json
-import urllib.parse
 import os
 import re
 import subprocess
@@ -11,6 +10,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT, sweeper_cmd
+from sweeper.fs import sqlite_url
 
 pytestmark = pytest.mark.integration
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -46,7 +46,7 @@ def test_the_speed_status_json_shows_is_over_every_report_of_the_launch(smoke_sw
     workdir, _ = smoke_sweep
     sweep = workdir / "sweeps" / "smoke"
     status = json.loads((sweep / "status.json").read_text())
-    study = optuna.load_study(study_name="smoke", storage="sqlite:///" + urllib.parse.quote(str(sweep / "optuna.db")))
+    study = optuna.load_study(study_name="smoke", storage=sqlite_url(sweep / "optuna.db"))
     expected = LaunchSpeed(eval_every=10)  # smoke.yaml's
     for t in study.trials:
         for report in RunDir(sweep / "trials" / f"t{t.number:04d}").reports():

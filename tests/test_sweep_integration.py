@@ -5,13 +5,13 @@ import os
 import signal
 import subprocess
 import time
-import urllib.parse
 
 import pytest
 from mlflow import MlflowClient
 
 from conftest import ROOT, free_port, ray_left_running, sweeper_cmd
 from tests.hostile import sweeper_watching_ray
+from sweeper.fs import sqlite_url
 
 SMOKE = ROOT / "search_spaces" / "smoke.yaml"
 pytestmark = pytest.mark.integration
@@ -26,12 +26,7 @@ def _summary(workdir, name="smoke"):
 def _study(workdir, name="smoke"):
     import optuna
 
-    return optuna.load_study(study_name=name, storage=_study_url(workdir, name))
-
-
-def _study_url(workdir, name) -> str:
-    """The sweep's study file as SQLAlchemy reads it (the folder's name quoted)."""
-    return "sqlite:///" + urllib.parse.quote(str(workdir / "sweeps" / name / "optuna.db"))
+    return optuna.load_study(study_name=name, storage=sqlite_url(workdir / "sweeps" / name / "optuna.db"))
 
 
 def _reports_of(workdir, trial_id, name="smoke") -> list[float]:
@@ -51,7 +46,7 @@ def _ended_in_study(workdir, name="smoke") -> dict[str, dict]:
     import optuna
 
     sweep_dir = workdir / "sweeps" / name
-    study = optuna.load_study(study_name=name, storage=_study_url(workdir, name))
+    study = optuna.load_study(study_name=name, storage=sqlite_url(workdir / "sweeps" / name / "optuna.db"))
     out = {}
     for t in study.trials:
         if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs:
@@ -280,6 +275,6 @@ def test_a_point_that_already_trained_is_never_trained_again(tmp_path):
     assert len(points) == 6 and len(set(points)) == 6
     import optuna
 
-    study = optuna.load_study(study_name="discrete", storage=_study_url(workdir, "discrete"))
+    study = optuna.load_study(study_name="discrete", storage=sqlite_url(workdir / "sweeps" / "discrete" / "optuna.db"))
     dups = sum("duplicate_of" in t.user_attrs for t in study.trials)
     assert dups > 0 and len(study.trials) == 6 + dups
