@@ -14,7 +14,8 @@ from typing import Callable
 from trainables.config import preset_names
 from core.errors import error_line
 from core.tool_cli import Parser, answer
-from sweeper.cli_types import cpus, experiment_name, folder, port, positive_int, replay_count, sample_count, tolerance
+from sweeper.cli_types import (cpus, experiment_name, file_name, folder, plain, port, positive_int, replay_count,
+                               sample_count, tolerance)
 from sweeper.cli_process import adopt_orphans, check_working_dir, exit_at_once, hold_closed_stdout
 from sweeper.sweep_dir import DEFAULT_STORAGE
 
@@ -39,7 +40,7 @@ def verb(module: str, function: str = "run") -> Callable[[argparse.Namespace], i
 def _add_trial(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("trial", help="train one configuration, without Ray",
                        description="Train one trial config (a YAML file or a preset name) and print its metrics.")
-    p.add_argument("config", help="trial config YAML, or a preset: " + ", ".join(preset_names()))
+    p.add_argument("config", type=plain, help="trial config YAML, or a preset: " + ", ".join(preset_names()))
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field by dotted path, e.g. --set dat.switch_step=500 (repeatable)")
     p.add_argument("--steps", type=positive_int, help="shorthand for --set steps=N")
@@ -51,15 +52,15 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
 
 def _add_validate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check a search-space file and show what it searches; runs nothing")
-    p.add_argument("file", help="search-space YAML (search_spaces/*.yaml)")
+    p.add_argument("file", type=plain, help="search-space YAML (search_spaces/*.yaml)")
     p.add_argument("--samples", type=sample_count, default=3, help="sampled configs to print (default 3; 0 for none; at most 10,000)")
     p.set_defaults(func=verb("sweeper.commands.validate"))
 
 
 def _add_replay(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="try a space's search and early stopping on curves already recorded; trains nothing")
-    p.add_argument("file", help="search-space YAML to try (search_spaces/*.yaml)")
-    p.add_argument("--curves", action="append", required=True, metavar="SWEEP_OR_RECORD",
+    p.add_argument("file", type=plain, help="search-space YAML to try (search_spaces/*.yaml)")
+    p.add_argument("--curves", type=plain, action="append", required=True, metavar="SWEEP_OR_RECORD",
                    help="a sweep's name under --storage or its folder, or a record file (.json, .json.gz); repeatable")
     p.add_argument("--storage", type=folder, help=f"where named sweeps are (default ./{DEFAULT_STORAGE})")
     p.add_argument("--replays", type=replay_count, default=100, help="replays per method (default 100; at most 10,000)")
@@ -75,7 +76,7 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
                                    "directory exists is resumed. Starts with one line of plan (trials, steps, "
                                    "concurrency, the estimate), then a live table on a terminal or a progress "
                                    "line with the ETA elsewhere; Ctrl-C stops, the same command resumes.")
-    p.add_argument("file", help="search-space YAML (search_spaces/*.yaml)")
+    p.add_argument("file", type=plain, help="search-space YAML (search_spaces/*.yaml)")
     p.add_argument("--address", help="an existing Ray cluster: auto, or ray://HOST:10001 (default: a local Ray)")
     p.add_argument("--storage", type=folder, help=f"the folder of the sweep and its trials, one every node sees (default ./{DEFAULT_STORAGE})")
     p.add_argument("--shared-storage", action="store_true", help="confirm that a local --storage path is shared by all nodes")
@@ -117,7 +118,7 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
                        description="Submit a sweep to a remote Ray cluster as a Ray job (the space file travels "
                                    "with it; the code comes from the cluster's image). Prints the job id; "
                                    "`sweeper job status|logs|stop JOB` looks after it.")
-    p.add_argument("file", nargs="?", help="search-space YAML to submit")
+    p.add_argument("file", nargs="?", type=plain, help="search-space YAML to submit")
     p.add_argument("--address", help="the cluster's Ray dashboard, http://HEAD:8265 (default $RAY_ADDRESS)")
     p.add_argument("--storage", type=folder, help="the folder of the sweep and its trials: an absolute path every node of the cluster mounts")
     p.add_argument("--shared-storage", action="store_true", help="confirm that a --storage path is shared by all nodes")
@@ -138,7 +139,7 @@ def _add_job(sub: argparse._SubParsersAction) -> None:
                        ("logs", "print the job's logs (the sweep's output)"),
                        ("stop", "stop the job (the sweep stops; `sweeper submit` of the same file resumes it)")):
         q = verbs.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
-        q.add_argument("job", metavar="JOB", help="the job id `sweeper submit` printed, e.g. sweep-layers-3f9c2a1b")
+        q.add_argument("job", type=plain, metavar="JOB", help="the job id `sweeper submit` printed, e.g. sweep-layers-3f9c2a1b")
         q.add_argument("--address", help="the cluster's Ray dashboard, http://HEAD:8265 (default $RAY_ADDRESS)")
         if name == "logs":
             q.add_argument("--follow", action="store_true", help="keep printing until the job ends; exit with its outcome")
@@ -150,7 +151,7 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
                        description="The state of a sweep from its directory (status.json): trial counts, the best "
                                    "trial, the top trials, the ETA. With --watch, the live view of `sweeper launch`, "
                                    "redrawn until the sweep ends. (A remote Ray job: `sweeper job status JOB`.)")
-    p.add_argument("name", nargs="?", help="the sweep's name (its directory under --storage), or a path to it; "
+    p.add_argument("name", nargs="?", type=plain, help="the sweep's name (its directory under --storage), or a path to it; "
                                            "without it, every sweep under --storage and the sweep service's "
                                            "(exit 1: neither)")
     p.add_argument("--storage", type=folder, help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
@@ -165,29 +166,29 @@ def _add_dashboard(sub: argparse._SubParsersAction) -> None:
                        description="Serve optuna-dashboard for the sweep's study (sweeps/NAME/optuna.db): trials, "
                                    "their parameters and states (ASHA-stopped trials are PRUNED), the "
                                    "intermediate values by training step, importances. Ctrl-C stops it.")
-    p.add_argument("name", help="the sweep's name (its directory under --storage), or a path to it")
+    p.add_argument("name", type=plain, help="the sweep's name (its directory under --storage), or a path to it")
     p.add_argument("--storage", type=folder, help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
-    p.add_argument("--host", default="127.0.0.1", help="interface to serve on (default loopback only)")
+    p.add_argument("--host", type=plain, default="127.0.0.1", help="interface to serve on (default loopback only)")
     p.add_argument("--port", type=port, default=8080, help="port to serve on (default 8080)")
     p.set_defaults(func=verb("sweeper.commands.dashboard"))
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="compare a sweep's trials from MLflow: top trials, parameter effects, importances")
-    p.add_argument("name", help="the sweep's name, or a path to its directory")
+    p.add_argument("name", type=plain, help="the sweep's name, or a path to its directory")
     p.add_argument("--storage", type=folder, help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
     p.add_argument("--tracking-uri", help="default: the one the sweep logged to")
-    p.add_argument("--experiment", help="MLflow experiment (default: the sweep's name)")
+    p.add_argument("--experiment", type=experiment_name, help="MLflow experiment (default: the sweep's name)")
     p.add_argument("--top", type=positive_int, default=10, help="trials in the table (default 10)")
-    p.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown")
+    p.add_argument("--markdown", type=file_name, metavar="FILE", help="also write the report as Markdown")
     p.set_defaults(func=verb("sweeper.commands.report"))
 
 
 def _add_ui(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ui", help="open the MLflow UI on the tracking store in use")
-    p.add_argument("name", nargs="?", help="a sweep whose experiment page to print")
+    p.add_argument("name", nargs="?", type=plain, help="a sweep whose experiment page to print")
     p.add_argument("--tracking-uri", help="default $MLFLOW_TRACKING_URI or ./mlflow.db")
-    p.add_argument("--host", default="127.0.0.1", help="interface to serve on (default loopback only)")
+    p.add_argument("--host", type=plain, default="127.0.0.1", help="interface to serve on (default loopback only)")
     p.add_argument("--port", type=port, default=5000, help="port to serve on (default 5000)")
     p.set_defaults(func=verb("sweeper.commands.ui"))
 

@@ -60,7 +60,9 @@ def replay_count(text: str) -> int:
 
 def tolerance(text: str) -> float:
     """A finite number >= 0 (a difference in the metric's units)."""
-    try:
+    try:  # ASCII as typed: float() would also take spaces, underscores and other scripts' digits
+        if not text.isascii() or text != text.strip() or "_" in text:
+            raise ValueError(text)
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number, got {brief(text, 40)}") from None
@@ -69,10 +71,27 @@ def tolerance(text: str) -> float:
     return value
 
 
+def plain(text: str) -> str:
+    """A name, path or host as typed: not empty, no spaces around it, no control characters (a
+    refusal that named it would show another value, and a file made with it a name no one typed)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must not be empty or blank, got {brief(text, 40)}")
+    if text != text.strip() or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"must have no spaces around it and no control characters, got {brief(text, 40)}")
+    return text
+
+
 def folder(text: str) -> str:
     """A folder's path, not empty (an empty one would quietly mean the current folder)."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"must name a folder, got {brief(text, 40)}")
+    return plain(text)
+
+
+def file_name(text: str) -> str:
+    """A file's path to write (`plain`), not one that names a folder (a trailing /)."""
+    if plain(text).endswith(("/", "/.", "/..")) or text in (".", ".."):
+        raise argparse.ArgumentTypeError(f"names a folder, not a file, got {brief(text, 40)}")
     return text
 
 

@@ -31,7 +31,8 @@ MAX_FILE_BYTES = 1 << 20
 
 
 def key_path() -> Path:
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    state = os.environ.get("XDG_STATE_HOME", "")
+    state = state if os.path.isabs(state) else str(Path.home() / ".local" / "state")  # a relative one is ignored (XDG)
     return Path(state) / "dat-sweeper" / "process-record.key"
 
 
@@ -92,6 +93,8 @@ def _recorded(path: Path) -> tuple[tuple[int, float] | None, list[tuple[int, flo
             data = json_text.loads(f.read(MAX_FILE_BYTES))
         procs = data["processes"]
         driver = {"pid": data["driver"], "started": data["driver_started"]}
+        if not key_path().is_file():  # no key yet: no record of this user's can be signed (none is made to check)
+            return None, []
         if not hmac.compare_digest(str(data.get("signature", "")), _signature([driver, *procs])):
             return None, []
         return (int(driver["pid"]), float(driver["started"])), [(int(p["pid"]), float(p["started"])) for p in procs]

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Iterator
 
 from core import json_text
-from core.errors import ConfigError, cut
+from core.errors import ConfigError, brief, cut
 from sweeper.lock import lock_held
 
 SOCKET, STATE, LOG, LOCK = "service.sock", "service.json", "service.log", "service.lock"
@@ -44,12 +44,16 @@ MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 
 def service_dir() -> Path:
     if os.environ.get("SWEEPER_SERVICE_DIR"):
+        given = os.environ["SWEEPER_SERVICE_DIR"]
         try:
-            return Path(os.environ["SWEEPER_SERVICE_DIR"]).expanduser().resolve()
+            folder = Path(given).expanduser()
+            if not folder.is_absolute():  # a service per working folder: a launch elsewhere would never find it
+                raise ConfigError(f"SWEEPER_SERVICE_DIR {brief(given, 80)}: a relative path; give an absolute one "
+                                  "(the service is found by it from every folder)")
+            return folder.resolve()
         except (RuntimeError, OSError) as err:  # `~user` of no user, a loop of links
-            raise ConfigError(f"SWEEPER_SERVICE_DIR {cut(os.environ['SWEEPER_SERVICE_DIR'], 80)}: not a usable folder "
-                              f"({cut(str(err), 80)})") from None
-    if os.environ.get("XDG_RUNTIME_DIR"):
+            raise ConfigError(f"SWEEPER_SERVICE_DIR {cut(given, 80)}: not a usable folder ({cut(str(err), 80)})") from None
+    if os.path.isabs(os.environ.get("XDG_RUNTIME_DIR", "")):  # a relative one is ignored, as the XDG spec says
         return Path(os.environ["XDG_RUNTIME_DIR"]) / "dat-sweeper"
     return Path.home() / ".cache" / "dat-sweeper" / "service"
 

@@ -49,7 +49,7 @@ def check_request(request: SweepRequest) -> Checked:
                          "storage must be a path every node sees (a local folder, NFS, a shared volume)")
     default = request.storage == os.path.join(request.cwd, DEFAULT_STORAGE)
     check_writable(sweep_dir, "the sweep directory" if default else "--storage")
-    check_writable(key_path().parent, "the sweeper's state folder" + (" ($XDG_STATE_HOME)" if os.environ.get("XDG_STATE_HOME") else ""))
+    check_writable(key_path().parent, "the sweeper's state folder" + (" ($XDG_STATE_HOME)" if os.path.isabs(os.environ.get("XDG_STATE_HOME", "")) else ""))
     if request.address is None:
         check_local_resources(spec, shown_path(request.file, request.cwd))
         if os.environ.get("RAY_TMPDIR"):  # the local Ray's session folders

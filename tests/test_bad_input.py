@@ -170,6 +170,24 @@ CLI_MISUSE = {
     "dashboard_port_in_other_digits": (["dashboard", "s", "--port", "\uff18\uff10\uff18\uff10"], "must be a whole number"),
     "samples_with_an_underscore": (["validate", SMOKE, "--samples", "1_0"], "must be a whole number"),
     "reproduce_zero_seeds": (["reproduce", "--seeds", "0"], "--seeds"),
+    # a value a refusal would show as another one (spaces around it, a line break), or a file named so
+    "validate_file_with_a_space_before": (["validate", " " + str(SMOKE)], "no spaces around it"),
+    "trial_blank": (["trial", " "], "must not be empty or blank"),
+    "trial_empty": (["trial", ""], "must not be empty or blank"),
+    "dashboard_host_with_a_space_after": (["dashboard", "s", "--host", "localhost "], "--host"),
+    "ui_host_with_a_carriage_return": (["ui", "--host", "127.0.0.1\r"], "\\r"),
+    "ui_host_half_bracketed": (["ui", "--host", "[::1"], "brackets only around a whole IPv6 address"),
+    "report_markdown_blank": (["report", "s", "--markdown", " "], "--markdown"),
+    "report_markdown_empty": (["report", "s", "--markdown", ""], "--markdown"),
+    "report_markdown_a_folder_name": (["report", "s", "--markdown", "new.md/"], "names a folder"),
+    "report_markdown_an_escape": (["report", "s", "--markdown", "\x1b[31mr.md"], "\\x1b"),
+    "report_experiment_empty": (["report", "s", "--experiment", ""], "--experiment"),
+    "report_tracking_empty": (["report", "s", "--tracking-uri", ""], "blank or with spaces around it"),
+    "launch_storage_with_a_line_break": (["launch", SMOKE, "--storage", "a\nb"], "--storage"),
+    "replay_tolerance_with_a_space": (["replay", SMOKE, "--curves", "x.json", "--tolerance", " 5"], "must be a number"),
+    "replay_tolerance_in_other_digits": (["replay", SMOKE, "--curves", "x.json", "--tolerance", "\u0663"], "must be a number"),
+    "trial_set_a_blank_key": (["trial", "tiny", "--set", " =5"], "must be KEY=VALUE"),
+    "status_storage_under_a_file": (["status", "--storage", "/etc/hostname/sub"], "/etc/hostname is a file"),
 }
 
 

@@ -20,7 +20,7 @@ from sweeper.curves import MAX_RECORD_VALUES, _read_record
 from tests.hostile import ENV, SWEEPER, assert_refused, snapshot, sweeper
 
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J"
-NO_SERVICE = {"SWEEPER_SERVICE_DIR": "no-service-here"}
+NO_SERVICE = {"SWEEPER_SERVICE_DIR": "/nonexistent/no-service-here"}
 
 
 def _finished_status(sweep_dir: Path, name: str, text: str) -> None:

@@ -28,7 +28,7 @@ from sweeper.fs import half_done, journal_left, sqlite_read_only_url
 from sweeper.report_file import REPORT_START, check_markdown
 from sweeper.tracking_uri import sqlite_path
 from trainables.config import ConfigError
-from core.errors import brief, cut, expand_user
+from core.errors import brief, cut, expand_user, visible
 from core.uri_secrets import shown
 
 
@@ -228,7 +228,7 @@ def report_uri(cli_value: str | None, logged_to: str | None, default: str, study
     the default store, $MLFLOW_TRACKING_URI, supplies it when it is that store), else the default."""
     from sweeper.tracking_uri import hide_password
 
-    if cli_value:
+    if cli_value is not None:  # a blank one is the preflight's to refuse
         return cli_value
     if not logged_to:
         return default
@@ -249,10 +249,10 @@ def run(options: Options) -> int:
     from sweeper.sweep_dir import find_sweep_dir
     from sweeper.tracking_uri import resolve_uri, uri_source
 
-    markdown = check_markdown(options.markdown) if options.markdown else None
+    markdown = check_markdown(options.markdown) if options.markdown is not None else None
     sweep_dir = find_sweep_dir(options.name, options.storage, SPACE_FILE)
     name = sweep_dir.name if sweep_dir == Path(options.name) else options.name
-    if not sweep_dir.exists() and not options.tracking_uri:
+    if not sweep_dir.exists() and options.tracking_uri is None:
         raise ConfigError(f"{sweep_dir}: no sweep here; pass --tracking-uri to read `{name}` from an MLflow server")
     study = sweep_dir / OPTUNA_DB
     if os.path.lexists(study) and not study.is_file():
@@ -261,7 +261,7 @@ def run(options: Options) -> int:
         raise ConfigError(f"{study}: empty, not a sweep's Optuna study; move it away (`sweeper launch` makes a new one)")
     logged_to = sweep_attrs(study, name).get("sweeper.tracking_uri")  # read-only
     uri = report_uri(options.tracking_uri, logged_to, resolve_uri(None), study)
-    source = ("--tracking-uri" if options.tracking_uri else
+    source = ("--tracking-uri" if options.tracking_uri is not None else
               f"the tracking URI the sweep logged to ({study})" if uri == logged_to else
               uri_source(None))
     text = build_report(name, readable_store(uri, source), sweep_dir if sweep_dir.exists() else None, options.experiment,
@@ -272,5 +272,5 @@ def run(options: Options) -> int:
             markdown.write_text(text)
         except OSError as err:
             raise ConfigError(f"--markdown {cut(str(markdown), 120)}: cannot write it ({err.strerror or err})") from None
-        print(f"wrote {markdown}")
+        print(f"wrote {visible(str(markdown))}")
     return 0

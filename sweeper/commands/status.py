@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -54,11 +55,12 @@ def list_sweeps(storage: str | None) -> int:
         raise ConfigError(f"--storage {cut(folder, 80)}: sweeps are listed from a local folder; name the sweep instead")
     path = expand_user(folder)
     try:
-        not_a_folder = storage is not None and path.exists() and not path.is_dir()
+        first = next((p for p in (path, *path.parents) if os.path.lexists(p)), None)  # what stands there, or above it
+        not_a_folder = storage is not None and first is not None and not first.is_dir() and not first.is_symlink()
     except OSError as err:  # a name the file system refuses
         raise ConfigError(f"--storage {cut(folder, 80)}: not a folder ({err.strerror})") from None
     if not_a_folder:
-        raise ConfigError(f"--storage {cut(folder, 80)}: not a folder")
+        raise ConfigError(f"--storage {cut(folder, 80)}: not a folder" + (f" ({cut(str(first), 80)} is a file)" if first != path else ""))
     service = service_status()  # a service that cannot answer is said before anything is listed
     lines = sweep_list_lines(path)
     print(f"{'sweeps' if lines else 'no sweep'} in {cut(str(path.resolve()), 120)}{':' * bool(lines)}")

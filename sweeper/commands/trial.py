@@ -52,7 +52,7 @@ def parse_overrides(items: list[str]) -> dict:
     out = {}
     for item in items:
         key, sep, raw = item.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise ConfigError(f"--set {cut(item, 60)}: must be KEY=VALUE, e.g. --set dat.switch_step=500")
         try:
             out[key.strip()] = load_yaml_text(raw, f"--set {cut(key, 40)}", root_mapping=False)

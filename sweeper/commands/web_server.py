@@ -60,11 +60,15 @@ def url_of(host: str, port: int) -> str:
 def check_address(host: str, port: int) -> None:
     """Bind (host, port) once, as the server will (SO_REUSEADDR), and let it go: every reason it
     cannot serve there is one ConfigError line naming the flag."""
-    if not host.strip("[] "):  # getaddrinfo would take it for every interface: a mistake, not a choice
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1]: an IPv6 address
+    if not bare.strip():  # getaddrinfo would take it for every interface: a mistake, not a choice
         raise ConfigError(f"--host {brief(host, 20)}: empty; name an address (every interface: 0.0.0.0), "
                           "the default is 127.0.0.1")
+    if "[" in bare or "]" in bare:
+        raise ConfigError(f"--host {cut(host, 80)}: brackets only around a whole IPv6 address, as in [::1]; "
+                          "the default is 127.0.0.1")
     try:
-        infos = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(bare, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as err:
         raise ConfigError(f"--host {cut(host, 80)}: not a host name or address this machine can resolve "
                           f"({getattr(err, 'strerror', None) or err}); the default is 127.0.0.1") from None
