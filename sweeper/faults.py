@@ -38,7 +38,9 @@ def parse(value: str) -> dict[str, tuple[int, signal.Signals]]:
     """`EVENT:COUNT:SIGNAL` -> {event: (count, signal)}; a bad value is one ValueError line."""
     parts = value.split(":")
     rule = f"${ENV} must be EVENT:COUNT:SIGNAL with EVENT in {', '.join(EVENTS)}, COUNT >= 1, SIGNAL in {', '.join(SIGNALS)}"
-    if len(parts) != 3 or parts[0] not in EVENTS or not (parts[1].isascii() and parts[1].isdigit() and len(parts[1]) <= 9) or int(parts[1]) < 1 or parts[2] not in SIGNALS:
+    count = parts[1] if len(parts) == 3 else ""
+    whole = count.isascii() and count.isdigit() and len(count) <= 9  # int() would take other scripts' digits
+    if len(parts) != 3 or parts[0] not in EVENTS or not whole or int(count) < 1 or parts[2] not in SIGNALS:
         raise ValueError(f"{rule}, but got {value[:60]!r}")
     return {parts[0]: (int(parts[1]), SIGNALS[parts[2]])}
 
