@@ -295,3 +295,42 @@ def test_each_sweep_names_its_own_runs_artifact_folders_in_a_shared_embedded_sto
     for folders in (one, two):  # each sweep logged artifacts (its space file, the trial's config), all in its folders
         assert any(folder in p.parents for p in written for folder in folders)
     assert all(any(folder in p.parents for folder in one | two) for p in written)
+
+
+@pytest.mark.parametrize("lost", ["the_create_s_answer", "the_params_call"])
+def test_a_trial_s_run_is_made_once_when_a_call_fails_around_its_creation(tmp_path, lost):
+    """The server goes down with the trial run's create in flight (the run is made, the answer lost),
+    or right after it (its parameters refused): the retry finds that run, never makes a second, and
+    logs its parameters and every report."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    spec, sweep_dir = _sweep(tmp_path, uri)
+    tracker = SweepTracker(uri, spec, sweep_dir, ledger=_ledger(sweep_dir, spec))
+    tracker.start(sweep_dir / "space.yaml")
+    _reports(tmp_path / "t0", [10, 20])
+    ended = TrialRecord("t0", _record(0).params, "completed", 20, {"step": 20}, str(tmp_path / "t0"))
+    create_run, log_batch, failures = tracker.client.create_run, tracker.client.log_batch, []
+
+    def create_then_fail(*args, **kwargs):
+        made = create_run(*args, **kwargs)
+        if not failures and kwargs.get("run_name") == "t0":
+            failures.append("create")
+            raise ConnectionError("Connection aborted: RemoteDisconnected")
+        return made
+
+    def params_fail_once(run_id, **kwargs):
+        if not failures and kwargs.get("params"):
+            failures.append("params")
+            raise ConnectionError("Connection refused")
+        return log_batch(run_id, **kwargs)
+
+    if lost == "the_create_s_answer":
+        tracker.client.create_run = create_then_fail
+    else:
+        tracker.client.log_batch = params_fail_once
+    tracker.sync_all([ended])
+    assert failures, "the fault never fired"
+    children = [r for r in client(uri).search_runs(["1"]) if r.data.tags.get("trial_id") == "t0"]
+    assert len(children) == 1, [r.info.run_id for r in children]
+    run = client(uri).get_run(children[0].info.run_id)
+    assert run.data.params and run.data.tags["status"] == "completed"
+    assert sorted(m.step for m in client(uri).get_metric_history(run.info.run_id, "acc_3x")) == [10, 20]

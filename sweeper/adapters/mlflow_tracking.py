@@ -194,6 +194,9 @@ class SweepTracker:
             if not record.metrics and record.status not in FINAL:
                 return 0  # nothing to show yet: a run is made with the trial's first report
             entry, writes = self._create(record), 1
+        if not entry.get("params", True):  # made, its parameters not logged yet (the call failed: again)
+            self._log_params(entry, record)
+            writes += 1
         if entry["steps"] is None:  # the first sync of this trial in this launch: what MLflow holds
             entry["steps"] = {int(m.step) for m in self.client.get_metric_history(entry["run_id"], "step")}
         reports: dict[int, dict] = {}
@@ -215,17 +218,35 @@ class SweepTracker:
         return writes
 
     def _create(self, record: TrialRecord) -> dict:
+        """The trial's run, made once: a create whose answer was lost (the server went down with the
+        call in flight) is found, not made twice, when the call is tried again."""
+        name, creating = record.trial_id, self.state.setdefault("creating", set())
+        made = self._child_named(name) if name in creating else None
+        found = made is not None  # its reports MLflow may hold are read, not assumed none
+        if made is None:
+            creating.add(name)
+            made = self.client.create_run(self.state["experiment_id"], run_name=name, tags={
+                "mlflow.parentRunId": self.state["parent_run_id"], "sweep": self.spec.name, "role": "trial",
+                "trial_id": name, "status": "running", "searched": ",".join(sorted(record.params)),
+            })
+        creating.discard(name)
+        entry = self.state["trials"][name] = {"run_id": made.info.run_id, "steps": None if found else set(), "caught_up": False,
+                                              "status": "running", "open": True, "params": False}
+        return entry
+
+    def _child_named(self, name: str):
+        """The parent's child run of trial `name`, if MLflow has one."""
+        found = self.client.search_runs([self.state["experiment_id"]], max_results=1, order_by=["attributes.start_time ASC"],
+                                        filter_string=f"tags.mlflow.parentRunId = '{self.state['parent_run_id']}' "
+                                                      f"and tags.trial_id = '{name}'")
+        return found[0] if found else None
+
+    def _log_params(self, entry: dict, record: TrialRecord) -> None:
         from mlflow.entities import Param
 
-        run = self.client.create_run(self.state["experiment_id"], run_name=record.trial_id, tags={
-            "mlflow.parentRunId": self.state["parent_run_id"], "sweep": self.spec.name, "role": "trial",
-            "trial_id": record.trial_id, "status": "running", "searched": ",".join(sorted(record.params)),
-        })
         cfg = trial_config_for(self.spec, record.params).model_dump(mode="json")
-        self.client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in flatten(cfg).items()])
-        entry = self.state["trials"][record.trial_id] = {"run_id": run.info.run_id, "steps": set(), "caught_up": False,
-                                                        "status": "running", "open": True}
-        return entry
+        self.client.log_batch(entry["run_id"], params=[Param(k, str(v)) for k, v in flatten(cfg).items()])
+        entry["params"] = True
 
     def _log_reports(self, entry: dict, reports: dict[int, dict]) -> int:
         """The reports MLflow lacks, whole reports per call (a report is logged entirely or not at all,
