@@ -22,8 +22,9 @@ from core.errors import ConfigError, cut, expand_user
 PROBE_BYTES = 64 * 1024  # more than a file system's reserve of a few blocks; what a first report needs
 
 
-def _nearest_existing(path: Path) -> Path:
-    while not path.exists() and not path.is_symlink():
+def nearest_existing(path: Path) -> Path:
+    """`path` or its nearest ancestor that stands on the disk (a dangling link counts: it stands)."""
+    while not os.path.lexists(path) and path != path.parent:
         path = path.parent
     return path
 
@@ -36,7 +37,7 @@ def check_writable(path: str | Path, what: str) -> None:
         target = target.resolve()
         if len(str(target)) > 3000 or any(len(part.encode()) > 255 for part in target.parts):
             raise ConfigError(f"{what} {cut(str(path), 120)}: path too long for the file system")
-        probe_dir = _nearest_existing(target)
+        probe_dir = nearest_existing(target)
         if not probe_dir.is_dir():
             raise ConfigError(f"{what} {cut(str(path), 120)}: {cut(str(probe_dir), 80)} is a file, not a folder")
         fd, name = tempfile.mkstemp(prefix=".sweeper-probe-", dir=probe_dir)
@@ -153,18 +154,16 @@ JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")  # a rollback journal's first 
 def sqlite_immutable(path: str | Path) -> bool:
     """Whether an SQLite file read read-only may be opened `immutable=1`: all of its data is in
     itself, and SQLite would otherwise leave a -wal and -shm file beside it. So for a database in
-    WAL mode (header bytes 18-19) without a -wal file, for any database beside a -wal file that is
-    not a log (no log's header: SQLite ignores its contents but still makes a -shm to read it), and
-    for any beside a -journal that is not a rollback journal (a read-only open fails on it)."""
+    WAL mode (header bytes 18-19) without a -wal file, for any database beside a -wal that holds no
+    log (SQLite ignores it but still makes a -shm to read it), and for any beside a foreign -journal
+    (a read-only open fails on it; a killed writer's journal is refused by the caller, not skipped)."""
     header = _head(Path(path), 20)
     if header[:16] != b"SQLite format 3\x00":
         return False
-    if os.path.lexists(f"{path}-journal") and _head(Path(f"{path}-journal"), 8) != JOURNAL_MAGIC:
-        return True  # not a journal a killed writer left (that one a read-only open must refuse, not skip)
-    if not os.path.lexists(f"{path}-wal"):
-        return header[18:20] == b"\x02\x02"
-    log = _head(Path(f"{path}-wal"), 8)
-    return not (log[:4] in WAL_MAGIC and log[4:8] == WAL_VERSION)
+    if beside(path, "-journal") == "foreign":
+        return True
+    wal = beside(path, "-wal")
+    return header[18:20] == b"\x02\x02" if wal == "none" else wal != "log"
 
 
 def sqlite_url(path: str | Path) -> str:
@@ -189,20 +188,29 @@ def sqlite_read_only_url(path: str | Path) -> str:
     return f"sqlite+pysqlite:///{urllib.parse.quote(location, safe='/:')}?{query}&uri=true"
 
 
+def beside(path: str | Path, suffix: str) -> str:
+    """What stands beside an SQLite database under the name of its `suffix` file ("-journal" or
+    "-wal"): "none"; "log" (a rollback journal's or a write-ahead log's header: data SQLite reads);
+    "spent" (what SQLite leaves holding nothing: an empty file, or a zeroed journal); or "foreign"
+    (anything else: not a regular file, or another header; a read-write open deletes it as its own)."""
+    name = Path(f"{path}{suffix}")
+    try:
+        if not stat.S_ISREG(os.lstat(name).st_mode):
+            return "foreign"
+    except OSError:
+        return "none"
+    head = _head(name, 8)
+    journal = suffix == "-journal"
+    if head == JOURNAL_MAGIC if journal else (head[:4] in WAL_MAGIC and head[4:] == WAL_VERSION):
+        return "log"
+    return "spent" if len(head) < 8 or (journal and head == bytes(8)) else "foreign"
+
+
 def foreign_beside(path: str | Path) -> Path | None:
-    """A file named as SQLite's own beside the database (its -journal or -wal) that SQLite did not
-    write: anything but a regular file, or one whose header is neither a journal's (or a zeroed
-    one's) nor a log's. A read-write open would delete it as its own; None where there is none."""
-    for suffix, fits in (("-journal", lambda head: head in (JOURNAL_MAGIC, bytes(8))),
-                         ("-wal", lambda head: head[:4] in WAL_MAGIC)):
-        beside = Path(f"{path}{suffix}")
-        try:
-            st = os.lstat(beside)
-        except OSError:
-            continue
-        if not stat.S_ISREG(st.st_mode) or (st.st_size >= 8 and not fits(_head(beside, 8))):
-            return beside
-    return None
+    """The -journal or -wal beside an SQLite database that SQLite did not write (`beside`); None
+    where there is none."""
+    return next((Path(f"{path}{suffix}") for suffix in ("-journal", "-wal") if beside(path, suffix) == "foreign"),
+                None)
 
 
 def why_unreadable(path: str | Path, err: BaseException) -> str:
@@ -223,7 +231,7 @@ def why_unreadable(path: str | Path, err: BaseException) -> str:
 def journal_left(path: str | Path) -> bool:
     """Whether a rollback journal stands beside an SQLite database (a live writer's, or a killed
     one's that the next writer rolls back)."""
-    return _head(Path(f"{path}-journal"), 8) == JOURNAL_MAGIC
+    return beside(path, "-journal") == "log"
 
 
 def half_done(where: str, rolled_back_by: str) -> ConfigError:

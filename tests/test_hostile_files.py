@@ -118,6 +118,31 @@ def test_a_stray_journal_is_read_past_but_a_real_one_is_not(tmp_path):
     assert not sqlite_immutable(db)
 
 
+@pytest.mark.parametrize("suffix, content, kind", [
+    ("-journal", b"", "spent"), ("-journal", bytes(512), "spent"), ("-journal", JOURNAL_MAGIC + bytes(504), "log"),
+    ("-journal", b"plain text, no journal", "foreign"), ("-wal", b"", "spent"),
+    ("-wal", b"\x37\x7f\x06\x82" + (3007000).to_bytes(4, "big") + bytes(24), "log"),
+    ("-wal", b"\x37\x7f\x06\x82" + (1).to_bytes(4, "big") + bytes(24), "foreign"),  # a log's magic, no log's version
+    ("-wal", b"plain text, no log", "foreign"), ("-wal", None, "foreign"), ("-journal", None, "foreign")])
+def test_what_stands_beside_a_database_is_judged_once_for_every_reader(tmp_path, suffix, content, kind):
+    from sweeper.fs import beside, foreign_beside, journal_left
+
+    db = tmp_path / "optuna.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("create table t (x)")
+    assert beside(db, suffix) == "none" and foreign_beside(db) is None
+    name = tmp_path / f"optuna.db{suffix}"
+    if content is None:
+        os.mkfifo(name)
+    else:
+        name.write_bytes(content)
+    assert beside(db, suffix) == kind
+    assert (foreign_beside(db) == name) == (kind == "foreign")
+    assert journal_left(db) == (suffix == "-journal" and kind == "log")
+    if kind == "foreign" or (suffix == "-wal" and kind == "spent"):
+        assert sqlite_immutable(db)  # nothing SQLite would read there: the database alone, nothing left beside it
+
+
 @pytest.mark.parametrize("report", [{"step": 1e300, "acc_3x": 0.5}, {"step": 60, "acc_3x": 1e308},
                                     {"step": 60.5, "acc_3x": 0.5}])
 def test_a_recorded_curve_with_numbers_no_run_makes_is_no_curve(report):

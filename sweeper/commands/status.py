@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from dataclasses import dataclass
 
+from sweeper.fs import nearest_existing
 from sweeper.status import SPACE_FILE, STATUS_FILE, load_records
 from sweeper.views import TABLE_WIDTH, ensure_status, status_lines, sweep_list_lines
 from sweeper.sweep_dir import DEFAULT_STORAGE, find_sweep_dir, is_uri
@@ -55,8 +55,8 @@ def list_sweeps(storage: str | None) -> int:
         raise ConfigError(f"--storage {cut(folder, 80)}: sweeps are listed from a local folder; name the sweep instead")
     path = expand_user(folder)
     try:
-        first = next((p for p in (path, *path.parents) if os.path.lexists(p)), None)  # what stands there, or above it
-        not_a_folder = storage is not None and first is not None and not first.is_dir() and not first.is_symlink()
+        first = nearest_existing(path)  # what stands there, or above it
+        not_a_folder = storage is not None and not first.is_dir() and not first.is_symlink()
     except OSError as err:  # a name the file system refuses
         raise ConfigError(f"--storage {cut(folder, 80)}: not a folder ({err.strerror})") from None
     if not_a_folder:
