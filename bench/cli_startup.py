@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path
 from worktree import ROOT, baseline_tree  # noqa: E402
 from core.tool_cli import Parser, run_tool
+from sweeper.cli_types import positive_int
 
 COMMANDS = {"sweeper --help": ["--help"],
             "sweeper validate search_spaces/switch_time.yaml": ["validate", "search_spaces/switch_time.yaml"]}
@@ -40,7 +41,7 @@ def wall_s(tree: Path, args: list[str]) -> float:
 def main() -> None:
     parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", help="git revision to compare with")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=positive_int, default=5)
     args = parser.parse_args()
     trees = {"new": ROOT} | ({"old": baseline_tree(args.baseline)} if args.baseline else {})
     times: dict[tuple[str, str], list[float]] = {}

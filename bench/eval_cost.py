@@ -22,12 +22,13 @@ import time
 
 import torch
 from core.tool_cli import Parser, run_tool
+from sweeper.cli_types import positive_int
 
 
 def main() -> None:
     parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="hybrid_dat")
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=positive_int, default=15)
     args = parser.parse_args()
 
     from trainables.config import load_trial_config

@@ -21,7 +21,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from core.errors import ConfigError
 from core.tool_cli import Parser, run_tool
+from sweeper.cli_types import positive_int
+from sweeper.fs import check_output_file
 
 ROOT = Path(__file__).resolve().parent.parent
 TRIAL_STEPS = 6000  # a default trial
@@ -66,9 +69,9 @@ def level(n: int, steps: int, device: str) -> dict:
 
 def main() -> None:
     p = Parser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--procs", type=int, nargs="+", default=[1, 2, 4])
-    p.add_argument("--device", default="cuda")
+    p.add_argument("--steps", type=positive_int, default=600)
+    p.add_argument("--procs", type=positive_int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--out")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -76,6 +79,10 @@ def main() -> None:
         return child(args.steps, args.device)
     import torch
 
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: this machine has no CUDA device; use --device cpu")
+    if args.out:
+        check_output_file(args.out, "--out")  # before the runs, not after them
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
     print(f"device: {name}; torch {torch.__version__}; default hybrid_dat, {args.steps} steps per trial")
     rows = []

@@ -23,7 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path (the tests)
 from fixed_trials import space_file, start_launch  # noqa: E402
+from core.errors import ConfigError
 from core.tool_cli import Parser, run_tool
+from sweeper.cli_types import positive_int, positive_number
 
 TRIAL_STEPS = 6000  # a default trial
 
@@ -50,15 +52,15 @@ def launch(path: Path, workdir: Path, name: str, expected: int) -> dict:
 
 def main() -> None:
     ap = Parser(description=__doc__.split("\n")[0])
-    ap.add_argument("--trials", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--gpus", type=float, nargs="+", default=[1, 0.5, 0.25, 0.125])
+    ap.add_argument("--trials", type=positive_int, default=16)
+    ap.add_argument("--steps", type=positive_int, default=1000)
+    ap.add_argument("--gpus", type=positive_number, nargs="+", default=[1, 0.5, 0.25, 0.125])
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     import torch
 
     if not torch.cuda.is_available():
-        raise SystemExit("bench/gpu_sweep.py: needs a CUDA device")
+        raise ConfigError("bench/gpu_sweep.py: needs a CUDA device; this machine has none")
     print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; {args.trials} default hybrid_dat "
           f"trials of {args.steps} steps per sweep", flush=True)
     rows = []

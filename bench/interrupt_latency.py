@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or l
 from fixed_trials import ROOT, space_file, start_launch  # noqa: E402
 from worktree import baseline_tree  # noqa: E402
 from core.tool_cli import Parser, run_tool
+from sweeper.cli_types import positive_int
 
 TARGET_S = 3.0
 
@@ -62,8 +63,8 @@ def one_round(workdir: Path, trials: int, root: Path = ROOT) -> tuple[float, str
 
 def main() -> None:
     parser = Parser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument("--trials", type=positive_int, default=2)
     parser.add_argument("--baseline", metavar="REV", help="alternate each round with this commit's launch")
     args = parser.parse_args()
     trees = {"this tree": ROOT} | ({args.baseline: baseline_tree(args.baseline)} if args.baseline else {})

@@ -19,6 +19,7 @@ import torch
 from trainables.othello import games_to_batch
 from trainables.othello_game import generate_games
 from core.tool_cli import Parser, run_tool
+from sweeper.cli_types import cpus, positive_int
 
 TARGET = 20_000  # complete games per second on one core
 
@@ -31,9 +32,9 @@ def timed(fn) -> tuple[float, float]:
 
 def main() -> None:
     parser = Parser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--games", type=int, default=2048, help="games per generator call (default 2048)")
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--threads", type=cpus, default=1)
+    parser.add_argument("--games", type=positive_int, default=2048, help="games per generator call (default 2048)")
+    parser.add_argument("--repeats", type=positive_int, default=10)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)

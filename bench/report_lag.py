@@ -28,6 +28,7 @@ from fixed_trials import ROOT, space_file, start_launch  # noqa: E402
 sys.path.insert(0, str(ROOT / "tests"))
 from conftest import start_mlflow_server, stop  # noqa: E402  the tests' real MLflow server
 from core.tool_cli import Parser, run_tool
+from sweeper.cli_types import positive_int
 
 POLL_S = 0.05
 
@@ -73,8 +74,8 @@ def percentile(xs: list[float], q: float) -> float:
 
 def main() -> None:
     parser = Parser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--trials", type=positive_int, default=4)
+    parser.add_argument("--steps", type=positive_int, default=600)
     args = parser.parse_args()
     from mlflow import MlflowClient
 

@@ -41,7 +41,9 @@ from trainables import ssm  # noqa: E402
 from trainables.config import ModelConfig, load_trial_config, with_overrides  # noqa: E402
 from trainables.model import HybridLM  # noqa: E402
 from trainables.ssm import selective_scan, selective_scan_reference  # noqa: E402
+from core.errors import ConfigError  # noqa: E402
 from core.tool_cli import Parser, run_tool  # noqa: E402
+from sweeper.cli_types import count, positive_int  # noqa: E402
 
 BAR = 1e-4
 SOURCES = ["selective_scan.cpp", "selective_scan_fwd_fp32.cu", "selective_scan_fwd_fp16.cu", "selective_scan_fwd_bf16.cu",
@@ -181,12 +183,12 @@ def main() -> None:
     ap = Parser(description=__doc__.split("\n")[0])
     ap.add_argument("--build-from", type=Path, help="an unpacked mamba-ssm sdist: JIT-build its kernel for this GPU")
     ap.add_argument("--build-dir", type=Path, default=Path("/tmp/selective_scan_build"))
-    ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--trial-steps", type=int, default=600, help="0 skips the whole-trial part")
+    ap.add_argument("--repeats", type=positive_int, default=30)
+    ap.add_argument("--trial-steps", type=count, default=600, help="0 skips the whole-trial part")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if not torch.cuda.is_available():
-        raise SystemExit("bench/ssm_fused.py: needs a CUDA device")
+        raise ConfigError("bench/ssm_fused.py: needs a CUDA device; this machine has none")
     result: dict = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
     if args.build_from:
         result["build_s"] = build_kernel(args.build_from, args.build_dir)

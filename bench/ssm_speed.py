@@ -24,6 +24,7 @@ from trainables.config import ModelConfig
 from trainables.model import HybridLM
 from trainables.ssm import TRANSITIONS, SSMMixer
 from core.tool_cli import Parser, run_tool
+from sweeper.cli_types import cpus, positive_int
 
 
 def make_step(model: HybridLM, tokens: torch.Tensor):
@@ -51,9 +52,9 @@ def build(kw: dict, method: str = "auto", layers: int = 2) -> HybridLM:
 
 def main() -> None:
     ap = Parser(description=__doc__.split("\n")[0])
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--layers", type=int, default=2, help="hybrid blocks (4: the paper-depth experiments)")
+    ap.add_argument("--threads", type=cpus, default=1)
+    ap.add_argument("--repeats", type=positive_int, default=10)
+    ap.add_argument("--layers", type=positive_int, default=2, help="hybrid blocks (4: the paper-depth experiments)")
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or l
 from fixed_trials import ROOT, space_file, start_launch  # noqa: E402
 from worktree import baseline_tree  # noqa: E402
 from core.tool_cli import Parser, run_tool
+from sweeper.cli_types import positive_int
 
 TRIALS = [4]  # trials in the sweep (set by main)
 
@@ -212,9 +213,9 @@ def idle_use(pid: int, seconds: float = 30.0) -> tuple[float, float]:
 
 def main() -> None:
     parser = Parser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=500)
-    parser.add_argument("--concurrent", type=int, default=2)
+    parser.add_argument("--trials", type=positive_int, default=4)
+    parser.add_argument("--steps", type=positive_int, default=500)
+    parser.add_argument("--concurrent", type=positive_int, default=2)
     parser.add_argument("--baseline", metavar="REV", help="also launch the sweep on this commit's code, side by side")
     parser.add_argument("--service", action="store_true", help="also launch it attached to a running sweep service")
     args = parser.parse_args()

@@ -24,6 +24,7 @@ from trainables.model import HybridLM
 from trainables.objectives import make_objective
 from trainables.train import build_optimizer, train
 from core.tool_cli import Parser, run_tool
+from sweeper.cli_types import cpus, positive_int
 
 
 def bare_loop(cfg: TrialConfig, steps: int) -> float:
@@ -53,8 +54,8 @@ def real_loop(cfg: TrialConfig) -> float:
 
 def main() -> None:
     parser = Parser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=500, help="steps per loop (a multiple of eval.every)")
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--steps", type=positive_int, default=500, help="steps per loop (a multiple of eval.every)")
+    parser.add_argument("--threads", type=cpus, default=None)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

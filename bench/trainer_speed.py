@@ -62,6 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))  # run as a script or loaded by path
 from worktree import baseline_tree  # noqa: E402
 from core.tool_cli import Parser, run_tool  # noqa: E402
+from sweeper.cli_types import positive_int  # noqa: E402
 
 REPRO_EVAL_SEED = 20261121  # the reproduction's evaluation seed: the memory run's acc_3x compares with its table
 
@@ -238,9 +239,9 @@ def summary(r: dict, peak: float) -> dict:
 def main() -> None:
     parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", help="git revision of the old trainer")
-    parser.add_argument("--steps", type=int, default=1000,
+    parser.add_argument("--steps", type=positive_int, default=1000,
                         help="steps per run, a multiple of 1000; the switch at steps/4 (6000: the trial itself)")
-    parser.add_argument("--rounds", type=int, default=3, help="old/new pairs (order old new new old ...)")
+    parser.add_argument("--rounds", type=positive_int, default=3, help="old/new pairs (order old new new old ...)")
     parser.add_argument("--memory", action="store_true", help="also one full 6000-step trial of this tree: RSS over the run")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--eval-seed", type=int, default=None, help=argparse.SUPPRESS)

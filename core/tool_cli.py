@@ -4,7 +4,8 @@ keeps the sweeper's promise: a mistake is one line on stderr and exit 2, never a
     Parser          argparse whose usage errors are one line and exit 2 (not usage + message)
     answer(err)     what a user can cause (a ConfigError, a path the system refuses, a full disk
                     behind stdout, a reader that left, Ctrl-C) as one line and an exit code
-    run_tool(main)  call `main`, and exit with its code or the `answer`
+    run_tool(main)  call `main`, and exit with its code or the `answer`; refused at once when
+                    started with stdout closed (`>&-`)
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"error: {one_line(f'{self.prog}: {cut(message, 200)}')} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
+
+
+def hold_closed_stdout() -> str:
+    """For a command started with stdout closed: put /dev/null at descriptor 1 (else the next file
+    this process opened would take it, and receive what is printed) and return the one line to say."""
+    fd = os.open(os.devnull, os.O_WRONLY)  # the lowest free descriptor: 1, unless stdin is closed too
+    if fd != 1:
+        os.dup2(fd, 1)
+    return "stdout is closed (>&-): the command's output would be lost; send it to a file or to /dev/null instead"
 
 
 def drop_stdout() -> None:
@@ -65,6 +75,9 @@ def answer(err: BaseException) -> tuple[str | None, int] | None:
 
 def run_tool(main: Callable[[], int | None]) -> NoReturn:
     """Exit with what `main` returns; what a user can cause is one line on stderr (`answer`)."""
+    if sys.stdout is None:  # started with its output closed
+        print(error_line(hold_closed_stdout()), file=sys.stderr)
+        sys.exit(2)
     try:
         code = main() or 0
         sys.stdout.flush()

@@ -10,14 +10,15 @@ experiments/switch_grid.py and experiments/adaptive_grid.py are two such grids.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from core.tool_cli import Parser
 from experiments.launching import sweeper_launch
+from sweeper.cli_types import cpus
 from experiments.record import finished_trials, read_record, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,10 +136,10 @@ def write_report(path: Path, fig, lines: list[str], alt: str) -> str:
 def main(grid: CurveGrid, argv: list[str] | None, prog: str, description: str,
          report: Callable[[], str] | None = None) -> int:
     """A grid's verbs: run, export, status, and report where the grid has one."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = Parser(prog=prog, description=description)
     sub = parser.add_subparsers(dest="verb", required=True)
     r = sub.add_parser("run", help="train the cells the data file lacks, then export them")
-    r.add_argument("--concurrent", type=int, default=1, help="runs at once (one core each)")
+    r.add_argument("--concurrent", type=cpus, default=1, help="runs at once (one core each)")
     sub.add_parser("export", help=f"copy finished runs of sweeps/{grid.name}_* into the data file")
     sub.add_parser("status", help="cells recorded / planned")
     if report is not None:

@@ -50,6 +50,7 @@ from pathlib import Path
 
 from trainables.run_dir import RunDir, parse_reports
 from core.tool_cli import Parser, run_tool
+from sweeper.cli_types import positive_int, positive_number
 
 MACHINE = "machine.json"
 PROVENANCE = "provenance.json"  # beside the configs: {"commit": the code they were written from}
@@ -348,8 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("train", help="train every config of a folder at once, against a deadline")
     t.add_argument("configs", type=Path, help="a folder of trial configs (*.yaml), grouped by the name before its first _")
     t.add_argument("runs", type=Path, help="where the run folders go")
-    t.add_argument("--deadline", type=float, required=True, help="seconds from the start")
-    t.add_argument("--groups", type=int, default=None, help="start only the first N groups (default: all)")
+    t.add_argument("--deadline", type=positive_number, required=True, help="seconds from the start")
+    t.add_argument("--groups", type=positive_int, default=None, help="start only the first N groups (default: all)")
     t.add_argument("--pack", type=Path, required=True, help="tar.gz of the runs' reports")
     t.add_argument("--checkpoints", action="store_true",
                    help="pause every run at the deadline and pack the unfinished runs' checkpoints beside the pack")

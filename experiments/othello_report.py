@@ -29,6 +29,7 @@ from scipy import stats
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from core import json_text
 from core.errors import ConfigError, cut, short_path
 from core.tool_cli import Parser, run_tool
 
@@ -50,9 +51,9 @@ def load(paths: list[Path]) -> dict:
     for p in paths:
         if p.is_dir():
             for f in sorted(p.glob("*.jsonl")):
-                runs[f.stem] = {"reports": [json.loads(line) for line in _text(f).splitlines()]}
+                runs[f.stem] = {"reports": [json_text.loads(line) for line in _text(f).splitlines()]}
         else:
-            runs.update({k: {"reports": v["reports"]} for k, v in json.loads(_text(p)).items()})
+            runs.update({k: {"reports": v["reports"]} for k, v in json_text.loads(_text(p)).items()})
     return runs
 
 
@@ -71,7 +72,7 @@ def read(paths: list[Path]) -> dict:
 
 def _read(paths: list[Path]) -> dict:
     if len(paths) == 1 and paths[0].is_file():
-        rec = json.loads(_text(paths[0]))
+        rec = json_text.loads(_text(paths[0]))
         if all("final" in r for r in rec.values()):
             return rec
     return record(load(paths))

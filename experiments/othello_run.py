@@ -15,7 +15,10 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from core import json_text
+from core.errors import ConfigError, cut, short_path
 from core.tool_cli import Parser, run_tool
+from sweeper.cli_types import cpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -47,9 +50,15 @@ def main() -> int:
     parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path)
     parser.add_argument("out", type=Path)
-    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--jobs", type=cpus, default=1)
     args = parser.parse_args()
-    runs = json.loads(args.runs.read_text())
+    try:
+        runs = json_text.loads(args.runs.read_text(encoding="utf-8"))
+        names = [r["name"] for r in runs]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"{short_path(args.runs, 120)}: not a list of runs, each with a name ({type(err).__name__}: {cut(str(err), 80)})") from None
+    if len(set(names)) != len(names) or not all(isinstance(n, str) and n and "/" not in n for n in names):
+        raise ConfigError(f"{short_path(args.runs, 120)}: run names must be unique file names")
     args.out.mkdir(parents=True, exist_ok=True)
     todo = [r for r in runs if not (args.out / f"{r['name']}.json").exists()]
     with ProcessPoolExecutor(args.jobs) as pool:

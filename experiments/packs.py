@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from experiments.record import head_commit, provenance, record_lock
+from experiments.record import RecordBusy, head_commit, provenance, record_lock
 from experiments.sweep_chunks import ROOT, Chunks, Planned, sweep_cells
 
 
@@ -74,6 +74,9 @@ def write_configs(exp: Experiment, folder: Path, seeds: list[int], device: str,
     return len(cells), sorted({c["seed"] for c in cells if chunks.key(p.budget, c) in busy})
 
 
+IMPORT_WAIT_S = 60.0  # an export holds the record's lock for seconds; longer is a writer to wait out by hand
+
+
 class PackError(Exception):
     """A pack that cannot be read as one from experiments/device_runs.py (one line)."""
 
@@ -87,8 +90,13 @@ def import_pack(exp: Experiment, path: Path) -> tuple[int, list[str]]:
     report holds every metric the recorded runs' do, one run per cell, a seed only when every cell
     of it to train is there. Returns the number added and a line for each run left out;
     PackError when the pack itself is unreadable."""
-    with record_lock(exp.chunks.record):
-        return _import_pack(exp, path)
+    if not path.is_file():  # said before the record's lock is taken (a FIFO would block the read)
+        raise PackError("no such file" if not path.exists() else "not a regular file")
+    try:
+        with record_lock(exp.chunks.record, wait_s=IMPORT_WAIT_S):
+            return _import_pack(exp, path)
+    except RecordBusy as err:
+        raise PackError(f"{err} (a running experiment's export?); try again when it ends") from None
 
 
 def _import_pack(exp: Experiment, path: Path) -> tuple[int, list[str]]:

@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import gzip
 import json
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -18,12 +19,25 @@ def read_record(path: Path, empty: Callable[[], dict]) -> dict:
         return json.load(f)
 
 
+class RecordBusy(Exception):
+    """The record's lock was not free within the wait asked for."""
+
+
 @contextlib.contextmanager
-def record_lock(path: Path) -> Iterator[None]:
+def record_lock(path: Path, wait_s: float | None = None) -> Iterator[None]:
     """Hold the record's lock (a file beside it) for one read-change-write, so that two writers
-    (a running experiment's export, an import by hand) do not drop each other's runs."""
+    (a running experiment's export, an import by hand) do not drop each other's runs. With
+    `wait_s`, RecordBusy when another writer holds it longer than that."""
     with open(path.with_name(path.name + ".lock"), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | (fcntl.LOCK_NB if deadline is not None else 0))
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise RecordBusy(f"{path.name} is being written by another process for over {wait_s:.0f} s") from None
+                time.sleep(0.2)
         try:
             yield
         finally:

@@ -31,6 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from core.errors import ConfigError, brief  # noqa: E402
 from core.files import write_atomic  # noqa: E402
 from core.tool_cli import Parser, run_tool  # noqa: E402
 from trainables.config import load_trial_config, with_overrides  # noqa: E402
@@ -86,7 +87,7 @@ def plan(name: str) -> dict[str, tuple[str, dict]]:
                         runs[f"{arm} {preset} seed={seed}"] = (preset, {**mixer_overrides(arm), "seed": seed,
                                                                          "eval.seed": DAT_EVAL_SEED})
     else:
-        raise SystemExit(f"unknown plan {name!r}: explore, certify, certify_long or dat")
+        raise ConfigError(f"unknown plan {brief(name, 60)}: explore, certify, certify_long or dat")
     return runs
 
 
@@ -201,9 +202,9 @@ def gap_table(results: dict, metric: str = "ood_acc_3x") -> None:
 def main() -> int:
     parser = Parser(prog="python -m experiments.ssm_runs", description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("run", "table"))
-    parser.add_argument("out", help="the folder of the runs")
+    parser.add_argument("plan", choices=("explore", "certify", "certify_long", "dat"), help="the runs' plan")
     args = parser.parse_args()
-    (run if args.action == "run" else table)(args.out)
+    (run if args.action == "run" else table)(args.plan)
     return 0
 
 

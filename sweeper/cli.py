@@ -13,10 +13,10 @@ from typing import Callable
 
 from trainables.config import preset_names
 from core.errors import error_line
-from core.tool_cli import Parser, answer
+from core.tool_cli import Parser, answer, hold_closed_stdout
 from sweeper.cli_types import (cpus, experiment_name, file_name, folder, plain, port, positive_int, replay_count,
                                sample_count, tolerance)
-from sweeper.cli_process import adopt_orphans, check_working_dir, exit_at_once, hold_closed_stdout
+from sweeper.cli_process import adopt_orphans, check_working_dir, exit_at_once
 from sweeper.sweep_dir import DEFAULT_STORAGE
 
 

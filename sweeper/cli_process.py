@@ -10,15 +10,6 @@ import sys
 from core.errors import ConfigError
 
 
-def hold_closed_stdout() -> str:
-    """For a command started with stdout closed: put /dev/null at descriptor 1 (else the next file
-    this process opened would take it, and receive what is printed) and return the one line to say."""
-    fd = os.open(os.devnull, os.O_WRONLY)  # the lowest free descriptor: 1, unless stdin is closed too
-    if fd != 1:
-        os.dup2(fd, 1)
-    return "stdout is closed (>&-): the command's output would be lost; send it to a file or to /dev/null instead"
-
-
 def check_working_dir() -> None:
     """A working folder removed under the shell is one line, before any verb resolves a path."""
     try:

@@ -71,6 +71,17 @@ def tolerance(text: str) -> float:
     return value
 
 
+def positive_number(text: str) -> float:
+    """A finite number > 0 (a fraction of a GPU, seconds)."""
+    try:
+        value = tolerance(text)
+    except argparse.ArgumentTypeError:
+        value = 0.0
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {brief(text, 40)}")
+    return value
+
+
 def plain(text: str) -> str:
     """A name, path or host as typed: not empty, no spaces around it, no control characters (a
     refusal that named it would show another value, and a file made with it a name no one typed)."""

@@ -9,7 +9,8 @@ A source is a sweep (its name under `storage`, or its folder: the study says eac
 the trial's folder its reports) or a record file (`.json` or `.json.gz`, as experiments/curve_grid.py
 writes them: {"grid": {...}, "runs": [{"params": {...}, "reports": [...]}]}). Everything is read,
 nothing written. A curve cut short (a trial stopped early, or still running) says nothing about where
-its point ends, so it is left out; the count of those is kept for the caller to say.
+its point ends, so it is left out, as is a curve at a point the space could not draw (out of a range,
+not one of the choices); the count of those is kept for the caller to say.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from trainables.config import MAX_STEPS
 from sweeper.space import SearchSpace
 
 MAX_RECORD_BYTES = 256 << 20  # a record read whole (decompressed): larger is refused, not read
-MAX_CHOICE_TEXT = 200  # characters of a searched string value: a choice of a space, not a document
 MAX_CURVES = 5_000  # curves one replay reads (a recorded grid holds ~100; 2,000 replay in ~15 s)
 MAX_RECORD_VALUES = 5_000_000  # JSON values of a record (~30 bytes of text each in a real one): ~0.5 GB parsed
 METRIC_BOUND = 1e12  # a recorded metric beyond it is no measurement (accuracies, losses)
@@ -45,7 +45,8 @@ def load_curves(sources: list[str], spec: SearchSpace, storage: str | None) -> C
     from sweeper.adapters.optuna_search import walk
     from sweeper.space import param_names
 
-    axes = tuple(sorted(name for _, _, name, _ in walk(spec.space, param_names(spec.space))))
+    params_of = {name: param for _, param, name, _ in walk(spec.space, param_names(spec.space))}
+    axes = tuple(sorted(params_of))
     runs: dict[tuple, list[list[dict]]] = {}
     complete = cut_short = 0
     for source in sources:
@@ -53,7 +54,7 @@ def load_curves(sources: list[str], spec: SearchSpace, storage: str | None) -> C
             if complete + cut_short >= MAX_CURVES:  # a replay's time grows with them: minutes past it, without a word
                 raise ConfigError(f"--curves {cut(', '.join(sources), 120)}: more than {MAX_CURVES:,} curves; replay a "
                                   "part of them (a sweep, a record of one question)")
-            if _complete(reports, spec) and _plain(params, axes):
+            if _complete(reports, spec) and _in_space(params, params_of):
                 runs.setdefault(point_key(axes, params), []).append([r for r in reports if spec.metric in r])
                 complete += 1
             else:
@@ -70,11 +71,25 @@ def load_curves(sources: list[str], spec: SearchSpace, storage: str | None) -> C
     return Curves(grid, complete, cut_short, tuple(sources))
 
 
-def _plain(params: dict, axes: tuple[str, ...]) -> bool:
-    """Each searched value a short string, a flag or a finite number (what a point of a space can be)."""
-    return all(value is None or isinstance(value, bool) or (isinstance(value, str) and len(value) <= MAX_CHOICE_TEXT)
-               or finite(value) is not None
-               for value in (params.get(axis) for axis in axes))
+def _in_space(params: dict, params_of: dict) -> bool:
+    """Each searched value one the space could draw: within an int or float range (a whole number
+    for an int; a flag is neither), one of a categorical's choices (of its type), or absent (a
+    parameter of a branch not taken). A curve at any other point is no answer the space could find."""
+    from sweeper.space import CategoricalParam, IntParam
+
+    for name, param in params_of.items():
+        value = params.get(name)
+        if value is None:
+            continue
+        if isinstance(param, CategoricalParam):
+            if not any(value == c and isinstance(value, bool) == isinstance(c, bool) and isinstance(value, str) == isinstance(c, str)
+                       for c in param.choices):
+                return False
+            continue
+        number = None if isinstance(value, bool) else finite(value)
+        if number is None or not param.low <= number <= param.high or (isinstance(param, IntParam) and number != int(number)):
+            return False
+    return True
 
 
 def _complete(reports: list[dict], spec: SearchSpace) -> bool:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import heapq
-import json
 import math
 import random
 import zlib
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from core import json_text
 from core.errors import ConfigError, cut, short_path
 from sweeper.adapters.optuna_ledger import MEMORY, Ledger
 from sweeper.space import SearchSpace
@@ -123,7 +123,7 @@ def load_grid(path: str | Path, axes: tuple[str, ...], seed_axis: str = "seed") 
     try:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt", encoding="utf-8") as f:
-            data = json.load(f)
+            data = json_text.loads(f.read())  # nesting past the parser's stack: a ValueError
         grid = data["grid"]
         runs: dict[tuple, list[list[dict]]] = {}
         for run in sorted(data["runs"], key=lambda r: r["params"][seed_axis]):

@@ -145,3 +145,56 @@ def test_the_tools_beside_the_sweeper_answer_bad_options_and_inputs_in_one_line(
         r = subprocess.run(argv, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
                            text=True, timeout=120)
         assert_refused(r, said, root=tmp_path, before=before)
+
+
+TOOL_MISUSE = [
+    (("bench/interrupt_latency.py", "--rounds", "0"), "--rounds: must be >= 1"),
+    (("bench/cli_startup.py", "--baseline", "no-such-revision"), "names no commit"),
+    (("bench/othello_speed.py", "--threads", "0"), "--threads"),
+    (("bench/trainer_overhead.py", "--steps", "-5"), "--steps"),
+    (("bench/gpu_share.py", "--device", "cpu", "--procs", "0"), "--procs"),
+    (("bench/gpu_sweep.py", "--gpus", "nan"), "--gpus: must be a finite number > 0"),
+    (("bench/search_replay.py", "--data", "deep.json", "--out", "o"), "nested too deep"),
+    (("-m", "experiments.switch_grid", "run", "--concurrent", "0"), "--concurrent"),
+    (("-m", "experiments.adaptive_grid", "bogus"), "invalid choice: 'bogus'"),
+    (("-m", "experiments.othello_report", "--paired-only", "deep.json"), "nested too deep"),
+    (("-m", "experiments.othello_run", "nameless.json", "out"), "each with a name"),
+    (("-m", "experiments.ssm_runs", "table", "nope"), "invalid choice: 'nope'"),
+    (("-m", "experiments.device_runs", "train", "a", "b", "--deadline", "0", "--pack", "p"), "--deadline"),
+    (("-m", "trainables.othello", "sample", "--n", " 5"), "whole number"),
+    (("-m", "sweeper.server_guard", "²"), "argument group"),
+]
+
+
+@pytest.mark.parametrize("argv, said", TOOL_MISUSE, ids=[" ".join(a[:2]) + f"-{i}" for i, (a, _) in enumerate(TOOL_MISUSE)])
+def test_a_tool_s_bad_option_or_input_is_one_line_before_any_work(tmp_path, argv, said):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    (tmp_path / "deep.json").write_text("[" * 100_000)
+    (tmp_path / "nameless.json").write_text('[{"seed": 1}]')
+    before = snapshot(tmp_path)
+    args = [str(ROOT / a) if a.startswith("bench/") else a for a in argv]
+    r = subprocess.run([sys.executable, *args], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       capture_output=True, text=True, timeout=120)
+    assert r.stdout == ""
+    assert_refused(r, said, root=tmp_path, before=before)
+
+
+@pytest.mark.parametrize("tool", [("-m", "trainables.othello", "sample", "--n", "3"),
+                                  ("bench/othello_speed.py", "--games", "1", "--repeats", "1")])
+def test_a_tool_started_with_stdout_closed_says_so_in_one_line(tmp_path, tool):
+    import shlex
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    args = " ".join(shlex.quote(str(ROOT / a) if a.startswith("bench/") else a) for a in tool)
+    r = subprocess.run(["sh", "-c", f"exec {shlex.quote(sys.executable)} {args} >&-"], cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=None, stderr=subprocess.PIPE, text=True,
+                       timeout=120)
+    r.stdout = ""
+    assert_refused(r, "stdout is closed")

@@ -143,6 +143,36 @@ def test_a_checkpoint_link_out_of_the_run_folder_is_refused(run_dir, tmp_path):
     refused(tmp_path, "checkpoint-STEP folder of this run")
 
 
+@pytest.mark.parametrize("name, make, expect", [
+    ("checkpoint-99", os.mkfifo, "not a folder"),  # removed as an old checkpoint: rmtree would open it and wait
+    ("checkpoint-60", lambda p: p.write_text("x"), "not a folder"),  # the new checkpoint's own name
+    ("checkpoint-60", lambda p: p.symlink_to("checkpoint-40"), "a link"),
+    ("checkpoint.swap", os.mkdir, "not a link")])
+def test_what_stands_at_a_checkpoint_s_name_is_refused_before_training(run_dir, tmp_path, name, make, expect):
+    make(run_dir / name)
+    refused(tmp_path, name, expect)
+
+
+def test_a_fresh_run_refuses_a_folder_with_checkpoints_in_it(tmp_path):
+    (tmp_path / "run").mkdir()
+    os.mkfifo(tmp_path / "run" / "checkpoint-5")
+    refused(tmp_path, "already holds a run", args=("trial", "tiny", "--steps", "30", "--out", "run", "--threads", "1"))
+
+
+def test_a_stale_swap_link_and_a_fifo_among_old_checkpoints_are_replaced_not_waited_on(tmp_path):
+    from trainables.run_dir import RunDir
+
+    run = RunDir(tmp_path / "run")
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "state.pt").write_bytes(b"weights")
+    (tmp_path / "run").mkdir()
+    os.mkfifo(tmp_path / "run" / "checkpoint-7")
+    (tmp_path / "run" / "checkpoint.swap").symlink_to("checkpoint-7")  # a kill between the link's making and its rename
+    run.keep_checkpoint(tmp_path / "new", 9)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoint", "checkpoint-9"]
+    assert (tmp_path / "run" / "checkpoint" / "state.pt").read_bytes() == b"weights"
+
+
 # --------------------------------------------------------------------------- metrics.jsonl
 
 

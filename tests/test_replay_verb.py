@@ -192,3 +192,30 @@ def test_bad_curves_or_flags_are_one_line(tmp_path, what, args, says):
     assert r.returncode == 2 and r.stdout == "" and "\n" not in err and "Traceback" not in err, r.stderr[-2000:]
     assert says in err, err
     assert sorted(tmp_path.iterdir()) == before
+
+
+def test_the_progress_bar_counts_every_replay_and_changes_no_result(tmp_path, capsys):
+    from sweeper.commands.replay import METHODS, compare
+
+    path, _ = full_record(tmp_path)
+    grid = load_curves([str(path)], spec(), None).grid
+    quiet = compare(spec(), grid, 3, 0.01, 3)
+    shown = compare(spec(), grid, 3, 0.01, 3, progress=True)
+    assert shown == quiet and list(shown) == list(METHODS) and all(len(rows) == 3 for rows in shown.values())
+    assert capsys.readouterr().out == ""  # the bar is drawn on stderr only
+
+
+@pytest.mark.parametrize("params", [{"dat.switch_step": -200, "optim.lr": 1e-3}, {"dat.switch_step": 600, "optim.lr": 1e-3},
+                                    {"dat.switch_step": 200.5, "optim.lr": 1e-3}, {"dat.switch_step": True, "optim.lr": 1e-3},
+                                    {"dat.switch_step": 200, "optim.lr": -1.0}, {"dat.switch_step": 200, "optim.lr": 0.5},
+                                    {"dat.switch_step": "200", "optim.lr": 1e-3}])
+def test_a_curve_at_a_point_the_space_cannot_draw_is_left_out_not_made_the_best(tmp_path, params):
+    path, _ = full_record(tmp_path)
+    with gzip.open(path, "rt") as f:
+        data = json.load(f)
+    data["runs"].append({"params": {**params, "seed": 9}, "reports": curve(200, 4e-3, 9) and
+                         [{"step": s, "acc_3x": 0.99} for s in range(50, STEPS + 1, 50)]})  # the best, were it counted
+    record(path, data["runs"])
+    curves = load_curves([str(path)], spec(), None)
+    assert curves.complete == 12 and curves.cut_short == 2
+    assert max(curves.grid.final(key) for key in curves.grid.runs) < 0.99

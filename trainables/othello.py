@@ -145,10 +145,9 @@ def _bounded(low: int, high: int):
     """An argparse type: a whole number in [low, high]."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number, got {brief(text, 40)}") from None
+        if not (text.isascii() and text.isdigit() and len(text) <= 100):  # int() would take ' 5', '5_0', '٣'
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {brief(text, 40)}")
+        value = int(text)
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"must be in [{low}, {high:,}], got {brief(value, 40)}")
         return value

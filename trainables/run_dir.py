@@ -25,6 +25,7 @@ from core.files import write_atomic
 from trainables.config import MAX_STEPS
 
 CONFIG, REPORTS, CHECKPOINT, TIMES = "config.yaml", "metrics.jsonl", "checkpoint", "times.json"
+SWAP = f"{CHECKPOINT}.swap"  # the new link, made beside `checkpoint` and renamed over it
 MAX_REPORTS_BYTES = 64 * 2**20  # metrics.jsonl read back: ~30,000 reports of ~2 KB; a larger file is not a run's
 
 
@@ -114,18 +115,31 @@ class RunDir:
         if Path(checkpoint_dir).resolve() == target.resolve():  # the resumed final checkpoint, reported again
             return
         self.path.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(target, ignore_errors=True)
+        _remove(target)
         shutil.copytree(checkpoint_dir, target)
         link = self.path / CHECKPOINT
         if link.is_dir() and not link.is_symlink():  # a run folder of an older version: a plain folder
             link.rename(self.path / f"{CHECKPOINT}-previous")
-        tmp = self.path / f"{CHECKPOINT}.swap"
-        tmp.unlink(missing_ok=True)
+        tmp = self.path / SWAP
+        _remove(tmp)
         tmp.symlink_to(target.name)
         os.replace(tmp, link)
         for old in self.path.glob(f"{CHECKPOINT}-*"):
             if old != target:
-                shutil.rmtree(old, ignore_errors=True)
+                _remove(old)
+
+
+def _remove(path: Path) -> None:
+    """A run folder's entry gone, whatever stands there: a folder's tree (links in it not followed),
+    or a file, link or FIFO (rmtree would open a FIFO, and wait for a writer forever)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 RUN_FILES = (CONFIG, REPORTS, TIMES, "result.json")  # what a run folder holds besides its checkpoints
@@ -145,9 +159,26 @@ def regular_or_absent(path: Path, what: str) -> bool:
 
 def check_run_files(folder: Path, what: str) -> None:
     """A run folder a resume writes to again: each of its files a regular file or absent (a FIFO
-    there would block the run, a link would be written through, a folder would fail it)."""
+    there would block the run, a link would be written through, a folder would fail it), each
+    checkpoint-* a folder and the swap link a link (anything else would fail the first checkpoint,
+    after the training it keeps)."""
     for name in RUN_FILES:
         regular_or_absent(Path(folder) / name, what)
+    for path in checkpoint_entries(folder):
+        kind = os.lstat(path).st_mode
+        if path.name == SWAP and not stat.S_ISLNK(kind):  # a kill between its making and its rename leaves a link
+            raise ConfigError(f"{what} {short_path(path, 120)}: not a link; a run folder holds the checkpoint's new link there")
+        if path.name != SWAP and (stat.S_ISLNK(kind) or not stat.S_ISDIR(kind)):
+            raise ConfigError(f"{what} {short_path(path, 120)}: {'a link' if stat.S_ISLNK(kind) else 'not a folder'}; "
+                              "a run folder holds its checkpoint folders there")
+
+
+def checkpoint_entries(folder: str | Path) -> list[Path]:
+    """What stands in a run folder under a checkpoint folder's name (checkpoint-*) or the swap link's."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.name == SWAP or p.name.startswith(f"{CHECKPOINT}-"))
 
 
 def utc_now() -> str:

@@ -21,6 +21,7 @@ measured in the space's own scale (sweeper/curves.py). Per method:
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from core.errors import cut, short_path, visible
@@ -44,8 +45,9 @@ def run(options: Options) -> int:
 
     spec = load_space(options.file)
     curves = load_curves(options.curves, spec, options.storage)
-    rows = compare(spec, curves.grid, options.replays, options.tolerance, options.top)
-    print(visible("\n".join(render(options, spec, curves, rows)), keep="\n"))  # names from files others may write
+    print(visible("\n".join(header(options, spec, curves)), keep="\n"), flush=True)  # what runs, before it runs
+    rows = compare(spec, curves.grid, options.replays, options.tolerance, options.top, progress=sys.stderr.isatty())
+    print(visible("\n".join(table(options, spec, curves, rows)), keep="\n"))  # names from files others may write
     return 0
 
 
@@ -64,17 +66,32 @@ REFERENCE = "random + FIFO"
 METHODS = {"as written": lambda spec: spec, "as written, FIFO": without_stopping, REFERENCE: reference_of}
 
 
-def compare(spec, grid, replays: int, tolerance: float, top: int) -> dict[str, list[dict]]:
-    """Each method's replays at seeds 0..replays-1 (the same seeds for every method)."""
+def compare(spec, grid, replays: int, tolerance: float, top: int, progress: bool = False) -> dict[str, list[dict]]:
+    """Each method's replays at seeds 0..replays-1 (the same seeds for every method); with
+    `progress`, a bar on stderr (a terminal's) counts them."""
     from sweeper.replay import outcome
 
-    return {name: [outcome(variant(spec), grid, seed, tolerance=tolerance, top=top) for seed in range(replays)]
-            for name, variant in METHODS.items()}
+    def each(done=lambda: None) -> dict[str, list[dict]]:
+        rows = {}
+        for name, variant in METHODS.items():
+            rows[name] = []
+            for seed in range(replays):
+                rows[name].append(outcome(variant(spec), grid, seed, tolerance=tolerance, top=top))
+                done()
+        return rows
+
+    if not progress:
+        return each()
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("replaying", total=replays * len(METHODS))
+        return each(lambda: bar.advance(task))
 
 
-def render(options: Options, spec, curves, rows: dict[str, list[dict]]) -> list[str]:
-    from sweeper.replay_stats import summarize
-
+def header(options: Options, spec, curves) -> list[str]:
+    """What is replayed, on what: said before the replays run (a large space takes minutes)."""
     grid = curves.grid
     s = spec.scheduler
     written = f"{spec.searcher.sampler} + " + (f"ASHA (grace {spec.asha_limits()[0]}"
@@ -86,8 +103,15 @@ def render(options: Options, spec, curves, rows: dict[str, list[dict]]) -> list[
              f"once) on {curves.complete} curves at {len(grid.runs)} points"
              + (f" ({curves.cut_short} cut short, without {spec.metric} or at no point of the space: left out)" if curves.cut_short else "")
              + f"; {options.replays} replays each",
-             f"best recorded point: {_point(grid, best[0])}: {spec.metric} {grid.final(best[0]):.3f}",
-             "",
+             f"best recorded point: {_point(grid, best[0])}: {spec.metric} {grid.final(best[0]):.3f}"]
+    return lines
+
+
+def table(options: Options, spec, curves, rows: dict[str, list[dict]]) -> list[str]:
+    """Each method's compute to the best, speed-up and top-k stops, after the replays."""
+    from sweeper.replay_stats import summarize
+
+    lines = ["",
              f"{'method':<16} {'to within ' + format(options.tolerance, 'g') + ' of the best: median [IQR]':<44} "
              f"{'never':>7}  {'speed-up vs random + FIFO [95% CI]':<36} top-{options.top} stopped"]
     reference = [r["to_best"] for r in rows[REFERENCE]]

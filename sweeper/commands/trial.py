@@ -31,7 +31,7 @@ from trainables.config import ConfigError, TrialConfig, config_difference, load_
 from core.files import write_atomic
 from core.errors import brief, cut, short_path
 from trainables.run_dir import (CHECKPOINT, CONFIG, MAX_REPORTS_BYTES, REPORTS, Report, RunDir, check_run_files,
-                                 regular_or_absent, strict_reports)
+                                checkpoint_entries, regular_or_absent, strict_reports)
 from trainables.safe_yaml import load_yaml_text
 
 
@@ -75,7 +75,7 @@ def check_fresh(out: Path) -> None:
     """A new run's folder: missing, or a folder without a run in it."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {cut(str(out), 80)}: not a folder")
-    if any(os.path.lexists(out / name) for name in (REPORTS, CHECKPOINT)):
+    if any(os.path.lexists(out / name) for name in (REPORTS, CHECKPOINT)) or checkpoint_entries(out):
         raise ConfigError(f"--out {cut(str(out), 80)}: already holds a run; pass --resume to continue it or choose another directory")
 
 
