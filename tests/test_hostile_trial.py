@@ -288,3 +288,16 @@ def test_any_checkpoint_step_resumes_only_at_its_own_report(finished_run, tmp_pa
         assert resume.step == 40 and step == 40
     assert snapshot(run) == before
     shutil.rmtree(run)
+
+
+@pytest.mark.parametrize("override", [{"seed": True}, {"steps": False}, {"optim.lr": True}])
+def test_a_flag_where_a_number_belongs_is_said_once(override):
+    with pytest.raises(ConfigError) as caught:
+        with_overrides(load_trial_config("tiny"), override, "--set")
+    line = str(caught.value)
+    assert "must be a number" in line and line.count("got ") == 1 and "mapping" not in line, line
+
+
+def test_an_emptied_saved_config_is_named_as_empty_not_as_a_config_of_defaults(run_dir, tmp_path):
+    (run_dir / "config.yaml").write_text("\n")
+    refused(tmp_path, "config.yaml: an empty file")

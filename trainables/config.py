@@ -291,7 +291,7 @@ def format_validation_error(err: ValidationError, source: str, hide: tuple[str, 
         msg = "unknown key"
     elif first["type"] == "missing":  # its input is the mapping around the key: not worth showing
         msg = "required"
-    elif first["type"] != "value_error" and "input" in first:
+    elif first["type"] not in ("value_error", "number") and "input" in first:  # "number": NumbersOnly's says what it got
         msg = f"{cut(msg, 120)}, got {brief(first['input'])}"
     more = len(err.errors()) - 1
     tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
