@@ -35,6 +35,7 @@ from core.tool_cli import Parser, run_tool
 
 KS = (1, 2, 3)
 NAMES = ("acc", "tv", "illegal_mass")
+MAX_TEXT = 256 << 20  # characters of one input: the stored records hold under 1 MB each
 
 
 def _text(path: Path) -> str:
@@ -43,7 +44,10 @@ def _text(path: Path) -> str:
         raise ConfigError(f"{short_path(path, 120)}: " + ("not a regular file (a FIFO, a device?)" if path.exists()
                                                           else "no such file or folder"))
     with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as f:
-        return f.read()
+        text = f.read(MAX_TEXT + 1)  # decompressed: a small .gz may hold gigabytes
+    if len(text) > MAX_TEXT:
+        raise ConfigError(f"{short_path(path, 120)}: more than {MAX_TEXT >> 20} MiB of text; not Othello runs or their record")
+    return text
 
 
 def load(paths: list[Path]) -> dict:

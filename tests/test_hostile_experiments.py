@@ -198,3 +198,17 @@ def test_a_tool_started_with_stdout_closed_says_so_in_one_line(tmp_path, tool):
                        timeout=120)
     r.stdout = ""
     assert_refused(r, "stdout is closed")
+
+
+def test_an_othello_report_input_past_its_size_is_refused_not_read_whole(tmp_path, monkeypatch):
+    import gzip
+
+    from experiments import othello_report
+
+    monkeypatch.setattr(othello_report, "MAX_TEXT", 1000)
+    (tmp_path / "bomb.json.gz").write_bytes(gzip.compress(b"[" + b" " * 10_000 + b"]"))  # 20 bytes that unpack to 10 KB
+    with pytest.raises(ConfigError, match="more than"):
+        othello_report.read([tmp_path / "bomb.json.gz"])
+    (tmp_path / "small.json").write_text("[" + " " * 900 + "]")
+    with pytest.raises(ConfigError, match="not Othello runs"):  # read, then refused for what it holds
+        othello_report.read([tmp_path / "small.json"])
