@@ -4,7 +4,7 @@
 
 Both trainers run `trainables.train.train` on the default `hybrid_dat` preset, on the CPU with
 one thread, each in its own process (PYTHONPATH at its tree; the baseline is checked out with
-`git worktree add /tmp/baseline-REV REV` if it is not there yet). They alternate old, new,
+`git worktree add $TMPDIR/baseline-REV REV` if it is not there yet). They alternate old, new,
 new, old, ... so that a shared machine's noise hits both sides alike; the ratio is taken pair
 by pair and its median printed.
 

@@ -57,7 +57,8 @@ def main() -> int:
         names = [r["name"] for r in runs]
     except (UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
         raise ConfigError(f"{short_path(args.runs, 120)}: not a list of runs, each with a name ({type(err).__name__}: {cut(str(err), 80)})") from None
-    if len(set(names)) != len(names) or not all(isinstance(n, str) and n and "/" not in n for n in names):
+    if len(set(names)) != len(names) or not all(isinstance(n, str) and n not in ("", ".", "..") and "/" not in n
+                                                and "\0" not in n for n in names):
         raise ConfigError(f"{short_path(args.runs, 120)}: run names must be unique file names")
     args.out.mkdir(parents=True, exist_ok=True)
     todo = [r for r in runs if not (args.out / f"{r['name']}.json").exists()]

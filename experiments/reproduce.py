@@ -341,11 +341,10 @@ def run(options: Options) -> int:
 
     overrides = {**(QUICK if options.quick else {}), **parse_overrides(options.overrides)}
     systems = options.systems or list(SYSTEMS)
-    for s in systems:
-        system_config(s, 0, overrides, options.device)  # fail fast on a bad override
     from trainables.train import resolve_device
 
-    resolve_device(options.device, source="--device")  # cuda on a machine without one: said before the plan
+    for s in systems:  # fail fast on a bad override, and on cuda (--device or --set) without a CUDA device
+        resolve_device(system_config(s, 0, overrides, options.device).device, source="reproduce")
     # every input and output is checked before the first run trains (a full run takes 16-26 min)
     kept = [r for r in read_reuse(options.reuse) if r["system"] not in systems] if options.reuse else []
     if options.out:

@@ -37,7 +37,7 @@ METRIC_BOUND = 1e12  # a recorded metric beyond it is no measurement (accuracies
 class Curves:
     grid: Grid
     complete: int  # curves that reached max_steps (or diverged): the grid's runs
-    cut_short: int  # curves left out: stopped early, still running, without the metric, or at no point of the space
+    left_out: int  # curves not used: stopped early, still running, without the metric, or at no point of the space
     sources: tuple[str, ...]
 
 
@@ -45,49 +45,43 @@ def load_curves(sources: list[str], spec: SearchSpace, storage: str | None) -> C
     from sweeper.adapters.optuna_search import walk
     from sweeper.space import param_names
 
-    params_of = {name: param for _, param, name, _ in walk(spec.space, param_names(spec.space))}
+    params_of = {name: (param, cond) for _, param, name, cond in walk(spec.space, param_names(spec.space))}
     axes = tuple(sorted(params_of))
     runs: dict[tuple, list[list[dict]]] = {}
-    complete = cut_short = 0
+    complete = left_out = 0
     for source in sources:
         for params, reports in _read(source, storage):
-            if complete + cut_short >= MAX_CURVES:  # a replay's time grows with them: minutes past it, without a word
+            if complete + left_out >= MAX_CURVES:  # a replay's time grows with them: minutes past it, without a word
                 raise ConfigError(f"--curves {cut(', '.join(sources), 120)}: more than {MAX_CURVES:,} curves; replay a "
                                   "part of them (a sweep, a record of one question)")
             if _complete(reports, spec) and _in_space(params, params_of):
                 runs.setdefault(point_key(axes, params), []).append([r for r in reports if spec.metric in r])
                 complete += 1
             else:
-                cut_short += 1
+                left_out += 1
     if not runs:
         raise ConfigError(f"--curves {cut(', '.join(sources), 120)}: no curve reaches step {spec.budget.max_steps} "
-                          f"with `{spec.metric}` in its reports ({cut_short} cut short, without it or at no point of the space); a replay needs "
+                          f"with `{spec.metric}` in its reports ({left_out} left out: cut short, without it or at no point of the space); a replay needs "
                           "curves trained to the space's budget.max_steps")
     for i, axis in enumerate(axes):
         if all(key[i] is None for key in runs):
             raise ConfigError(f"--curves: the space searches `{axis}`, which none of the {complete} complete curves "
                               "recorded; replay a space that searches what the curves vary")
     grid = Grid(axes, runs, spec.metric, spec.mode, spec.budget.max_steps).with_scales_of(spec)
-    return Curves(grid, complete, cut_short, tuple(sources))
+    return Curves(grid, complete, left_out, tuple(sources))
 
 
 def _in_space(params: dict, params_of: dict) -> bool:
-    """Each searched value one the space could draw: within an int or float range (a whole number
-    for an int; a flag is neither), one of a categorical's choices (of its type), or absent (a
+    """Each searched value one the space could draw (`optuna_search.contains`: within its range, on
+    its step, among its choices; a flag is no number) on the branch its parents took, or absent (a
     parameter of a branch not taken). A curve at any other point is no answer the space could find."""
-    from sweeper.space import CategoricalParam, IntParam
+    from sweeper.adapters.optuna_search import contains
 
-    for name, param in params_of.items():
+    for name, (param, cond) in params_of.items():
         value = params.get(name)
         if value is None:
             continue
-        if isinstance(param, CategoricalParam):
-            if not any(value == c and isinstance(value, bool) == isinstance(c, bool) and isinstance(value, str) == isinstance(c, str)
-                       for c in param.choices):
-                return False
-            continue
-        number = None if isinstance(value, bool) else finite(value)
-        if number is None or not param.low <= number <= param.high or (isinstance(param, IntParam) and number != int(number)):
+        if not contains(param, value) or any(params.get(parent) != choice for parent, choice in cond):
             return False
     return True
 

@@ -156,14 +156,17 @@ def sqlite_immutable(path: str | Path) -> bool:
     itself, and SQLite would otherwise leave a -wal and -shm file beside it. So for a database in
     WAL mode (header bytes 18-19) without a -wal file, for any database beside a -wal that holds no
     log (SQLite ignores it but still makes a -shm to read it), and for any beside a foreign -journal
-    (a read-only open fails on it; a killed writer's journal is refused by the caller, not skipped)."""
+    (a read-only open fails on it; a killed writer's journal is refused by the caller, not skipped),
+    but never for one beside a log: that holds committed data."""
     header = _head(Path(path), 20)
     if header[:16] != b"SQLite format 3\x00":
         return False
+    wal = beside(path, "-wal")
+    if wal == "log":  # committed data SQLite must read, whatever else stands beside it
+        return False
     if beside(path, "-journal") == "foreign":
         return True
-    wal = beside(path, "-wal")
-    return header[18:20] == b"\x02\x02" if wal == "none" else wal != "log"
+    return header[18:20] == b"\x02\x02" if wal == "none" else True
 
 
 def sqlite_url(path: str | Path) -> str:
@@ -191,19 +194,22 @@ def sqlite_read_only_url(path: str | Path) -> str:
 def beside(path: str | Path, suffix: str) -> str:
     """What stands beside an SQLite database under the name of its `suffix` file ("-journal" or
     "-wal"): "none"; "log" (a rollback journal's or a write-ahead log's header: data SQLite reads);
-    "spent" (what SQLite leaves holding nothing: an empty file, or a zeroed journal); or "foreign"
-    (anything else: not a regular file, or another header; a read-write open deletes it as its own)."""
+    "spent" (what SQLite leaves holding nothing: an empty file, or a journal whose first byte is 0,
+    which SQLite does not treat as hot); or "foreign" (anything else: not a regular file, a header of
+    neither kind, one this process cannot read; a read-write open deletes it as its own)."""
     name = Path(f"{path}{suffix}")
     try:
-        if not stat.S_ISREG(os.lstat(name).st_mode):
-            return "foreign"
+        st = os.lstat(name)
     except OSError:
         return "none"
+    if not stat.S_ISREG(st.st_mode):
+        return "foreign"
+    if st.st_size == 0:
+        return "spent"
     head = _head(name, 8)
-    journal = suffix == "-journal"
-    if head == JOURNAL_MAGIC if journal else (head[:4] in WAL_MAGIC and head[4:] == WAL_VERSION):
-        return "log"
-    return "spent" if len(head) < 8 or (journal and head == bytes(8)) else "foreign"
+    if suffix == "-journal":
+        return "log" if head == JOURNAL_MAGIC else "spent" if head[:1] == b"\0" else "foreign"
+    return "log" if (head[:4] in WAL_MAGIC and head[4:] == WAL_VERSION) else "foreign"
 
 
 def foreign_beside(path: str | Path) -> Path | None:

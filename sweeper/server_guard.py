@@ -5,7 +5,7 @@ process is gone, however it went (SIGKILL included), where the verb itself can n
 
 Its stdin is the read end of a pipe only the verb's process holds open: end of file on it means
 that process has ended. It then sends SIGTERM to process group GROUP and, after STOP_TIMEOUT_S,
-SIGKILL to what is left. Standard library and core only: it starts in a moment and holds no memory to
+SIGKILL to what is left. Standard library only: it starts in a moment and holds no memory to
 speak of. A verb that stops its server itself has left the group empty, and the guard just ends."""
 
 from __future__ import annotations
@@ -42,17 +42,14 @@ def guard(group: int) -> None:
 
 
 def main() -> None:
-    """`python -m sweeper.server_guard GROUP`; a GROUP that is no process group id is one line, exit 2."""
-    from core.tool_cli import Parser
-
-    def group_id(text: str) -> int:
-        if not (text.isascii() and text.isdigit() and 1 < int(text) < 2**31):
-            raise ValueError(text)
-        return int(text)
-
-    parser = Parser(prog="python -m sweeper.server_guard", description="stop a server's process group when stdin ends")
-    parser.add_argument("group", type=group_id, help="the process group id (above 1)")
-    guard(parser.parse_args().group)
+    """`python -m sweeper.server_guard GROUP`; a GROUP that is no process group id is one line, exit 2.
+    Standard library only: the verbs start the guard with `python -I`, which leaves this checkout
+    off sys.path."""
+    arg = sys.argv[1] if len(sys.argv) == 2 else ""
+    if not (arg.isascii() and arg.isdigit() and 1 < int(arg) < 2**31):
+        print("error: usage: python -m sweeper.server_guard GROUP (a process group id above 1)", file=sys.stderr)
+        sys.exit(2)
+    guard(int(arg))
 
 
 if __name__ == "__main__":

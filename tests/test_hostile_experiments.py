@@ -162,7 +162,7 @@ TOOL_MISUSE = [
     (("-m", "experiments.ssm_runs", "table", "nope"), "invalid choice: 'nope'"),
     (("-m", "experiments.device_runs", "train", "a", "b", "--deadline", "0", "--pack", "p"), "--deadline"),
     (("-m", "trainables.othello", "sample", "--n", " 5"), "whole number"),
-    (("-m", "sweeper.server_guard", "²"), "argument group"),
+    (("-m", "sweeper.server_guard", "²"), "usage"),
 ]
 
 

@@ -120,7 +120,8 @@ def test_a_stray_journal_is_read_past_but_a_real_one_is_not(tmp_path):
 
 @pytest.mark.parametrize("suffix, content, kind", [
     ("-journal", b"", "spent"), ("-journal", bytes(512), "spent"), ("-journal", JOURNAL_MAGIC + bytes(504), "log"),
-    ("-journal", b"plain text, no journal", "foreign"), ("-wal", b"", "spent"),
+    ("-journal", b"plain text, no journal", "foreign"), ("-journal", b"oops", "foreign"),  # hot to SQLite: byte 0 not 0
+    ("-wal", b"", "spent"), ("-wal", b"\x37\x7f", "foreign"),
     ("-wal", b"\x37\x7f\x06\x82" + (3007000).to_bytes(4, "big") + bytes(24), "log"),
     ("-wal", b"\x37\x7f\x06\x82" + (1).to_bytes(4, "big") + bytes(24), "foreign"),  # a log's magic, no log's version
     ("-wal", b"plain text, no log", "foreign"), ("-wal", None, "foreign"), ("-journal", None, "foreign")])
@@ -141,6 +142,9 @@ def test_what_stands_beside_a_database_is_judged_once_for_every_reader(tmp_path,
     assert journal_left(db) == (suffix == "-journal" and kind == "log")
     if kind == "foreign" or (suffix == "-wal" and kind == "spent"):
         assert sqlite_immutable(db)  # nothing SQLite would read there: the database alone, nothing left beside it
+    if kind == "foreign" and suffix == "-journal":  # a log beside it holds committed data: never skipped
+        Path(f"{db}-wal").write_bytes(b"\x37\x7f\x06\x82" + (3007000).to_bytes(4, "big") + bytes(24))
+        assert not sqlite_immutable(db)
 
 
 @pytest.mark.parametrize("report", [{"step": 1e300, "acc_3x": 0.5}, {"step": 60, "acc_3x": 1e308},

@@ -298,6 +298,7 @@ def test_a_flag_where_a_number_belongs_is_said_once(override):
     assert "must be a number" in line and line.count("got ") == 1 and "mapping" not in line, line
 
 
-def test_an_emptied_saved_config_is_named_as_empty_not_as_a_config_of_defaults(run_dir, tmp_path):
-    (run_dir / "config.yaml").write_text("\n")
-    refused(tmp_path, "config.yaml: an empty file")
+@pytest.mark.parametrize("text", ["\n", "{}\n", "~\n", "# nothing\n", " " * 5000])
+def test_an_emptied_saved_config_is_named_as_empty_not_as_a_config_of_defaults(run_dir, tmp_path, text):
+    (run_dir / "config.yaml").write_text(text)
+    refused(tmp_path, "config.yaml: an empty document")

@@ -80,7 +80,7 @@ def spec() -> SearchSpace:
 def test_a_record_s_complete_curves_are_grouped_by_the_searched_point_and_the_cut_one_left_out(tmp_path):
     path, _ = full_record(tmp_path)
     curves = load_curves([str(path)], spec(), None)
-    assert curves.complete == 12 and curves.cut_short == 1
+    assert curves.complete == 12 and curves.left_out == 1
     assert curves.grid.axes == ("dat.switch_step", "optim.lr")
     assert sorted(curves.grid.runs) == sorted((s, lr) for s in SWITCHES for lr in LRS)
     assert all(len(runs) == 2 for runs in curves.grid.runs.values())  # two seeds each; the cut curve is not one
@@ -93,7 +93,7 @@ def test_a_curve_at_a_value_no_point_can_take_is_left_out_not_a_traceback(tmp_pa
     odd = tmp_path / "odd.json.gz"
     record(odd, [{"params": {"dat.switch_step": value, "optim.lr": 1e-3, "seed": 0}, "reports": curve(0, 1e-3, 0)}])
     curves = load_curves([str(path), str(odd)], spec(), None)
-    assert curves.complete == 12 and curves.cut_short == 2 and len(curves.grid.runs) == 6
+    assert curves.complete == 12 and curves.left_out == 2 and len(curves.grid.runs) == 6
 
 
 def test_a_point_no_curve_holds_trains_on_the_nearest_in_the_space_s_own_scale(tmp_path):
@@ -115,7 +115,7 @@ def test_the_verb_prints_what_the_replays_did_for_each_method(tmp_path):
     r = sweeper(tmp_path, "replay", space, "--curves", path, "--replays", "8")
     assert r.returncode == 0 and r.stderr == "", r.stderr[-2000:]
     grid = load_curves([str(path)], spec(), None).grid
-    assert "on 12 curves at 6 points (1 cut short" in r.stdout
+    assert "on 12 curves at 6 points (1 left out: cut short" in r.stdout
     for name, variant in METHODS.items():  # each row's median is the library's own replays' median
         rows = [outcome(variant(spec()), grid, seed) for seed in range(8)]
         reach = sorted(x["to_best"] for x in rows if x["to_best"] is not None)
@@ -153,7 +153,7 @@ def test_the_trials_of_a_sweep_are_read_from_its_study_and_folders_and_left_as_t
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sweep.rglob("*") if p.is_file()}
     r = sweeper(tmp_path, "replay", "tiny.yaml", "--curves", "tiny", "--replays", "4")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "on 5 curves at 5 points (1 cut short" in r.stdout, r.stdout
+    assert "on 5 curves at 5 points (1 left out: cut short" in r.stdout, r.stdout
     assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sweep.rglob("*") if p.is_file()} == before
 
 
@@ -208,14 +208,24 @@ def test_the_progress_bar_counts_every_replay_and_changes_no_result(tmp_path, ca
 @pytest.mark.parametrize("params", [{"dat.switch_step": -200, "optim.lr": 1e-3}, {"dat.switch_step": 600, "optim.lr": 1e-3},
                                     {"dat.switch_step": 200.5, "optim.lr": 1e-3}, {"dat.switch_step": True, "optim.lr": 1e-3},
                                     {"dat.switch_step": 200, "optim.lr": -1.0}, {"dat.switch_step": 200, "optim.lr": 0.5},
-                                    {"dat.switch_step": "200", "optim.lr": 1e-3}])
+                                    {"dat.switch_step": "200", "optim.lr": 1e-3},
+                                    {"dat.switch_step": 100, "optim.lr": 1e-3}])  # off the step of 200
 def test_a_curve_at_a_point_the_space_cannot_draw_is_left_out_not_made_the_best(tmp_path, params):
     path, _ = full_record(tmp_path)
     with gzip.open(path, "rt") as f:
         data = json.load(f)
-    data["runs"].append({"params": {**params, "seed": 9}, "reports": curve(200, 4e-3, 9) and
-                         [{"step": s, "acc_3x": 0.99} for s in range(50, STEPS + 1, 50)]})  # the best, were it counted
+    data["runs"].append({"params": {**params, "seed": 9},
+                         "reports": [{"step": s, "acc_3x": 0.99} for s in range(50, STEPS + 1, 50)]})  # the best, were it counted
     record(path, data["runs"])
     curves = load_curves([str(path)], spec(), None)
-    assert curves.complete == 12 and curves.cut_short == 2
+    assert curves.complete == 12 and curves.left_out == 2
     assert max(curves.grid.final(key) for key in curves.grid.runs) < 0.99
+
+
+def test_a_whole_float_for_an_int_and_a_point_on_the_step_are_in_the_space(tmp_path):
+    path, _ = full_record(tmp_path)
+    with gzip.open(path, "rt") as f:
+        data = json.load(f)
+    data["runs"].append({"params": {"dat.switch_step": 200.0, "optim.lr": 4e-3, "seed": 9}, "reports": curve(200, 4e-3, 9)})
+    record(path, data["runs"])
+    assert load_curves([str(path)], spec(), None).complete == 13

@@ -160,8 +160,9 @@ def regular_or_absent(path: Path, what: str) -> bool:
 def check_run_files(folder: Path, what: str) -> None:
     """A run folder a resume writes to again: each of its files a regular file or absent (a FIFO
     there would block the run, a link would be written through, a folder would fail it), each
-    checkpoint-* a folder and the swap link a link (anything else would fail the first checkpoint,
-    after the training it keeps)."""
+    checkpoint-* a folder of its own (a link could name another run's checkpoint as this one's) and
+    the swap name a link (what a kill between its making and its rename leaves). Nothing else is a
+    run's: refused before any step, not removed after the training."""
     for name in RUN_FILES:
         regular_or_absent(Path(folder) / name, what)
     for path in checkpoint_entries(folder):

@@ -101,7 +101,7 @@ def header(options: Options, spec, curves) -> list[str]:
     best = grid.ranked()[: options.top]
     lines = [f"replay of {short_path(options.file, 120)} ({written}, {spec.budget.num_samples} trials, {spec.budget.max_concurrent} at "
              f"once) on {curves.complete} curves at {len(grid.runs)} points"
-             + (f" ({curves.cut_short} cut short, without {spec.metric} or at no point of the space: left out)" if curves.cut_short else "")
+             + (f" ({curves.left_out} left out: cut short, without {spec.metric} or at no point of the space)" if curves.left_out else "")
              + f"; {options.replays} replays each",
              f"best recorded point: {_point(grid, best[0])}: {spec.metric} {grid.final(best[0]):.3f}"]
     return lines

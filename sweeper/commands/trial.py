@@ -32,7 +32,7 @@ from core.files import write_atomic
 from core.errors import brief, cut, short_path
 from trainables.run_dir import (CHECKPOINT, CONFIG, MAX_REPORTS_BYTES, REPORTS, Report, RunDir, check_run_files,
                                 checkpoint_entries, regular_or_absent, strict_reports)
-from trainables.safe_yaml import load_yaml_text
+from trainables.safe_yaml import load_yaml_text, read_yaml
 
 
 @dataclass(frozen=True)
@@ -97,8 +97,8 @@ def check_resume(out: Path, cfg: TrialConfig) -> Resume:
     if not saved:
         raise ConfigError(f"{where}: holds no config.yaml to compare the requested config with")
     for path in saved:
-        if _blank(path):  # an empty file loads as every default: no record of the run
-            raise ConfigError(f"{where}: {short_path(path, 100)}: an empty file, where the run's config was saved")
+        if read_yaml(path) == {}:  # an empty document (no text, `{}`, `~`, a comment) loads as every default
+            raise ConfigError(f"{where}: {short_path(path, 100)}: an empty document, where the run's config was saved")
         _same_run(load_trial_config(path), cfg, short_path(path, 100))
     step = check_checkpoint(cfg, folder)
     if folder.name.startswith(f"{CHECKPOINT}-") and folder.name != f"{CHECKPOINT}-{step}":
@@ -115,13 +115,6 @@ def check_resume(out: Path, cfg: TrialConfig) -> Resume:
                           f"{after[-1] if after else '?'} ({len(after)} report{'s' * (len(after) != 1)} after it); a run's "
                           "checkpoint is at most one report behind, so resuming would drop reports: refused")
     return Resume(folder, step, kept, rewrite=b"".join(r.line for r in kept) != data)
-
-
-def _blank(path: Path) -> bool:
-    """Whether a file holds nothing but white space (read no further than 4 KiB)."""
-    with open(path, "rb") as f:
-        head = f.read(4096)
-    return len(head) < 4096 and not head.strip()
 
 
 def _same_run(saved: TrialConfig, asked: TrialConfig, source: str) -> None:
@@ -147,7 +140,8 @@ def run(options: Options) -> int:
     overrides = parse_overrides(options.overrides)
     if options.steps is not None:
         overrides["steps"] = options.steps
-    source = "--set" if options.overrides else "--steps" if options.steps is not None else short_path(options.config, 100)
+    source = "/".join(flag for flag, given in (("--set", options.overrides), ("--steps", options.steps is not None)) if given)
+    source = source or short_path(options.config, 100)
     cfg: TrialConfig = with_overrides(load_trial_config(options.config), overrides, source=source)
     if options.resume and not options.out:
         raise ConfigError("--resume: needs --out DIR (the run directory to continue)")
