@@ -356,9 +356,6 @@ def main(argv: list[str] | None = None) -> int:
                    help="pause every run at the deadline and pack the unfinished runs' checkpoints beside the pack")
     t.add_argument("--restore", type=Path, help="a folder holding a previous call's pack and checkpoints, to resume")
     args = parser.parse_args(argv)
-    if args.groups is not None and args.groups < 1:
-        print(f"device_runs: --groups: at least 1, not {args.groups}", file=sys.stderr)
-        return 2
     if args.pack.is_dir() or (args.pack.parent.exists() and not args.pack.parent.is_dir()):
         print(f"device_runs: --pack {args.pack}: not a file name a pack can be written to", file=sys.stderr)
         return 2
