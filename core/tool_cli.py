@@ -4,8 +4,11 @@ keeps the sweeper's promise: a mistake is one line on stderr and exit 2, never a
     Parser          argparse whose usage errors are one line and exit 2 (not usage + message)
     answer(err)     what a user can cause (a ConfigError, a path the system refuses, a full disk
                     behind stdout, a reader that left, Ctrl-C) as one line and an exit code
+    closed_stdout() 2 after one line when started with stdout closed (`>&-`), else None
+    say(err)        print the `answer` to `err` and return its exit code; raise `err` again
+                    when it is not one a user can cause
     run_tool(main)  call `main`, and exit with its code or the `answer`; refused at once when
-                    started with stdout closed (`>&-`)
+                    started with stdout closed
 """
 
 from __future__ import annotations
@@ -73,18 +76,32 @@ def answer(err: BaseException) -> tuple[str | None, int] | None:
     return None
 
 
+def closed_stdout() -> int | None:
+    """2 after saying so in one line when this process was started with stdout closed; else None."""
+    if sys.stdout is not None:
+        return None
+    print(error_line(hold_closed_stdout()), file=sys.stderr)
+    return 2
+
+
+def say(err: BaseException) -> int:
+    """Print the `answer` to `err` on stderr and return its exit code; raise `err` again when it
+    is not one a user can cause (a bug: its traceback is worth seeing)."""
+    if (said := answer(err)) is None:
+        raise err
+    line, code = said
+    if line is not None:
+        print(line, file=sys.stderr)
+    return code
+
+
 def run_tool(main: Callable[[], int | None]) -> NoReturn:
     """Exit with what `main` returns; what a user can cause is one line on stderr (`answer`)."""
-    if sys.stdout is None:  # started with its output closed
-        print(error_line(hold_closed_stdout()), file=sys.stderr)
-        sys.exit(2)
+    if (refused := closed_stdout()) is not None:
+        sys.exit(refused)
     try:
         code = main() or 0
         sys.stdout.flush()
-    except (Exception, KeyboardInterrupt) as err:  # noqa: BLE001 - `answer` decides; the rest is raised again
-        if (said := answer(err)) is None:
-            raise
-        line, code = said
-        if line is not None:
-            print(line, file=sys.stderr)
+    except (Exception, KeyboardInterrupt) as err:  # noqa: BLE001 - `say` answers it or raises it again
+        code = say(err)
     sys.exit(code)

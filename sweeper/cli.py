@@ -12,8 +12,7 @@ import sys
 from typing import Callable
 
 from trainables.config import preset_names
-from core.errors import error_line
-from core.tool_cli import Parser, answer, hold_closed_stdout
+from core.tool_cli import Parser, closed_stdout, say
 from sweeper.cli_types import (cpus, experiment_name, file_name, folder, plain, port, positive_int, replay_count,
                                sample_count, tolerance)
 from sweeper.cli_process import adopt_orphans, check_working_dir, exit_at_once
@@ -227,9 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and sys.stdout is None:  # started with its output closed (`>&-`)
-        print(error_line(hold_closed_stdout()), file=sys.stderr)
-        return 2
+    if argv is None and (refused := closed_stdout()) is not None:
+        return refused
     args = build_parser().parse_args(argv)
     args.exit_at_once = argv is None and getattr(args, "exit_at_once", False)  # the CLI's own process only
     if args.exit_at_once:
@@ -245,13 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.exit_at_once:
             exit_at_once(code)
         return code
-    except (Exception, KeyboardInterrupt) as err:  # noqa: BLE001 - `answer` decides; the rest is raised again
-        if (said := answer(err)) is None:
-            raise
-        line, code = said
-        if line is not None:
-            print(line, file=sys.stderr)
-        return code
+    except (Exception, KeyboardInterrupt) as err:  # noqa: BLE001 - `say` answers it or raises it again
+        return say(err)
 
 
 if __name__ == "__main__":
