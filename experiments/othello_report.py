@@ -35,29 +35,34 @@ from core.tool_cli import Parser, run_tool
 
 KS = (1, 2, 3)
 NAMES = ("acc", "tv", "illegal_mass")
-MAX_TEXT = 256 << 20  # characters of one input: the stored records hold under 1 MB each
+MAX_TEXT = 256 << 20  # characters of all inputs together: the stored records hold under 1 MB each
 
 
-def _text(path: Path) -> str:
-    """A regular file's text, gzip-compressed (.gz) or not (a FIFO is not opened: it would block)."""
+def _text(path: Path, left: int | None = None) -> str:
+    """A regular file's text, gzip-compressed (.gz) or not (a FIFO is not opened: it would block);
+    refused past `left` characters, what the inputs read before it left of MAX_TEXT."""
     if not path.is_file():
         raise ConfigError(f"{short_path(path, 120)}: " + ("not a regular file (a FIFO, a device?)" if path.exists()
                                                           else "no such file or folder"))
     with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as f:
-        text = f.read(MAX_TEXT + 1)  # decompressed: a small .gz may hold gigabytes
-    if len(text) > MAX_TEXT:
-        raise ConfigError(f"{short_path(path, 120)}: more than {MAX_TEXT >> 20} MiB of text; not Othello runs or their record")
+        left = MAX_TEXT if left is None else left
+        text = f.read(left + 1)  # decompressed: a small .gz may hold gigabytes
+    if len(text) > left:
+        raise ConfigError(f"{short_path(path, 120)}: the inputs hold more than {MAX_TEXT >> 20} MiB of text together; "
+                          "not Othello runs or their record")
     return text
 
 
 def load(paths: list[Path]) -> dict:
-    runs = {}
+    runs, left = {}, MAX_TEXT  # read at the call: the limit holds for all inputs together
     for p in paths:
-        if p.is_dir():
-            for f in sorted(p.glob("*.jsonl")):
-                runs[f.stem] = {"reports": [json_text.loads(line) for line in _text(f).splitlines()]}
-        else:
-            runs.update({k: {"reports": v["reports"]} for k, v in json_text.loads(_text(p)).items()})
+        for f in sorted(p.glob("*.jsonl")) if p.is_dir() else [p]:
+            text = _text(f, left)
+            left -= len(text)
+            if p.is_dir():
+                runs[f.stem] = {"reports": [json_text.loads(line) for line in text.splitlines()]}
+            else:
+                runs.update({k: {"reports": v["reports"]} for k, v in json_text.loads(text).items()})
     return runs
 
 

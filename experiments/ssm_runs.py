@@ -52,6 +52,9 @@ def mixer_overrides(arm: str) -> dict:
     return {"model.mixer": "lstm"} if arm == "lstm" else {"model.mixer": "ssm", "model.ssm_transition": arm}
 
 
+PLANS = ("explore", "certify", "certify_long", "dat")
+
+
 def plan(name: str) -> dict[str, tuple[str, dict]]:
     """run key -> (preset, overrides), in the order they run."""
     runs: dict[str, tuple[str, dict]] = {}
@@ -87,7 +90,7 @@ def plan(name: str) -> dict[str, tuple[str, dict]]:
                         runs[f"{arm} {preset} seed={seed}"] = (preset, {**mixer_overrides(arm), "seed": seed,
                                                                          "eval.seed": DAT_EVAL_SEED})
     else:
-        raise ConfigError(f"unknown plan {brief(name, 60)}: explore, certify, certify_long or dat")
+        raise ConfigError(f"unknown plan {brief(name, 60)}: one of {', '.join(PLANS)}")
     return runs
 
 
@@ -202,7 +205,7 @@ def gap_table(results: dict, metric: str = "ood_acc_3x") -> None:
 def main() -> int:
     parser = Parser(prog="python -m experiments.ssm_runs", description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("run", "table"))
-    parser.add_argument("plan", choices=("explore", "certify", "certify_long", "dat"), help="the runs' plan")
+    parser.add_argument("plan", choices=PLANS, help="the runs' plan")
     args = parser.parse_args()
     (run if args.action == "run" else table)(args.plan)
     return 0

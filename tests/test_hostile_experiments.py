@@ -212,3 +212,9 @@ def test_an_othello_report_input_past_its_size_is_refused_not_read_whole(tmp_pat
     (tmp_path / "small.json").write_text("[" + " " * 900 + "]")
     with pytest.raises(ConfigError, match="not Othello runs"):  # read, then refused for what it holds
         othello_report.read([tmp_path / "small.json"])
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for i in range(4):  # each under the limit, together past it
+        (runs / f"r{i}.jsonl").write_text('{"step": 1}\n' * 30)
+    with pytest.raises(ConfigError, match="together"):
+        othello_report.read([runs])

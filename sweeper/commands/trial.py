@@ -27,7 +27,8 @@ import yaml
 
 from sweeper.fs import check_writable, read_limited
 from trainables import footprint
-from trainables.config import ConfigError, TrialConfig, config_difference, load_trial_config, with_overrides
+from trainables.config import (ConfigError, TrialConfig, config_difference, load_trial_config, trial_config_from_dict,
+                               with_overrides)
 from core.files import write_atomic
 from core.errors import brief, cut, short_path
 from trainables.run_dir import (CHECKPOINT, CONFIG, MAX_REPORTS_BYTES, REPORTS, Report, RunDir, check_run_files,
@@ -97,9 +98,10 @@ def check_resume(out: Path, cfg: TrialConfig) -> Resume:
     if not saved:
         raise ConfigError(f"{where}: holds no config.yaml to compare the requested config with")
     for path in saved:
-        if read_yaml(path) == {}:  # an empty document (no text, `{}`, `~`, a comment) loads as every default
-            raise ConfigError(f"{where}: {short_path(path, 100)}: an empty document, where the run's config was saved")
-        _same_run(load_trial_config(path), cfg, short_path(path, 100))
+        name = short_path(path, 100)
+        if (data := read_yaml(path)) == {}:  # an empty document (no text, `{}`, `~`, a comment) loads as every default
+            raise ConfigError(f"{where}: {name}: an empty document, where the run's config was saved")
+        _same_run(trial_config_from_dict(data, source=name), cfg, name)
     step = check_checkpoint(cfg, folder)
     if folder.name.startswith(f"{CHECKPOINT}-") and folder.name != f"{CHECKPOINT}-{step}":
         raise ConfigError(f"{where}: {folder.name}: holds a checkpoint of step {step}; a run's checkpoint-STEP "
