@@ -19,6 +19,9 @@ SMOKE = ROOT / "search_spaces" / "smoke.yaml"
     ("max_concurrent: 2", "max_concurrent: on", "max_concurrent"),
     ("seed: 0", "seed: true", "seed"),
     ("num_samples: 6", "num_samples: 1:30", "num_samples"),  # YAML 1.1 would read 90
+    ("num_samples: 6", "num_samples: 010", "num_samples"),  # YAML 1.1 would read 8
+    ("num_samples: 6", "num_samples: 0x6", "num_samples"),
+    ("num_samples: 6", "num_samples: 1_0", "num_samples"),  # YAML 1.1 would read 10, YAML 1.2 a string
 ])
 def test_a_boolean_or_a_base_60_number_where_a_number_goes_is_refused(tmp_path, old, new, key):
     text = SMOKE.read_text()
@@ -26,6 +29,14 @@ def test_a_boolean_or_a_base_60_number_where_a_number_goes_is_refused(tmp_path, 
     (tmp_path / "space.yaml").write_text(text.replace(old, new))
     assert_refused(sweeper("validate", "space.yaml", cwd=tmp_path), key)
     assert_refused(sweeper("trial", "tiny", "--set", "steps=yes", "--out", "run", cwd=tmp_path), "steps", "must be a number")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("value, rule", [("010", "another base"), ("0x10", "another base"), ("1_000", "`_`"),
+                                         ("1:30", "base-60")])
+def test_a_set_value_yaml_would_read_as_another_number_is_refused_not_read_as_text(tmp_path, value, rule):
+    r = sweeper("trial", "tiny", "--set", f"seed={value}", "--out", "run", cwd=tmp_path)
+    assert_refused(r, "--set seed", value, rule)
     assert not (tmp_path / "run").exists()
 
 

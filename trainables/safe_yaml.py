@@ -12,7 +12,9 @@ read under limits, each refused with its own one-line `ConfigError`:
               last of two equal keys, dropping the first block)
     numbers   a whole number written with at most MAX_DIGITS digits (Python refuses to convert
               one of over 4,300 digits, past the point where any setting means anything);
-              no base-60 number (YAML 1.1 reads `1:30` as 90, a typo's likely meaning is not that)
+              no base-60 number (YAML 1.1 reads `1:30` as 90, a typo's likely meaning is not that);
+              a whole number in plain decimal (YAML 1.1 reads `010` as 8 and `0x10` as 16), and no
+              `_` inside a number (`1_000` is 1000 to YAML 1.1, a string to YAML 1.2 and JSON)
     root      a mapping
 
 The checks run on libyaml's event stream, which is iterative: a file nested 100,000 levels
@@ -37,6 +39,8 @@ MAX_NODES = 100_000
 MAX_DIGITS = 100
 _LONG_NUMBER = re.compile(r"[-+]?[0-9][0-9_:]*")  # YAML 1.1 ints (decimal, octal, sexagesimal)
 _SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")  # YAML 1.1's base 60: 1:30 is 90
+
+_DECIMAL = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _MERGE = "<<"
@@ -120,15 +124,17 @@ def check_events(text: str, source: str) -> None:
         elif isinstance(event, yaml.ScalarEvent):
             frame = stack[-1] if stack else None
             if event.implicit[0] and len(event.value) > MAX_DIGITS and _LONG_NUMBER.fullmatch(event.value):
-                where = _at(frame, event) if frame is not None and frame.is_mapping and frame.expect_key else \
-                    (_child_path(frame) or "<root>")
-                raise ConfigError(f"{source}: {where}: a number of {len(event.value):,} characters; "
+                where = f"{at}: " if (at := _scalar_at(frame, event)) else ""
+                raise ConfigError(f"{source}: {where}a number of {len(event.value):,} characters; "
                                   f"a whole number may have at most {MAX_DIGITS} digits")
             if event.implicit[0] and _SEXAGESIMAL.fullmatch(event.value):
-                where = _at(frame, event) if frame is not None and frame.is_mapping and frame.expect_key else \
-                    (_child_path(frame) or "<root>")
-                raise ConfigError(f"{source}: {where}: {cut(event.value, 40)} is a base-60 number to YAML 1.1 "
+                where = f"{at}: " if (at := _scalar_at(frame, event)) else ""
+                raise UnplainNumber(f"{source}: {where}{cut(event.value, 40)} is a base-60 number to YAML 1.1 "
                                   "(1:30 reads as 90); write the number, or quote the text")
+            if event.implicit[0] and (rule := _unplain_number(event.value)) is not None:
+                where = f"{at}: " if (at := _scalar_at(frame, event)) else ""
+                raise UnplainNumber(f"{source}: {where}{cut(event.value, 40)}: {rule}; write the number in plain "
+                                  "decimal, or quote the text")
             if frame is not None and frame.is_mapping and frame.expect_key:
                 key = event.value
                 if key in frame.seen and key != _MERGE:
@@ -150,6 +156,30 @@ def check_events(text: str, source: str) -> None:
                 raise ConfigError(f"{source}: invalid YAML at line {event.start_mark.line + 1}: "
                                   f"unknown alias *{cut(event.anchor, 40)}")
             total = _add(stack, anchors[event.anchor], total, source)
+
+
+class UnplainNumber(ConfigError):
+    """A number YAML 1.1 reads otherwise than it looks (`010`, `0x10`, `1_000`, `1:30`): refused,
+    never read as text instead (as `--set` reads a value YAML cannot parse)."""
+
+
+def _unplain_number(value: str) -> str | None:
+    """Why a plain scalar YAML 1.1 reads as a number is not written plainly; None when it is."""
+    tag = yaml.resolver.Resolver().resolve(yaml.ScalarNode, value, (True, False))
+    if tag == "tag:yaml.org,2002:int" and not _DECIMAL.fullmatch(value):
+        return ("a number with `_` in it (YAML 1.1 reads 1_000 as 1000)" if "_" in value else
+                "a whole number in another base to YAML 1.1 (010 reads as 8, 0x10 as 16, 0b10 as 2)")
+    if tag == "tag:yaml.org,2002:float" and "_" in value:
+        return "a number with `_` in it (YAML 1.1 reads 1_000.5 as 1000.5)"
+    return None
+
+
+def _scalar_at(frame: _Frame | None, event: yaml.ScalarEvent) -> str:
+    """Where a scalar stands, for a refusal: its key, its item's path, or `<root>`; nothing for a
+    document that is the scalar alone (a `--set` value)."""
+    if frame is None:
+        return ""
+    return _at(frame, event) if frame.is_mapping and frame.expect_key else (_child_path(frame) or "<root>")
 
 
 def _add(stack: list[_Frame], nodes: int, total: int, source: str) -> int:

@@ -33,7 +33,7 @@ from core.files import write_atomic
 from core.errors import brief, cut, short_path
 from trainables.run_dir import (CHECKPOINT, CONFIG, MAX_REPORTS_BYTES, REPORTS, Report, RunDir, check_run_files,
                                 checkpoint_entries, regular_or_absent, strict_reports)
-from trainables.safe_yaml import load_yaml_text, read_yaml
+from trainables.safe_yaml import UnplainNumber, load_yaml_text, read_yaml
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,9 @@ def parse_overrides(items: list[str]) -> dict:
             raise ConfigError(f"--set {cut(item, 60)}: must be KEY=VALUE, e.g. --set dat.switch_step=500")
         try:
             out[key.strip()] = load_yaml_text(raw, f"--set {cut(key, 40)}", root_mapping=False)
-        except ConfigError:
+        except UnplainNumber:
+            raise
+        except ConfigError:  # text YAML cannot parse (`a: b`, `[x`) is the text itself
             out[key.strip()] = raw
     return out
 
