@@ -198,6 +198,17 @@ def test_reports_far_past_the_checkpoint_are_not_dropped(run_dir, tmp_path):
     refused(tmp_path, "checkpoint is at step 40", "would drop reports")
 
 
+@pytest.mark.parametrize("damage", ["removed", "emptied", "first report only"])
+def test_reports_lost_before_the_checkpoint_are_refused_not_resumed_without_them(run_dir, tmp_path, damage):
+    reports = run_dir / "metrics.jsonl"
+    if damage == "removed":
+        reports.unlink()
+    else:
+        reports.write_text("" if damage == "emptied" else reports.read_text().splitlines()[0] + "\n")
+    line = refused(tmp_path, "checkpoint is at step 40", "metrics.jsonl", "reports were lost")
+    assert ("is missing" in line) == (damage == "removed"), line
+
+
 def test_a_metrics_file_over_the_limit_is_refused_unread(run_dir, tmp_path):
     os.truncate(run_dir / "metrics.jsonl", 2**36)  # sparse
     refused(tmp_path, "metrics.jsonl", "at most")

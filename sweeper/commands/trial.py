@@ -11,8 +11,8 @@ With `--out DIR` the run keeps its folder:
 folder's files are regular files read under size limits and parsed into typed records, the
 saved config must be the requested one (only `steps` may change), and the checkpoint must be
 this run's, hold tensors and plain values only, load into this config's model, and sit at a
-step in [0, steps] that is at most one report behind metrics.jsonl (the one a kill between a
-report and its checkpoint leaves, which the resume trains again). A refusal is one line.
+step in [0, steps] whose report metrics.jsonl holds, at most one report behind its end (the one
+a kill between a report and its checkpoint leaves, which the resume trains again). A refusal is one line.
 """
 
 from __future__ import annotations
@@ -109,12 +109,16 @@ def check_resume(out: Path, cfg: TrialConfig) -> Resume:
         raise ConfigError(f"{where}: {folder.name}: holds a checkpoint of step {step}; a run's checkpoint-STEP "
                           "folder holds the checkpoint of that step")
     data, reports, cut_short = b"", [], False
-    if regular_or_absent(out / REPORTS, "--resume"):
+    if (found := regular_or_absent(out / REPORTS, "--resume")):
         data = read_limited(out / REPORTS, "--resume", MAX_REPORTS_BYTES)
         reports, cut_short = strict_reports(data, short_path(out / REPORTS, 100))
     kept = [r for r in reports if r.step <= step]
     after = [r.step for r in reports if r.step > step]
-    if (after and step not in {r.step for r in kept}) or len(after) + cut_short > 1:
+    if step not in {r.step for r in kept}:  # every checkpoint is taken after its report is written
+        held = "is missing" if not found else f"holds no report at that step ({len(reports)} report{'s' * (len(reports) != 1)})"
+        raise ConfigError(f"{where}: the checkpoint is at step {step}, but metrics.jsonl {held}; the run's reports "
+                          "were lost, and resuming would leave them out: refused")
+    if len(after) + cut_short > 1:
         raise ConfigError(f"{where}: the checkpoint is at step {step}, but metrics.jsonl goes on to step "
                           f"{after[-1] if after else '?'} ({len(after)} report{'s' * (len(after) != 1)} after it); a run's "
                           "checkpoint is at most one report behind, so resuming would drop reports: refused")
