@@ -20,12 +20,18 @@ RUNNER = "import sys; from pathlib import Path; from experiments.launching impor
          "sys.exit(sweeper_launch(Path('long.yaml'), '--progress', 'none', cwd=Path('.')))"
 
 
-def test_a_sigint_to_the_runner_interrupts_its_sweep_as_a_ctrl_c_would(tmp_path):
+def ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # what a shell's `nohup runner &` leaves a background job
+
+
+@pytest.mark.parametrize("started", ["in the foreground", "in the background"])
+def test_a_sigint_to_the_runner_interrupts_its_sweep_as_a_ctrl_c_would(tmp_path, started):
     # trials far longer than the wait for their first report: the signal always comes mid-training
     (tmp_path / "long.yaml").write_text(tiny_space("long", switch_high=100, switch_step=50, samples=2, max_steps=20000,
                                                    eval_every=20, scheduler="{type: fifo}", seed=5))
     runner = subprocess.Popen([sys.executable, "-c", RUNNER], cwd=tmp_path, env=sweeper_env(), text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              preexec_fn=ignore_sigint if started == "in the background" else None)
     trials = tmp_path / "sweeps" / "long" / "trials"
     while not any(p.stat().st_size for p in trials.glob("*/metrics.jsonl")):  # a trial is training
         assert runner.poll() is None, runner.communicate()[0]
