@@ -20,6 +20,7 @@ Only Ray is left out: it would add scheduling jitter, not decisions. Determinist
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import heapq
 import math
@@ -32,14 +33,12 @@ from typing import Any, Callable
 from core import json_text
 from core.errors import ConfigError, cut, short_path
 from sweeper.adapters.optuna_ledger import MEMORY, Ledger
+from sweeper.nearest import Nearest, Scale, distance
 from sweeper.space import SearchSpace
 from sweeper.pasha import PAUSED_AT
 from sweeper.stopping import RungStopper, stopper_for
 
 StopperFor = Callable[[SearchSpace, Ledger], RungStopper]  # a space and its ledger -> the early stopping
-
-
-Scale = tuple  # of one axis: ("num", low, high, log) or ("cat",)
 
 
 @dataclass(frozen=True)
@@ -62,22 +61,14 @@ class Grid:
         key = self.key(params)
         if key in self.runs or self.scales is None:
             return key
-        return min(self.runs, key=lambda k: (self.distance(key, k), repr(k)))
+        return self._nearest.point(key)
 
     def distance(self, a: tuple, b: tuple) -> float:
-        """Each axis in the space's own scale: a numeric one as the share of its range (of its log
-        for a log range), a categorical one (or an absent value) 0 when equal, else 1."""
-        total = 0.0
-        for x, y, scale in zip(a, b, self.scales or ()):
-            if x == y:
-                continue
-            if scale[0] == "num" and isinstance(x, (int, float)) and isinstance(y, (int, float)):
-                _, low, high, log = scale
-                f = (lambda v: math.log(max(v, 1e-300))) if log else float
-                total += abs(f(x) - f(y)) / max(f(high) - f(low), 1e-12)
-            else:
-                total += 1.0
-        return total
+        return distance(a, b, self.scales or ())
+
+    @functools.cached_property
+    def _nearest(self) -> Nearest:
+        return Nearest(list(self.runs), self.scales or ())
 
     def with_scales_of(self, spec: SearchSpace) -> "Grid":
         """This grid, drawn from by `spec`'s own search: every point the space draws trains on the

@@ -12,8 +12,11 @@ import os
 import subprocess
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sweeper.curves import load_curves
+from sweeper.nearest import Nearest, distance
 from sweeper.replay import Grid, replay
 from sweeper.space import SearchSpace
 from tests.conftest import sweeper_cmd, sweeper_env
@@ -105,6 +108,21 @@ def test_a_point_no_curve_holds_trains_on_the_nearest_in_the_space_s_own_scale(t
     exact = Grid(grid.axes, grid.runs, grid.metric, grid.mode, grid.max_steps)
     with pytest.raises(KeyError):  # without scales, only recorded points may be drawn
         exact.runs[exact.point({"dat.switch_step": 200, "optim.lr": 2.1e-3})]
+
+
+VALUES = st.one_of(st.integers(-3, 3), st.sampled_from([0.5, 1.0, 2.0, 1e-3, 4e-3, -1.0]), st.none(),
+                   st.sampled_from(["lstm", "ssm"]))
+SCALES = st.sampled_from([("num", 0, 3, False), ("num", 1e-3, 4.0, True), ("cat",)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 3).flatmap(lambda n: st.tuples(
+    st.tuples(*[SCALES] * n), st.lists(st.tuples(*[VALUES] * n), min_size=1, max_size=30), st.tuples(*[VALUES] * n))))
+def test_the_nearest_recorded_point_is_the_plain_minimum_to_the_bit(case):
+    scales, keys, key = case
+    keys = list(dict.fromkeys(keys))
+    plain = min(keys, key=lambda k: (distance(key, k, scales), repr(k)))  # ties included, as the replay broke them
+    assert Nearest(keys, scales).point(key) == plain
 
 
 def test_the_verb_prints_what_the_replays_did_for_each_method(tmp_path):
