@@ -8,6 +8,7 @@ described by its size (`<list of 9 items>`). `one_line` is the last guard the CL
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,20 @@ def path_refusal(err: BaseException) -> str | None:
     if isinstance(err, RuntimeError) and str(err) == "Could not determine home directory.":  # pathlib's expanduser()
         return "a path begins with ~NAME, and NAME is no user of this machine; write the path out (~/ is your own home)"
     return None
+
+
+def why_absent(path: str | os.PathLike) -> str:
+    """Why no regular file stands at `path`, for a refusal: "no such file", "a dangling link (to
+    TARGET)", "a loop of symbolic links", "a path through a file", or "not a regular file" (a
+    folder, a FIFO) when something does stand there."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return f"a dangling link (to {cut(os.readlink(path), 80)})" if os.path.islink(path) else "no such file"
+    except OSError as err:
+        return {errno.ELOOP: "a loop of symbolic links", errno.ENOTDIR: "a path through a file"}.get(
+            err.errno, f"cannot be read ({err.strerror or err})")
+    return "not a regular file"
 
 
 def expand_user(path: str | os.PathLike) -> Path:

@@ -52,6 +52,19 @@ def test_paths_the_system_refuses_are_one_line_naming_them(tmp_path):
                        root=tmp_path, before=before)
 
 
+def test_a_file_that_is_not_there_says_why_not_no_such_file(tmp_path):
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    (tmp_path / "gone.yaml").symlink_to("moved.yaml")
+    (tmp_path / "plain").write_text("a file\n")
+    before = snapshot(tmp_path)
+    for name, said in (("loop1", "a loop of symbolic links"), ("gone.yaml", "a dangling link (to moved.yaml)"),
+                       ("plain/space.yaml", "a path through a file"), ("absent.yaml", "no such file")):
+        for verb in ("validate", "launch", "trial"):
+            assert_refused(sweeper(verb, name, cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(tmp_path / "svc")}),
+                           f"{name}: {said}", root=tmp_path, before=before)
+
+
 def test_a_path_under_the_home_of_no_user_is_one_line_in_every_verb(tmp_path):
     (tmp_path / "s.yaml").write_text((ROOT / "search_spaces" / "smoke.yaml").read_text())
     before = snapshot(tmp_path)

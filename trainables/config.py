@@ -25,7 +25,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from core.errors import ConfigError, brief, cut, short_path
+from core.errors import ConfigError, brief, cut, short_path, why_absent
 from core.numbers_only import NumbersOnly
 from trainables.safe_yaml import read_yaml
 
@@ -325,7 +325,9 @@ def load_trial_config(path_or_preset: str | Path) -> TrialConfig:
     except OSError as err:  # a name the file system refuses (too long, ...)
         raise ConfigError(f"{brief(str(path_or_preset), 60)}: not a file or preset ({err.strerror})") from None
     if not found:
-        raise ConfigError(f"{short_path(path)}: no such file (and not a preset: {', '.join(preset_names())})")
+        why = why_absent(path)
+        raise ConfigError(f"{short_path(path)}: {why}" + (f" (and not a preset: {', '.join(preset_names())})"
+                                                        if why == "no such file" else ""))
     return trial_config_from_dict(read_yaml(path), source=short_path(path))
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from core.errors import ConfigError, cut, short_path
+from core.errors import ConfigError, cut, short_path, why_absent
 
 MAX_BYTES = 256 * 1024
 MAX_DEPTH = 32
@@ -66,7 +66,7 @@ def read_yaml(path: str | Path, *, root_mapping: bool = True, shown: str | None 
     name, path = short_path(shown or path), Path(path)
     try:
         if not path.is_file():
-            raise ConfigError(f"{name}: no such file" if not path.exists() else f"{name}: not a regular file")
+            raise ConfigError(f"{name}: {why_absent(path)}")
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise ConfigError(f"{name}: file is {size:,} bytes; a config file may have at most {MAX_BYTES:,}")

@@ -33,7 +33,7 @@ import yaml
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from trainables.config import ConfigError, EMAConfig, OptimConfig, TrialConfig, config_difference, load_trial_config
-from core.errors import brief, cut, short_path
+from core.errors import brief, cut, short_path, why_absent
 from trainables.dat import DATSchedule, curriculum_state_only, enable_attention, hold_attention, release_attention
 from trainables.memory import release_free_memory
 from trainables.model import HybridLM
@@ -148,7 +148,7 @@ def read_checkpoint(directory: str | Path, max_bytes: int | None = None) -> dict
     number >= 0."""
     path = Path(directory) / CHECKPOINT_FILE
     if not path.is_file():  # a FIFO would block torch.load forever
-        raise ConfigError(f"{path}: not a regular file" if path.exists() else f"{path}: no such file")
+        raise ConfigError(f"{path}: {why_absent(path)}")
     size = path.stat().st_size
     if max_bytes is not None and size > max_bytes:
         raise ConfigError(f"{path}: {size:,} bytes; a checkpoint of this config takes at most {max_bytes:,}")
