@@ -24,9 +24,15 @@ TrackingSource = Literal["--tracking-uri", "$MLFLOW_TRACKING_URI", "the default 
 
 
 def path_text(value: str) -> str:
-    """A path or URI a request may carry: not empty, not huge, no NUL (ValueError otherwise)."""
+    """A path or URI a request may carry: not empty, not huge, no NUL, and a name the file system
+    can take: a non-UTF-8 byte of a real path is carried as Python carries it (`os.fsdecode`), a
+    lone surrogate that stands for no byte is refused (ValueError otherwise)."""
     if not value or len(value) > MAX_FIELD or "\0" in value:
         raise ValueError(f"must be a non-empty text of at most {MAX_FIELD} characters with no NUL")
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError as err:
+        raise ValueError(f"holds {err.object[err.start]!a}, a character no file name can hold") from None
     return value
 
 
@@ -81,6 +87,11 @@ class SweepRequest(BaseModel):
         from sweeper.space import check_name
 
         return None if value is None else check_name(value)
+
+    @field_validator("address")
+    @classmethod
+    def an_address_text(cls, value: str | None) -> str | None:
+        return None if value is None else path_text(value)
 
     @field_validator("umask")
     @classmethod
