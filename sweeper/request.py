@@ -24,15 +24,19 @@ TrackingSource = Literal["--tracking-uri", "$MLFLOW_TRACKING_URI", "the default 
 
 
 def path_text(value: str) -> str:
-    """A path or URI a request may carry: not empty, not huge, no NUL, and a name the file system
-    can take: a non-UTF-8 byte of a real path is carried as Python carries it (`os.fsdecode`), a
-    lone surrogate that stands for no byte is refused (ValueError otherwise)."""
+    """A path or URI a request may carry: not empty, not huge, no NUL, UTF-8 text (ValueError
+    otherwise). A folder named with a byte that is not UTF-8 reaches Python as a surrogate
+    (`os.fsdecode`); MLflow's and SQLite's URIs and every file the sweep writes its paths into
+    need UTF-8, so such a path is refused here, named, not failed on later."""
     if not value or len(value) > MAX_FIELD or "\0" in value:
         raise ValueError(f"must be a non-empty text of at most {MAX_FIELD} characters with no NUL")
     try:
-        os.fsencode(value)
+        value.encode("utf-8")
     except UnicodeEncodeError as err:
-        raise ValueError(f"holds {err.object[err.start]!a}, a character no file name can hold") from None
+        char = err.object[err.start]
+        what = ("a byte that is not UTF-8 in a file name; the sweep's stores need UTF-8 names: rename it"
+                if "\udc80" <= char <= "\udcff" else "a character no file name can hold")
+        raise ValueError(f"holds {char!a}, {what}") from None
     return value
 
 

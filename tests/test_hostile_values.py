@@ -5,6 +5,7 @@ control character, and numbers in a status file no run makes."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -63,6 +64,18 @@ def test_a_file_that_is_not_there_says_why_not_no_such_file(tmp_path):
         for verb in ("validate", "launch", "trial"):
             assert_refused(sweeper(verb, name, cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(tmp_path / "svc")}),
                            f"{name}: {said}", root=tmp_path, before=before)
+
+
+def test_a_launch_from_a_folder_whose_name_is_not_utf8_is_one_line(tmp_path):
+    folder = os.path.join(os.fsencode(tmp_path), b"d\xff")
+    os.mkdir(folder)
+    with open(os.path.join(folder, b"s.yaml"), "w") as f:
+        f.write((ROOT / "search_spaces" / "smoke.yaml").read_text())
+    before = snapshot(tmp_path)
+    for extra in ([], ["--in-process"]):
+        r = sweeper("launch", "s.yaml", "--progress", "none", *extra, cwd=folder,
+                    env={"SWEEPER_SERVICE_DIR": str(tmp_path / "svc")})
+        assert_refused(r, "a byte that is not UTF-8", root=tmp_path, before=before)
 
 
 def test_a_path_under_the_home_of_no_user_is_one_line_in_every_verb(tmp_path):
