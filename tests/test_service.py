@@ -382,3 +382,16 @@ def test_a_stopped_service_or_a_full_queue_is_said_in_one_line_not_waited_on_or_
             s.close()
         os.kill(pid, signal.SIGCONT)
     assert request({"verb": "status"}, service_dir)["pid"] == pid  # it serves on once it runs again
+
+
+def test_two_detached_services_started_at_the_same_moment_leave_one_and_both_say_so(tmp_path, service_dir):
+    env = env_of(service_dir)
+    starts = [subprocess.Popen(sweeper_cmd("serve", "--detach", "--workers", "1"), cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    done = [(p.wait(timeout=300), *p.communicate()) for p in starts]
+    pid = read_state(service_dir)["pid"]
+    assert [rc for rc, _, _ in done] == [0, 0], done  # the one that lost the lock found the one that took it
+    said = [out for _, out, _ in done]
+    assert sum(out.startswith(f"sweep service running (pid {pid})") for out in said) == 1, said
+    assert sum(out.startswith(f"a sweep service already runs (pid {pid})") for out in said) == 1, said
+    assert request({"verb": "status"}, service_dir)["pid"] == pid

@@ -16,7 +16,8 @@ import subprocess
 import sys
 import time
 
-from sweeper.service_link import LOG, a_pid, check_entries, connect, ensure_private_dir, request, service_dir
+from sweeper.lock import lock_held
+from sweeper.service_link import LOCK, LOG, a_pid, check_entries, connect, ensure_private_dir, request, service_dir
 from core.errors import ConfigError, brief, cut, visible
 
 START_TIMEOUT_S = 180.0  # until a detached service answers (Ray and the workers' imports; slow on 2 busy cores)
@@ -114,8 +115,7 @@ def stop() -> int:
 def detach(workers: int | None) -> int:
     directory = ensure_private_dir(service_dir())
     if (answer := request({"verb": "status"}, directory)) is not None:
-        print(f"a sweep service already runs (pid {a_pid(answer.get('pid')) or '?'}); `sweeper serve --status`")
-        return 0
+        return _already_runs(answer)
     check_entries(directory)  # a folder or a link where its log, state or socket goes: one line, nothing started
     log_path = directory / LOG
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -128,8 +128,11 @@ def detach(workers: int | None) -> int:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            if lock_held(directory / LOCK):  # another service took the lock first (a --detach at the same moment)
+                return _wait_for_the_other(directory, deadline)
             tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-            raise ConfigError(f"the sweep service did not start (exit {proc.returncode}): {tail[0][:200]}")
+            raise ConfigError(f"the sweep service did not start (exit {proc.returncode}): "
+                              f"{tail[0].removeprefix('error: ')[:200]}")
         if (conn := connect(directory)) is not None:
             conn.close()
             print(f"sweep service running (pid {proc.pid}); log {log_path}; `sweeper launch FILE` attaches to it, "
@@ -137,6 +140,21 @@ def detach(workers: int | None) -> int:
             return 0
         time.sleep(0.2)
     raise ConfigError(f"the sweep service (pid {proc.pid}) did not answer within {START_TIMEOUT_S:.0f} s; its log: {log_path}")
+
+
+def _already_runs(answer: dict) -> int:
+    print(f"a sweep service already runs (pid {a_pid(answer.get('pid')) or '?'}); `sweeper serve --status`")
+    return 0
+
+
+def _wait_for_the_other(directory, deadline: float) -> int:
+    """The service that holds the lock, once it answers (it may still be starting)."""
+    while time.monotonic() < deadline:
+        if (answer := request({"verb": "status"}, directory)) is not None:
+            return _already_runs(answer)
+        time.sleep(0.2)
+    raise ConfigError(f"a sweep service holds {directory / LOCK} but did not answer within {START_TIMEOUT_S:.0f} s; "
+                      f"its log: {directory / LOG}")
 
 
 def _alive(pid: int) -> bool:
