@@ -43,10 +43,10 @@ class Checked:
 def check_request(request: SweepRequest) -> Checked:
     """Every check of the request's input, before anything starts or is written."""
     spec = load_space(request.file, shown=shown_path(request.file, request.cwd))  # every mistake in the file, before Ray
-    experiment_dir, sweep_dir = sweep_dir_for(spec.name, request.storage)
-    if is_uri(experiment_dir):
+    if is_uri(request.storage):  # any `://`, `x://` and `://` too: never a folder of the service's own
         raise SpaceError(f"--storage {request.storage}: trials keep their checkpoints in folders of their own, so the "
                          "storage must be a path every node sees (a local folder, NFS, a shared volume)")
+    experiment_dir, sweep_dir = sweep_dir_for(spec.name, request.storage)
     default = request.storage == os.path.join(request.cwd, DEFAULT_STORAGE)
     check_writable(sweep_dir, "the sweep directory" if default else "--storage")
     check_writable(key_path().parent, "the sweeper's state folder" + (" ($XDG_STATE_HOME)" if os.path.isabs(os.environ.get("XDG_STATE_HOME", "")) else ""))
@@ -60,6 +60,7 @@ def check_request(request: SweepRequest) -> Checked:
     check_lock_file(sweep_lock_path(sweep_dir))  # what the launch would refuse later, once it had changed things
     if (store := sqlite_path(request.tracking_uri)) is not None:
         check_lock_file(Path(f"{store}.lock"))
+        check_artifacts_folder(store.parent / "mlartifacts")
     from sweeper.adapters.mlflow_store import check_sqlite_store
 
     check_sqlite_store(request.tracking_uri, request.tracking_source)  # not another program's database
@@ -182,6 +183,17 @@ def check_resume(sweep_dir: Path, spec, uri: str, source: str) -> None:
     unfinished, started_with = resume_facts(db, spec.name)
     check_checkpoints(spec, unfinished, Path(sweep_dir) / "trials")
     check_same_store(Path(sweep_dir), uri, source, started_with)
+
+
+def check_artifacts_folder(folder: Path) -> None:
+    """An embedded store's artifacts go to `mlartifacts` beside it: a folder there (a link to one
+    is the user's choice), or nothing (it is made). A dangling link (MLflow would make its target,
+    wherever it points), a file or a FIFO is one line before anything is written."""
+    if os.path.lexists(folder) and not folder.is_dir():
+        kind = ("a dangling link" if folder.is_symlink() and not folder.exists() else "a link to a file"
+                if folder.is_symlink() else "a file" if folder.is_file() else "not a folder")
+        raise SpaceError(f"{short_path(folder, 120)}: {kind}, where the tracking store keeps its artifacts (a folder); "
+                         "move it away, or name another store with --tracking-uri")
 
 
 def check_layout(sweep_dir: Path) -> None:

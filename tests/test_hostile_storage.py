@@ -120,3 +120,24 @@ def test_a_default_store_in_a_folder_mlflow_would_misread_is_one_line(tmp_path, 
     before = snapshot(tmp_path)
     r = sweeper("launch", ROOT / "search_spaces" / "smoke.yaml", cwd=tmp_path / folder)
     assert_refused(r, "the default tracking URI", rule, "sqlite:///PATH/mlflow.db", root=tmp_path, before=before)
+
+
+@pytest.mark.parametrize("storage", ["x://", "://", "s3://bucket/sweeps"])
+def test_any_storage_uri_is_refused_not_made_a_folder_of_another_process(tmp_path, storage):
+    # `x://` lost its `://` to a trailing-slash cut and was taken for the process's own ./sweeps
+    before = snapshot(tmp_path)
+    r = sweeper("launch", ROOT / "search_spaces" / "smoke.yaml", "--storage", storage, "--in-process", cwd=tmp_path)
+    assert_refused(r, f"--storage {storage}", "a path every node sees", root=tmp_path, before=before)
+
+
+@pytest.mark.parametrize("planted, said", [("dangling", "a dangling link"), ("file", "a file"), ("fifo", "not a folder")])
+def test_what_stands_where_the_store_keeps_its_artifacts_is_one_line_before_anything_is_written(tmp_path, planted, said):
+    import os
+
+    artifacts = tmp_path / "mlartifacts"
+    {"dangling": lambda: artifacts.symlink_to(tmp_path / "elsewhere"), "file": lambda: artifacts.write_text("x\n"),
+     "fifo": lambda: os.mkfifo(artifacts)}[planted]()
+    before = snapshot(tmp_path)
+    r = sweeper("launch", ROOT / "search_spaces" / "smoke.yaml", "--in-process", cwd=tmp_path)
+    assert_refused(r, "mlartifacts", said, "keeps its artifacts", root=tmp_path, before=before)
+    assert not (tmp_path / "elsewhere").exists()  # a dangling link's target is not made
