@@ -7,9 +7,23 @@ import json
 from typing import Any
 
 
-def loads(text: str | bytes) -> Any:
-    """`json.loads`, with nesting deeper than the parser's stack (a RecursionError) a ValueError."""
+class DuplicateKey(ValueError):
+    """An object that gives one key twice (`{"verb": "launch", "verb": "stop"}`)."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise DuplicateKey(f"the key {json.dumps(twice)[:60]} is given twice")
+    return out
+
+
+def loads(text: str | bytes, *, unique_keys: bool = False) -> Any:
+    """`json.loads`, with nesting deeper than the parser's stack (a RecursionError) a ValueError;
+    with `unique_keys`, an object giving a key twice is a `DuplicateKey` (json keeps the last)."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique if unique_keys else None)
     except RecursionError:
         raise ValueError("JSON nested too deep to read") from None

@@ -205,7 +205,9 @@ class Messages:
             if len(line) > MAX_MESSAGE:
                 raise ConfigError(f"a message longer than {MAX_MESSAGE} bytes")
             try:
-                message = json_text.loads(line)
+                message = json_text.loads(line, unique_keys=True)  # `{"verb": "launch", "verb": "stop"}` is no request
+            except json_text.DuplicateKey as err:
+                raise ConfigError(f"not a request: {err}") from None
             except ValueError:
                 raise ConfigError(f"not a JSON message: {cut(line.decode(errors='replace').strip(), 60)}") from None
             if not isinstance(message, dict):
