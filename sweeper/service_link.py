@@ -36,6 +36,7 @@ from typing import Iterator
 from core import json_text
 from core.errors import ConfigError, brief, cut
 from sweeper.lock import lock_held
+from sweeper.orphans import PROCESSES_FILE
 
 SOCKET, STATE, LOG, LOCK = "service.sock", "service.json", "service.log", "service.lock"
 MAX_MESSAGE = 1 << 20
@@ -82,7 +83,8 @@ def ensure_private_dir(path: Path) -> Path:
     return path
 
 
-KINDS = {SOCKET: ("a socket", stat.S_ISSOCK), STATE: ("a file", stat.S_ISREG), LOG: ("a file", stat.S_ISREG)}
+KINDS = {SOCKET: ("a socket", stat.S_ISSOCK), STATE: ("a file", stat.S_ISREG), LOG: ("a file", stat.S_ISREG),
+         LOCK: ("a file", stat.S_ISREG), PROCESSES_FILE: ("a file", stat.S_ISREG)}  # the last: its Ray's processes
 
 
 def check_entries(directory: Path) -> None:

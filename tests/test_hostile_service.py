@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from sweeper.orphans import PROCESSES_FILE
 from sweeper.service_link import LOCK, LOG, SOCKET, STATE
 from tests.hostile import ROOT, assert_refused, snapshot, sweeper
 
@@ -175,7 +176,8 @@ def test_a_service_that_cannot_be_reached_safely_is_one_line_not_passed_by(tmp_p
         os.chmod(stand.folder, 0o700)
 
 
-@pytest.mark.parametrize("entry,kind", [(LOG, "folder"), (LOG, "link"), (STATE, "folder"), (SOCKET, "folder")])
+@pytest.mark.parametrize("entry,kind", [(LOG, "folder"), (LOG, "link"), (STATE, "folder"), (SOCKET, "folder"),
+                                        (LOCK, "fifo"), (LOCK, "link"), (PROCESSES_FILE, "fifo"), (PROCESSES_FILE, "folder")])
 def test_a_folder_or_link_where_the_service_keeps_a_file_is_one_line_before_it_starts(tmp_path, entry, kind):
     folder = tmp_path / "svc"
     folder.mkdir(mode=0o700)
@@ -184,6 +186,8 @@ def test_a_folder_or_link_where_the_service_keeps_a_file_is_one_line_before_it_s
     os.chmod(victim, 0o644)
     if kind == "folder":
         (folder / entry).mkdir()
+    elif kind == "fifo":
+        os.mkfifo(folder / entry)
     else:
         (folder / entry).symlink_to(victim)
     before = snapshot(tmp_path)
