@@ -109,7 +109,7 @@ def hold_sweep_lock(sweep_dir: Path, name: str, on_service: bool = False, claim:
         holder = holder if isinstance(holder, dict) else {}
         pid, host = cut(str(holder.get("pid", "?")), 20), cut(str(holder.get("host", "?")), 60)
         if holder.get("service") is True:  # the pid is the service's: a signal there stops every sweep on it
-            raise ConfigError(f"sweep {name} is already running on the sweep service (pid {pid} on {host}); wait "
+            raise ConfigError(f"sweep {name} is already running on the sweep service (on {host}); wait "
                               "for it, or stop it (Ctrl-C in the launch that started it) and run this again") from None
         raise ConfigError(f"sweep {name} is already running (driver pid {pid} on {host}); "
                           f"wait for it, or stop it (Ctrl-C there, or kill -INT {pid}) and run this again") from None

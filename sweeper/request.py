@@ -138,7 +138,8 @@ class SweepRequest(BaseModel):
             first = err.errors()[0]
             key = ".".join(str(p) for p in first["loc"]) or "request"
             rule = first["msg"].removeprefix("Value error, ")
-            raise ConfigError(f"{source}: {key}: {rule}, got {brief(first.get('input'), 60)}") from None
+            got = "" if "got " in rule else f", got {brief(first.get('input'), 60)}"  # said once
+            raise ConfigError(f"{source}: {key}: {rule}{got}") from None
         except TypeError as err:  # a message that is not a mapping of names
             raise ConfigError(f"{source}: {err}") from None
 

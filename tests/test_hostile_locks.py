@@ -77,3 +77,27 @@ def test_a_regular_lock_file_still_locks(tmp_path):
     path: Path = tmp_path / "x.lock"
     with file_lock(path, timeout_s=1):
         assert path.is_file()
+
+
+def test_a_sweep_held_by_the_service_is_refused_without_naming_the_service_s_pid(tmp_path):
+    # a signal to the service stops every sweep on it: the refusal gives neither its pid nor a kill
+    import json
+    import subprocess
+    import sys
+
+    sweep = tmp_path / "sweeps" / "s"
+    record = json.dumps({"pid": 4242, "host": "vm", "service": True})
+    code = ("import sys, fcntl, time; f = open(sys.argv[1], 'w'); f.write(sys.argv[2]); f.flush(); "
+            "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)")
+    sweep.parent.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", code, str(sweep_lock_path(sweep)), record], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError) as err:
+            hold_sweep_lock(sweep, "s")
+        line = str(err.value)
+        assert "already running on the sweep service" in line and "4242" not in line and "kill" not in line, line
+    finally:
+        holder.kill()
+        holder.wait()
