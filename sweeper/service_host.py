@@ -43,7 +43,7 @@ from sweeper.faults import Faults
 from sweeper.local_ray import LATE_NOTE, loopback_only
 from sweeper.lock import open_lock_file
 from sweeper.request import SweepRequest, launch_origin
-from sweeper.service_session import FIRST_REQUEST_S, LaunchSink, Served, reply_error, say_alive, watch_client
+from sweeper.service_session import LaunchSink, Served, first_message, reply_error, say_alive, watch_client
 from sweeper.sweep import Sweep, SweepHost
 from sweeper.service_link import (LOCK, LOG, SOCKET, STATE, Messages, a_pid, check_entries, code_hash,
                                   ensure_private_dir, listen, peer, project_root, read_state, send, service_dir)
@@ -143,12 +143,9 @@ class Service:
                 if peer(conn)[1] != os.getuid():
                     send(conn, {"error": f"this sweep service answers its own user ({os.getuid()}) only"})
                     return
-                conn.settimeout(FIRST_REQUEST_S)  # a client that connects and says nothing does not hold a thread
                 messages = iter(Messages(conn))
-                message = next(messages, None)
-                if message is None:
+                if (message := first_message(conn, messages)) is None:  # a client that says nothing holds no thread
                     return
-                conn.settimeout(None)
                 verb = message.get("verb")
                 if verb == "launch":
                     self._launch(conn, message, messages)
@@ -158,7 +155,7 @@ class Service:
                     send(conn, {"stopping": True, "pid": os.getpid()})
                     self.ending.set()
                 else:
-                    send(conn, {"error": f"unknown request verb {brief(verb, 40)} (launch, status, stop)"})
+                    raise ConfigError(f"unknown request verb {brief(verb, 40)} (launch, status, stop)")
             except ConfigError as err:
                 reply_error(conn, one_line(str(err)))
             except OSError:

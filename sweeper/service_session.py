@@ -4,17 +4,38 @@ launch's messages (an interrupt, or the connection closing) as the sweep's stop.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 from sweeper.events import Event, Fitted, Running, Say, TopTrials
 from sweeper.service_link import ALIVE_S, send
 from core.errors import ConfigError
 
 
-FIRST_REQUEST_S = 30.0  # a connection's first line must come within this
+FIRST_REQUEST_S = 30.0  # a connection's first line must come within this, all of it
+
+
+def first_message(conn: socket.socket, messages: Iterator[dict], within_s: float = FIRST_REQUEST_S) -> dict | None:
+    """A connection's first message, or None when none came whole within `within_s` in all (a
+    client sending a byte now and then holds no thread past it: its reading side is shut, so the
+    line ends there, as if it had left)."""
+    def shut_reading() -> None:
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RD)
+
+    conn.settimeout(within_s)  # each read, too
+    timer = threading.Timer(within_s, shut_reading)
+    timer.daemon = True
+    timer.start()
+    try:
+        return next(messages, None)
+    finally:
+        timer.cancel()
+        conn.settimeout(None)
 
 
 def reply_error(conn: socket.socket, text: str) -> None:

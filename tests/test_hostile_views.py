@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import os
 import json
+import contextlib
 import socket
 import subprocess
 import sys
@@ -188,6 +189,32 @@ def test_a_request_nested_beyond_the_parser_s_stack_is_one_line():
             next(iter(Messages(ours)))
         sender.join(timeout=30)
     assert type(refused.value).__name__ == "ConfigError" and "not a JSON message" in str(refused.value)
+
+
+def test_a_client_that_sends_its_first_line_a_byte_at_a_time_is_cut_off_not_waited_on_for_ever():
+    from sweeper.service_session import first_message
+
+    ours, theirs = socket.socketpair()
+    stop = threading.Event()
+
+    def trickle() -> None:  # a byte well within each read's timeout, never a whole line
+        theirs.sendall(b'{"verb"')
+        while not stop.wait(0.05):
+            with contextlib.suppress(OSError):
+                theirs.sendall(b" ")
+
+    with ours, theirs:
+        sender = threading.Thread(target=trickle, daemon=True)
+        sender.start()
+        try:
+            first_message(ours, iter(Messages(ours)), within_s=1.0)
+        except Exception as err:  # noqa: BLE001 - the line cut short is no JSON: one line for the client
+            assert type(err).__name__ == "ConfigError" and "not a JSON message" in str(err), err
+        else:
+            raise AssertionError("a line cut short was taken for a request")
+        assert sender.is_alive()  # cut off while the client was still trickling, not when it stopped
+        stop.set()
+        sender.join(timeout=30)
 
 
 def test_a_reader_that_leaves_early_is_not_an_error(tmp_path):
