@@ -61,6 +61,8 @@ def check_request(request: SweepRequest) -> Checked:
     if (store := sqlite_path(request.tracking_uri)) is not None:
         check_lock_file(Path(f"{store}.lock"))
         check_artifacts_folder(store.parent / "mlartifacts")
+    elif not request.tracking_uri.startswith(("http://", "https://")):  # a database server: artifacts in the caller's folder
+        check_artifacts_folder(Path(request.cwd) / "mlartifacts")
     from sweeper.adapters.mlflow_store import check_sqlite_store
 
     check_sqlite_store(request.tracking_uri, request.tracking_source)  # not another program's database

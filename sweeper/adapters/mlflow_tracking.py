@@ -91,7 +91,9 @@ class SweepTracker:
             st.update(tracking_uri=self.uri, parent_uid=uid)
         exp = self.client.get_experiment_by_name(self.experiment)
         if exp is None:
-            artifacts = None if "://" in self.uri and not self.uri.startswith("sqlite") else artifact_root(self.uri, self.cwd)
+            # a server keeps its own; a database store's go where artifact_root says, never to MLflow's
+            # default ./mlartifacts of this process (on the service: the service's folder)
+            artifacts = None if self.uri.startswith(("http://", "https://")) else artifact_root(self.uri, self.cwd)
             # the UI opens an experiment of this kind on its training-runs view
             exp_id = self.client.create_experiment(self.experiment, artifact_location=artifacts,
                                                    tags={"mlflow.experimentKind": "custom_model_development"})
