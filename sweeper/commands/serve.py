@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from sweeper.lock import lock_held
 from sweeper.service_link import LOCK, LOG, a_pid, check_entries, connect, ensure_private_dir, request, service_dir
@@ -147,7 +148,7 @@ def _already_runs(answer: dict) -> int:
     return 0
 
 
-def _wait_for_the_other(directory, deadline: float) -> int:
+def _wait_for_the_other(directory: Path, deadline: float) -> int:
     """The service that holds the lock, once it answers (it may still be starting)."""
     while time.monotonic() < deadline:
         if (answer := request({"verb": "status"}, directory)) is not None:
