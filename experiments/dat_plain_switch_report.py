@@ -144,10 +144,23 @@ def paired_section(conf: dict[str, dict[int, Run]]) -> list[str]:
         xs = list(g.values())
         m, lo, hi = rep.interval(xs)
         sd = stdev(xs)
-        reading = rep.wording(a, b, m, lo, hi) if len(g) == len(SEEDS) else f"pending ({len(g)} of {len(SEEDS)} seeds)"
+        said = abruptness_wording if name == "abruptness" else rep.wording  # higher: a steeper fall, not a gain
+        reading = said(a, b, m, lo, hi) if len(g) == len(SEEDS) else f"pending ({len(g)} of {len(SEEDS)} seeds)"
+        if short := [arm for arm in (a, b) if not rep.arm_passes(list(conf.get(arm, {}).values()))]:
+            reading += f" ({' and '.join(short)} undertrained: not read as a length-generalisation result)"
         lines.append(f"| {a} - {b} | `{name}` | {len(g)} | {m:+.3f} | [{lo:+.3f}, {hi:+.3f}] | {sd:.3f} | "
                      f"{rep.detectable_gap(sd, len(g)):.3f} | {'-' if p is None else f'{p:.3f}'} | {reading} |")
     return lines + ["", "Holm p: the paired t test's p-value, Holm-adjusted over the two primary comparisons.", ""]
+
+
+def abruptness_wording(a: str, b: str, m: float, lo: float, hi: float) -> str:
+    """A paired difference of abruptness, read by direction only: a higher one is a steeper fall."""
+    if lo > 0:
+        return f"{a} falls more abruptly than {b}, by {m:.3f} [{lo:.3f}, {hi:.3f}]"
+    if hi < 0:
+        return f"{b} falls more abruptly than {a}, by {-m:.3f} [{-hi:.3f}, {-lo:.3f}]"
+    return (f"no difference detected: rules out {a} falling more abruptly than {b} by more than {hi:.3f}, "
+            f"and less abruptly by more than {-lo:.3f}")
 
 
 def beside_section(conf: dict[str, dict[int, Run]]) -> list[str]:

@@ -164,3 +164,12 @@ def test_a_finished_sweep_run_is_exported_with_its_times_the_launch_commit_and_i
     (recorded,) = chunks.load()["runs"]
     assert recorded["started_utc"] == started and recorded["ended_utc"] >= started
     assert recorded["commit"] == "abc123" and recorded["config_hash"] == config_hash(config)
+
+
+def test_a_higher_abruptness_is_worded_as_a_steeper_fall_not_a_win():
+    from experiments.dat_plain_switch_report import abruptness_wording
+
+    assert abruptness_wording("NoPE", "joint", 0.017, 0.004, 0.029) == \
+        "NoPE falls more abruptly than joint, by 0.017 [0.004, 0.029]"
+    assert abruptness_wording("DAT", "joint", -0.02, -0.03, -0.01).startswith("joint falls more abruptly than DAT")
+    assert "beats" not in abruptness_wording("DAT", "joint", 0.0, -0.003, 0.002)
