@@ -43,7 +43,7 @@ from sweeper.faults import Faults
 from sweeper.local_ray import LATE_NOTE, loopback_only
 from sweeper.lock import open_lock_file
 from sweeper.request import SweepRequest, launch_origin
-from sweeper.service_session import LaunchSink, Served, first_message, reply_error, say_alive, watch_client
+from sweeper.service_session import LaunchSink, Served, StoreFiles, first_message, reply_error, say_alive, watch_client
 from sweeper.sweep import Sweep, SweepHost
 from sweeper.service_link import (LOCK, LOG, SOCKET, STATE, Messages, a_pid, check_entries, code_hash,
                                   ensure_private_dir, listen, peer, project_root, read_state, send, service_dir)
@@ -71,6 +71,7 @@ class Service:
         self.code = code_hash()
         self.sweeps: dict[int, Served] = {}  # by the id of its thread
         self.sweeps_lock = threading.Lock()
+        self.stores = StoreFiles()
         self.ending = threading.Event()
         self.restart = False
         Faults.from_env()  # $SWEEPER_FAULT: each sweep kills the service on cue (tests/faults/); a bad value refused now
@@ -181,9 +182,10 @@ class Service:
         if request.address is not None:  # its trials would train on this service's Ray, not there
             raise ConfigError(f"address {shown(request.address, 80)}: the service runs sweeps on its own Ray; "
                               "`sweeper launch --in-process --address ...` joins a cluster")
-        if root != project_root():
-            send(conn, {"stale": f"the sweep service runs the checkout at {project_root()}, this launch is from "
-                                 f"{cut(root, 120)}: it runs in its own process"})
+        stale = (f"the sweep service runs the checkout at {project_root()}, this launch is from {cut(root, 120)}: it "
+                 "runs in its own process" if root != project_root() else self.stores.replaced(request.tracking_uri))
+        if stale:
+            send(conn, {"stale": stale})
             return
         if code != self.code:
             with self.sweeps_lock:
@@ -225,6 +227,7 @@ class Service:
                      f"{cut(str(err), 160)}); the service's log has the details ({self.dir / LOG})", "warning"))
             code = 1 if line is None else 2
         finally:
+            self.stores.remember(request.tracking_uri)  # the file MLflow now holds open for this URI
             with self.sweeps_lock:
                 self.sweeps.pop(me, None)
             ended.set()

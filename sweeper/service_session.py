@@ -5,6 +5,7 @@ launch's messages (an interrupt, or the connection closing) as the sweep's stop.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 import time
@@ -13,7 +14,7 @@ from typing import Iterator
 
 from sweeper.events import Event, Fitted, Running, Say, TopTrials
 from sweeper.service_link import ALIVE_S, send
-from core.errors import ConfigError
+from core.errors import ConfigError, cut
 
 
 FIRST_REQUEST_S = 30.0  # a connection's first line must come within this, all of it
@@ -36,6 +37,42 @@ def first_message(conn: socket.socket, messages: Iterator[dict], within_s: float
     finally:
         timer.cancel()
         conn.settimeout(None)
+
+
+class StoreFiles:
+    """The embedded tracking stores this service's MLflow has opened, by URI, and the file each was
+    then. MLflow keeps a store (and its database connections) per URI for the life of the process:
+    a store file removed or replaced since would be written through the old connections ("attempt
+    to write a readonly database"), so the service must not run a sweep on it."""
+
+    def __init__(self):
+        self.seen: dict[str, tuple[int, int]] = {}
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _identity(uri: str) -> tuple[int, int] | None:
+        from sweeper.tracking_uri import sqlite_path
+
+        path = sqlite_path(uri)
+        try:
+            info = os.stat(path) if path is not None else None
+        except OSError:
+            return None
+        return None if info is None else (info.st_dev, info.st_ino)
+
+    def replaced(self, uri: str) -> str | None:
+        """Why the store at `uri` is not the file this service's MLflow holds open; None when it is."""
+        with self.lock:
+            held = self.seen.get(uri)
+        if held is None or self._identity(uri) == held:
+            return None
+        return (f"the sweep service's MLflow holds {cut(uri, 100)} open, and the file was removed or replaced since: "
+                "this sweep runs in its own process (`sweeper serve --stop`, then start it again, to run it there)")
+
+    def remember(self, uri: str) -> None:
+        if (identity := self._identity(uri)) is not None:
+            with self.lock:
+                self.seen.setdefault(uri, identity)
 
 
 def reply_error(conn: socket.socket, text: str) -> None:

@@ -396,3 +396,21 @@ def test_two_detached_services_started_at_the_same_moment_leave_one_and_both_say
     assert sum(out.startswith(f"sweep service running (pid {pid})") for out in said) == 1, said
     assert sum(out.startswith(f"a sweep service already runs (pid {pid})") for out in said) == 1, said
     assert request({"verb": "status"}, service_dir)["pid"] == pid
+
+
+def test_a_store_removed_under_the_service_is_not_written_through_its_old_connection(tmp_path, service_dir):
+    env = env_of(service_dir)
+    start_service(service_dir, tmp_path, env)
+    space = write_space(tmp_path, "gone", 100)
+    first = subprocess.run(sweeper_cmd("launch", space, "--progress", "none"), cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0 and "On the service" in first.stdout, first.stdout + first.stderr
+    for name in ("sweeps", "mlartifacts", "mlflow.db", "mlflow.db.lock"):  # the user starts over by hand
+        path = tmp_path / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    again = subprocess.run(sweeper_cmd("launch", space, "--progress", "none"), cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr  # was: exit 2, "attempt to write a readonly database"
+    assert "removed or replaced since" in again.stderr and "runs in its own process" in again.stderr, again.stderr
+    assert json.loads((tmp_path / "sweeps" / "gone" / "status.json").read_text())["state"] == "finished"
+    assert (tmp_path / "mlflow.db").stat().st_size > 0
