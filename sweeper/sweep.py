@@ -37,7 +37,7 @@ from sweeper.request import SweepRequest, current_umask
 from sweeper.status import SPACE_FILE, write_summary
 from sweeper.sweep_checks import check_request, check_resume, check_sweep_dir, prepare_sweep_dir
 from sweeper.sweep_dir import OPTUNA_DB
-from sweeper.tracking_uri import hide_password, sqlite_path, store_failure
+from sweeper.tracking_uri import artifacts_folder, hide_password, sqlite_path, store_failure
 from core.errors import ConfigError
 
 TRIALS_DIR = "trials"  # in the sweep's folder: one folder per trial, the trainer's own (trainables/run_dir.py)
@@ -162,7 +162,7 @@ class Sweep:
         req, uri = self.request, self.request.tracking_uri
         store = sqlite_path(uri)
         if store is not None:  # an embedded store this sweep makes: its file, lock and artifacts
-            artifacts = store.parent / "mlartifacts"
+            artifacts = artifacts_folder(uri, req.cwd)
             made = [p for p in (store, Path(f"{store}.lock"), artifacts) if not p.exists()]
             self._created += made
             if self._mask:  # made here with the caller's mode: what MLflow writes is out of others' reach from the start

@@ -25,7 +25,7 @@ from sweeper.space import SearchSpace, SpaceError
 from sweeper.space_file import load_space
 from sweeper.status import SPACE_FILE
 from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, folder_kind, is_uri, sweep_dir_for
-from sweeper.tracking_uri import hide_password, preflight, sqlite_path
+from sweeper.tracking_uri import artifacts_folder, hide_password, preflight, sqlite_path
 from core.errors import cut, short_path
 from core.uri_secrets import shown as shown_uri
 from trainables.safe_yaml import MAX_BYTES as MAX_SPACE_BYTES
@@ -60,9 +60,8 @@ def check_request(request: SweepRequest) -> Checked:
     check_lock_file(sweep_lock_path(sweep_dir))  # what the launch would refuse later, once it had changed things
     if (store := sqlite_path(request.tracking_uri)) is not None:
         check_lock_file(Path(f"{store}.lock"))
-        check_artifacts_folder(store.parent / "mlartifacts")
-    elif not request.tracking_uri.startswith(("http://", "https://")):  # a database server: artifacts in the caller's folder
-        check_artifacts_folder(Path(request.cwd) / "mlartifacts")
+    if (artifacts := artifacts_folder(request.tracking_uri, request.cwd)) is not None:
+        check_artifacts_folder(artifacts)
     from sweeper.adapters.mlflow_store import check_sqlite_store
 
     check_sqlite_store(request.tracking_uri, request.tracking_source)  # not another program's database

@@ -56,6 +56,16 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
 
 
+def artifacts_folder(uri: str, cwd: str | Path) -> Path | None:
+    """Where a store's artifacts go: `mlartifacts` beside an embedded SQLite store's file, in the
+    caller's folder `cwd` for a database's (never MLflow's default, the process's own folder);
+    None for a tracking server, which keeps its own."""
+    if uri.startswith(("http://", "https://")):
+        return None
+    store = sqlite_path(uri)
+    return (store.parent if store is not None else Path(cwd)) / "mlartifacts"
+
+
 def uri_source(cli_value: str | None, environ: Mapping[str, str] | None = None) -> str:
     """Where `resolve_uri` took the URI from, as a user would name it in an error."""
     if cli_value is not None:

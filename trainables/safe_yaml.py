@@ -124,15 +124,15 @@ def check_events(text: str, source: str) -> None:
         elif isinstance(event, yaml.ScalarEvent):
             frame = stack[-1] if stack else None
             if event.implicit[0] and len(event.value) > MAX_DIGITS and _LONG_NUMBER.fullmatch(event.value):
-                where = f"{at}: " if (at := _scalar_at(frame, event)) else ""
+                where = _scalar_at(frame, event)
                 raise ConfigError(f"{source}: {where}a number of {len(event.value):,} characters; "
                                   f"a whole number may have at most {MAX_DIGITS} digits")
             if event.implicit[0] and _SEXAGESIMAL.fullmatch(event.value):
-                where = f"{at}: " if (at := _scalar_at(frame, event)) else ""
+                where = _scalar_at(frame, event)
                 raise UnplainNumber(f"{source}: {where}{cut(event.value, 40)} is a base-60 number to YAML 1.1 "
                                   "(1:30 reads as 90); write the number, or quote the text")
             if event.implicit[0] and (rule := _unplain_number(event.value)) is not None:
-                where = f"{at}: " if (at := _scalar_at(frame, event)) else ""
+                where = _scalar_at(frame, event)
                 raise UnplainNumber(f"{source}: {where}{cut(event.value, 40)}: {rule}; write the number in plain "
                                   "decimal, or quote the text")
             if frame is not None and frame.is_mapping and frame.expect_key:
@@ -175,11 +175,11 @@ def _unplain_number(value: str) -> str | None:
 
 
 def _scalar_at(frame: _Frame | None, event: yaml.ScalarEvent) -> str:
-    """Where a scalar stands, for a refusal: its key, its item's path, or `<root>`; nothing for a
-    document that is the scalar alone (a `--set` value)."""
+    """Where a scalar stands, as a refusal's prefix (`KEY: `): its key, its item's path, or `<root>`;
+    nothing for a document that is the scalar alone (a `--set` value)."""
     if frame is None:
         return ""
-    return _at(frame, event) if frame.is_mapping and frame.expect_key else (_child_path(frame) or "<root>")
+    return (_at(frame, event) if frame.is_mapping and frame.expect_key else (_child_path(frame) or "<root>")) + ": "
 
 
 def _add(stack: list[_Frame], nodes: int, total: int, source: str) -> int:

@@ -35,20 +35,13 @@ from sweeper import plots
 from sweeper.adapters.mlflow_store import VIEW_TAG, BackgroundLog, client, retrying, sweep_params, trials_view, view_key
 from sweeper.records import FINAL, TrialRecord, trainer_metrics
 from sweeper.space import SearchSpace, iter_params, trial_config_for
+from sweeper.tracking_uri import artifacts_folder
 from trainables.config import flatten
 from trainables.run_dir import trial_reports
 
 PARENT_UID = "sweeper.mlflow_uid"  # the ledger's attribute naming the sweep's parent run (its tag parent_uid)
 DRAIN_S = 60.0  # at the end of a sweep: how long the queue may take to empty before what is left is set aside
 RUN_STATUS = {"completed": "FINISHED", "stopped": "FINISHED", "diverged": "FINISHED", "failed": "FAILED"}
-
-
-def artifact_root(uri: str, cwd: Path) -> str:
-    """Where an embedded store's artifacts go: `mlartifacts` beside its database file (for the
-    default ./mlflow.db, ./mlartifacts), else in the caller's folder `cwd`."""
-    if uri.startswith("sqlite:///"):
-        return (Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts").resolve().as_uri()
-    return (cwd / "mlartifacts").resolve().as_uri()
 
 
 class SweepTracker:
@@ -91,9 +84,8 @@ class SweepTracker:
             st.update(tracking_uri=self.uri, parent_uid=uid)
         exp = self.client.get_experiment_by_name(self.experiment)
         if exp is None:
-            # a server keeps its own; a database store's go where artifact_root says, never to MLflow's
-            # default ./mlartifacts of this process (on the service: the service's folder)
-            artifacts = None if self.uri.startswith(("http://", "https://")) else artifact_root(self.uri, self.cwd)
+            folder = artifacts_folder(self.uri, self.cwd)
+            artifacts = None if folder is None else folder.resolve().as_uri()
             # the UI opens an experiment of this kind on its training-runs view
             exp_id = self.client.create_experiment(self.experiment, artifact_location=artifacts,
                                                    tags={"mlflow.experimentKind": "custom_model_development"})
