@@ -154,4 +154,5 @@ def end_orphans(sweep_dir: Path, grace_s: float = 5.0) -> list[str]:
             proc.kill()
         except psutil.Error:
             continue
+    psutil.wait_procs(left, timeout=grace_s)  # "ended" means gone: their ports and files are free when this returns
     return names  # the record stays: its processes are gone (a pid and start time match no one), and the next Ray's replaces it

@@ -192,7 +192,8 @@ def test_a_killed_service_loses_nothing(tmp_path, service_dir):
     attached = launch(a, tmp_path, env, umask=0o077)
     out = attached.communicate(timeout=300)[0]
     assert attached.returncode == 1 and "the service stopped while running sweep a" in out, out
-    assert not _alive(pid)
+    # its socket closes before the kernel has finished the process: a loaded machine can show it running a moment longer
+    wait_for(lambda: not _alive(pid), 60, "the killed service to be gone")
     opened = [str(p) for p in [tmp_path / "sweeps" / "a", tmp_path / "mlflow.db", tmp_path / "mlartifacts"]
               if p.exists() and p.stat().st_mode & 0o007]
     assert opened == [], opened  # the caller's umask held from the start, not only at an end the kill never reached
