@@ -17,8 +17,9 @@ service's own lines go to its log (`logging`).
                 down (resumable), then Ray shuts down. SIGKILL loses nothing either: each sweep
                 resumes as after a killed driver, and the next service ends the killed one's Ray
                 processes (recorded in its folder, sweeper/orphans.py)
-    new code    a launch from a checkout whose modules differ from the service's (a hash of
-                sweeper/ and trainables/) restarts the service first when it runs no sweep: new
+    new code    a launch while the checkout's modules on disk differ from those the service
+                imported (a hash of core/, sweeper/ and trainables/, taken by the service itself,
+                never the one a request claims) restarts the service first when it runs no sweep: new
                 imports, new warm workers; while sweeps run, that launch runs in its own process
                 and says so. A sweep never runs code older than its launch's.
 """
@@ -178,7 +179,7 @@ class Service:
 
     def _launch(self, conn: socket.socket, message: dict, rest) -> None:
         request = SweepRequest.from_message(message)
-        code, root = launch_origin(message)
+        _, root = launch_origin(message)  # the code it claims is not trusted: the checkout on disk decides
         if request.address is not None:  # its trials would train on this service's Ray, not there
             raise ConfigError(f"address {shown(request.address, 80)}: the service runs sweeps on its own Ray; "
                               "`sweeper launch --in-process --address ...` joins a cluster")
@@ -187,7 +188,7 @@ class Service:
         if stale:
             send(conn, {"stale": stale})
             return
-        if code != self.code:
+        if code_hash() != self.code:
             with self.sweeps_lock:
                 busy = bool(self.sweeps)
             if busy:
