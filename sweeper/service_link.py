@@ -23,6 +23,7 @@ trials interrupted, resumable).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -110,10 +111,20 @@ ALIVE_S = 10.0  # while it runs an attached launch's sweep, the service says it 
 SILENT_S = 6 * ALIVE_S  # an attached launch that hears nothing for this long says the service does not answer
 
 
-def unresponsive(directory: Path, what: str, timeout_s: float = ANSWER_S) -> ConfigError:
-    return ConfigError(f"the sweep service at {cut(str(directory), 120)} {what} within {timeout_s:.0f} s (stopped, or "
-                       f"overloaded; its pid is in {STATE}, its log {LOG}); `sweeper launch --in-process` runs a sweep "
-                       "in its own process")
+IN_PROCESS = "`sweeper launch --in-process` runs a sweep in its own process"
+
+
+def unresponsive(directory: Path, what: str, timeout_s: float = ANSWER_S, then: str = IN_PROCESS) -> ConfigError:
+    """A service that does not answer: stopped (SIGSTOP, a debugger) said as such, with the one harmless
+    signal that lets it go on; otherwise where its pid and log are. `then`: what the user can do now."""
+    import psutil
+
+    why = f"{what} within {timeout_s:.0f} s (overloaded, or stopped; its pid is in {STATE}, its log {LOG})"
+    with contextlib.suppress(psutil.Error, ValueError):
+        process = psutil.Process(a_pid(read_state(directory).get("pid")) or -1)
+        if "sweeper.service_host" in process.cmdline() and process.status() in ("stopped", "tracing-stop"):
+            why = f"is stopped (SIGSTOP or a debugger): `kill -CONT {process.pid}` lets it go on"
+    return ConfigError(f"the sweep service at {cut(str(directory), 120)} {why}" + (f"; {then}" if then else ""))
 
 
 def folder_info(directory: Path) -> os.stat_result | None:
@@ -229,7 +240,8 @@ def request(message: dict, directory: Path | None = None, timeout_s: float = ANS
             send(conn, message)
             answer = next(iter(Messages(conn, timeout_is_error=True)), None)
         except TimeoutError:
-            raise unresponsive(directory or service_dir(), "does not answer", timeout_s) from None
+            then = IN_PROCESS if message.get("verb") == "launch" else f"`sweeper serve --{message.get('verb')}` again once it answers"
+            raise unresponsive(directory or service_dir(), "does not answer", timeout_s, then) from None
         except ConfigError as err:  # something answers on the socket, but not in the service's words
             raise ConfigError(f"the sweep service at {cut(str(directory or service_dir()), 120)} answered what is not "
                               f"its protocol ({cut(str(err), 80)}); its log: {(directory or service_dir()) / LOG}") from None
