@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.errors import ConfigError, expand_user, short_path
+from core.errors import ConfigError, cut, expand_user, short_path
 
 DEFAULT_STORAGE = "sweeps"
 OPTUNA_DB = "optuna.db"  # the sweep's Optuna study (SQLite), in its directory
@@ -18,11 +18,12 @@ def is_uri(path: str) -> bool:
 
 
 def sweep_dir_for(name: str, storage: str | None) -> tuple[str, Path]:
-    """(the storage folder of the sweep's trials, the sweep's own folder): the same folder for a
-    path; a URI is refused by `sweeper launch` (trials need a filesystem)."""
+    """(the storage folder of the sweep's trials, the sweep's own folder): the same folder. A URI is
+    a ConfigError: trials keep their checkpoints in folders, so sweeps live on a path."""
     storage = storage or DEFAULT_STORAGE
-    if is_uri(storage):
-        return f"{storage.rstrip('/')}/{name}", Path(DEFAULT_STORAGE).resolve() / name
+    if is_uri(storage):  # never a folder of the process's own working folder in its place
+        raise ConfigError(f"--storage {cut(storage, 80)}: sweeps live in folders (their trials keep checkpoints "
+                          "there), so the storage is a path every node sees, not a URI")
     local = expand_user(storage).resolve() / name
     return str(local), local
 
@@ -35,6 +36,8 @@ def find_sweep_dir(name: str, storage: str | None, marker: str, missing: str | N
     try:
         sweep_dir = direct if (direct / marker).exists() else sweep_dir_for(name, storage)[1]
         there = (sweep_dir / marker).exists()
+    except ConfigError:
+        raise
     except (OSError, ValueError) as err:  # a name too long for the file system, a NUL in it
         raise ConfigError(f"{short_path(name, 80)}: not a sweep's name or folder "
                           f"({getattr(err, 'strerror', None) or err})") from None

@@ -141,3 +141,11 @@ def test_what_stands_where_the_store_keeps_its_artifacts_is_one_line_before_anyt
     r = sweeper("launch", ROOT / "search_spaces" / "smoke.yaml", "--in-process", cwd=tmp_path)
     assert_refused(r, "mlartifacts", said, "keeps its artifacts", root=tmp_path, before=before)
     assert not (tmp_path / "elsewhere").exists()  # a dangling link's target is not made
+
+
+@pytest.mark.parametrize("verb", ["status", "report", "dashboard"])
+def test_a_storage_uri_for_a_reading_verb_is_one_line_not_the_working_folder_s_sweep(tmp_path, verb):
+    # a URI was read as the process's own ./sweeps: the answer was about another folder's sweep
+    before = snapshot(tmp_path)
+    r = sweeper(verb, "smoke", "--storage", "s3://bucket/sweeps", cwd=tmp_path)
+    assert_refused(r, "--storage s3://bucket/sweeps", "not a URI", root=tmp_path, before=before)
