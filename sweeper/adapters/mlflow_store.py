@@ -35,17 +35,18 @@ def store_lock(uri: str):
     return file_lock(Path(f"{store}.lock")) if store is not None else contextlib.nullcontext()
 
 
-def client(uri: str, retries: bool = True):
-    """An MLflow client of the store. `retries=False`: our own retries (BackgroundLog, `retrying`) decide
-    how long to wait for a server; MLflow's HTTP client would otherwise retry each call for minutes.
+def client(uri: str):
+    """An MLflow client of the store. Every client of the process has the same settings (MLflow reads
+    them from the environment, the one public way; a user's own values win): no retries of MLflow's
+    HTTP client, which would retry each call for minutes, since our own retries (BackgroundLog,
+    `retrying`) decide how long to wait for a server, and a 20 s bound on each call.
     MLflow's own log lines (store creation, migrations, and the errors a failed call logs before
     it raises: the caller says those in one line) stay out of the user's terminal unless
     $SWEEPER_VERBOSE is set."""
     import logging
 
-    if not retries:
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
     from mlflow import MlflowClient  # (its import sets its loggers' levels: ours come after)
 
     if not os.environ.get("SWEEPER_VERBOSE"):

@@ -61,7 +61,7 @@ class SweepTracker:
     @property
     def client(self):
         if self._client is None:
-            self._client = client(self.uri, retries=False)
+            self._client = client(self.uri)
         return self._client
 
     # -- parent run --------------------------------------------------------------------
