@@ -275,7 +275,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=positive_int, default=200, help="replays per method (replay seeds 0..N-1)")
     parser.add_argument("--samples", type=positive_int, default=52, help="trials per replayed sweep")
     parser.add_argument("--jobs", type=cpus, default=min(2, os.cpu_count() or 1), help="processes replaying at once")
-    parser.add_argument("--data", default=str(switch_grid.DATA))
+    parser.add_argument("--data", default=str(switch_grid.DATA), help="the recorded switch grid (default: the stored one)")
     parser.add_argument("--out", default=str(OUT), help="the results' path, without suffix")
     parser.add_argument("--lr", type=float, choices=switch_grid.LEARNING_RATES, help="replay the grid at this learning rate only")
     parser.add_argument("--held-out-summary", action="store_true",
