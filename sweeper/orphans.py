@@ -13,11 +13,14 @@ not check (planted, edited, or another user's) ends nothing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -37,19 +40,37 @@ def key_path() -> Path:
 
 
 def _key() -> bytes:
-    """This user's signing key, made on first use (readable by this user only)."""
+    """This user's signing key, made on first use (readable by this user only). A key file that is
+    not the 64 hex digits this writes (emptied by a kill or a full disk between its creation and its
+    write: a key anyone knows) is replaced by a fresh one, so records signed under it end nothing."""
     path = key_path()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_places(None)
+    if (key := _read_key(path)) is not None:
+        return key
+    fd, tmp = tempfile.mkstemp(prefix=".process-record.key.", dir=path.parent)  # mode 0600
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
-    except FileExistsError:
-        pass
-    check_places(None)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with os.fdopen(fd) as f:
-        return f.read(256).strip().encode()
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    if (key := _read_key(path)) is None:  # another writer's half-made key at this moment: sign nothing we can trust
+        raise ConfigError(f"{short_path(path, 160)}: the signing key of local Ray records is not 64 hex digits; remove it")
+    return key
+
+
+def _read_key(path: Path) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        key = f.read(256).strip()
+    return key if re.fullmatch(rb"[0-9a-f]{64}", key) else None
 
 
 def check_places(sweep_dir: Path | None) -> None:

@@ -82,6 +82,34 @@ def test_a_planted_process_file_ends_no_one_else_s_process(tmp_path, monkeypatch
         other.wait()
 
 
+@pytest.mark.parametrize("damaged", [b"", b"  \n", b"abc", b"0" * 63, b"\xff" * 64])
+def test_a_damaged_signing_key_is_replaced_and_a_record_signed_under_it_ends_no_one(tmp_path, monkeypatch, damaged):
+    import hashlib
+    import hmac
+
+    from sweeper import orphans
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    key = orphans.key_path()
+    key.parent.mkdir(parents=True)
+    key.write_bytes(damaged)  # a kill or a full disk between the key's creation and its write
+    victim = _sleeper()
+    try:
+        driver = {"pid": 1, "started": 0.0}
+        procs = [{"pid": victim.pid, "started": psutil.Process(victim.pid).create_time(), "name": "sleep"}]
+        body = json.dumps([driver, *procs], sort_keys=True).encode()
+        forged = hmac.new(damaged.strip(), body, hashlib.sha256).hexdigest()  # what anyone can sign with that key
+        (tmp_path / orphans.PROCESSES_FILE).write_text(json.dumps(
+            {"driver": 1, "driver_started": 0.0, "processes": procs, "signature": forged}))
+        assert orphans.end_orphans(tmp_path, grace_s=1) == [] and victim.poll() is None
+        fresh = key.read_bytes()
+        assert len(fresh) == 64 and fresh != damaged and int(fresh, 16) >= 0
+        assert oct(key.stat().st_mode & 0o777) == "0o600"
+    finally:
+        victim.kill()
+        victim.wait()
+
+
 @pytest.mark.integration
 def test_planted_pickles_in_a_sweep_folder_never_run(smoke_sweep, tmp_path):
     workdir, _ = smoke_sweep
