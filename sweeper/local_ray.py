@@ -39,6 +39,22 @@ def private_temp_root() -> Path:
     return Path(chosen or Path(tempfile.gettempdir()) / f"sweeper-ray-{os.getuid()}") / "ray"
 
 
+SOCKET_LIMIT = 107  # bytes in a Unix socket's path (Linux)
+LONGEST_SOCKET = "/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store"  # what Ray adds to its root
+
+
+def check_socket_room() -> None:
+    """Before a local Ray starts: its socket paths (its temp root, a session folder, sockets/...) fit
+    in a Unix socket's 107 bytes; a longer $RAY_TMPDIR (or $TMPDIR) is one ConfigError line."""
+    root = str(private_temp_root())
+    if len((root + LONGEST_SOCKET).encode()) > SOCKET_LIMIT:
+        given = "$RAY_TMPDIR" if os.environ.get("RAY_TMPDIR") else "$TMPDIR"
+        room = SOCKET_LIMIT - len(LONGEST_SOCKET.encode()) - len("/ray")
+        raise ConfigError(f"{given} {cut(root.removesuffix('/ray'), 120)}: {len(root.encode()) - 4} bytes, too long "
+                          f"for the local Ray's socket paths (at most {room}: a Unix socket's path holds "
+                          f"{SOCKET_LIMIT}); set RAY_TMPDIR to a shorter folder")
+
+
 def private_temp_dir() -> None:
     """Before a local Ray starts: RAY_TMPDIR a folder only this user can enter (made 0700, or made
     so), unless the caller chose one. A folder of that name owned by another user, or not a

@@ -397,3 +397,18 @@ def test_a_launch_joined_to_a_cluster_with_auto_stops_on_a_signal_and_leaves_the
     status = json.loads((tmp_path / "sweeps" / "smoke" / "status.json").read_text())
     assert status["state"] == "finished" and len(status["trials"]) == 6, status
     assert all(t["status"] in ("completed", "stopped") for t in status["trials"]), status["trials"]
+
+
+@pytest.mark.parametrize("verb", [("launch", SMOKE, "--in-process"), ("serve", "--detach")])
+@pytest.mark.parametrize("variable", ["RAY_TMPDIR", "TMPDIR"])
+def test_a_temp_folder_too_long_for_ray_s_sockets_is_one_line_before_anything_is_written(tmp_path, verb, variable):
+    # Ray's socket paths ($RAY_TMPDIR/ray/session_.../sockets/plasma_store) must fit in 107 bytes: a
+    # launch had written its store, lock and sweep folder before Ray's traceback; a service, its log
+    long = tmp_path / ("t" * 60)
+    long.mkdir()
+    env = {variable: str(long), "SWEEPER_SERVICE_DIR": str(tmp_path / "svc")}
+    if variable == "TMPDIR":
+        env["RAY_TMPDIR"] = ""
+    before = snapshot(tmp_path)
+    r = sweeper(*verb, cwd=tmp_path, env=env)
+    assert_refused(r, f"${variable}", "too long for the local Ray's socket paths", root=tmp_path, before=before)

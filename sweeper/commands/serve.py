@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from sweeper.local_ray import check_socket_room
 from sweeper.lock import lock_held
 from sweeper.service_link import LOCK, LOG, a_pid, check_entries, connect, ensure_private_dir, request, service_dir
 from core.errors import ConfigError, brief, cut, visible
@@ -114,6 +115,7 @@ def stop() -> int:
 
 
 def detach(workers: int | None) -> int:
+    check_socket_room()  # its Ray's sockets: one line here, before its folder is made, not a traceback in its log
     directory = ensure_private_dir(service_dir())
     if (answer := request({"verb": "status"}, directory)) is not None:
         return _already_runs(answer)
