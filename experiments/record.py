@@ -71,6 +71,37 @@ def head_commit(root: Path) -> str | None:
     return commit + ("-dirty" if dirty else "")
 
 
+def read_commit(path: Path) -> str | None:
+    """The commit a sweep was first launched from, as `head_commit` wrote it beside the sweep; None
+    where there is no such file or it is empty (launched outside git). Anything else (a link, a FIFO,
+    a device, a long file, or text that is no commit) is a ConfigError line: a record keeps no
+    provenance it cannot vouch for."""
+    import errno
+    import os
+    import re
+    import stat
+
+    from core.errors import ConfigError, cut, short_path
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        why = "a link, not a regular file" if err.errno == errno.ELOOP else f"cannot read it ({err.strerror or err})"
+        raise ConfigError(f"{short_path(path, 120)}: {why} (the sweep's commit); move it away") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ConfigError(f"{short_path(path, 120)}: not a regular file (the sweep's commit); move it away")
+        raw = f.read(200).strip()
+    if not raw:
+        return None
+    if not re.fullmatch(rb"[0-9a-f]{40}(?:[0-9a-f]{24})?(?:-dirty)?", raw):
+        raise ConfigError(f"{short_path(path, 120)}: not a commit (40 hex digits, perhaps -dirty), got "
+                          f"{cut(ascii(raw[:60])[2:-1], 60)}; move it away")
+    return raw.decode()
+
+
 def provenance(config: dict, times: dict, commit: str | None) -> dict:
     """What a recorded run carries about its making: when it trained, from which code, which config."""
     return {"started_utc": times.get("started_utc"), "ended_utc": times.get("ended_utc"), "commit": commit,

@@ -15,8 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
+from core.errors import ConfigError
 from experiments.launching import sweeper_launch
-from experiments.record import finished_trials, head_commit, provenance, read_record, record_lock, write_record
+from experiments.record import (finished_trials, head_commit, provenance, read_commit, read_record, record_lock,
+                                write_record)
+from trainables.safe_yaml import read_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMIT_SUFFIX = ".commit"  # beside a sweep's file: the commit it was first launched from
@@ -63,10 +66,7 @@ class Chunks:
     def finished_runs(self, sweep: Path) -> list[dict]:
         """Each run of a sweep folder that trained its every step: its budget, cell, reports and
         provenance (the commit the sweep was first launched from: COMMIT_SUFFIX beside its file)."""
-        try:
-            commit = (sweep.parent / f"{sweep.name}{COMMIT_SUFFIX}").read_text().strip()[:80] or None
-        except OSError:
-            commit = None
+        commit = read_commit(sweep.parent / f"{sweep.name}{COMMIT_SUFFIX}")
         return [{"budget": config["steps"], "params": self.params_of(config), "reports": reports,
                  **provenance(config, times, commit)} for config, reports, times in finished_trials(sweep)]
 
@@ -112,16 +112,14 @@ class Chunks:
         """A sweep file in `folder` written for this budget that still holds a cell of `todo`: a chunk
         interrupted after some of its runs were recorded, to resume rather than start anew (its
         finished trials are kept, its interrupted ones go on from their checkpoints)."""
-        import yaml
-
         wanted = {self.key(budget, c) for c in todo}
         for path in sorted(folder.glob(f"{self.prefix}*.yaml")):
             try:
-                space = yaml.safe_load(path.read_text())
+                space = read_yaml(path)
                 cells = space["searcher"]["baseline"] if space["budget"]["max_steps"] == budget else []
                 if any(self.key(budget, c) in wanted for c in cells):
                     return path
-            except (OSError, yaml.YAMLError, KeyError, TypeError):
+            except (ConfigError, KeyError, TypeError):
                 continue  # not one of this experiment's sweep files
         return None
 
@@ -167,6 +165,4 @@ def status_command(label: str, data: dict, p: Planned) -> int:
 
 def sweep_cells(path: Path) -> list[dict]:
     """The cells a sweep file written by `Chunks.run` trains (its searcher's baseline points)."""
-    import yaml
-
-    return yaml.safe_load(path.read_text())["searcher"]["baseline"]
+    return read_yaml(path)["searcher"]["baseline"]

@@ -9,6 +9,7 @@ import json
 import pytest
 import yaml
 
+from core.errors import ConfigError
 from experiments import dat_plain_switch as dps
 from experiments import dat_plain_switch_report as rep
 from experiments import packs
@@ -159,11 +160,37 @@ def test_a_finished_sweep_run_is_exported_with_its_times_the_launch_commit_and_i
     run.keep_checkpoint(tmp_path / "ckpt", config["steps"])
     run.note_started()  # a resumed run keeps its first start
     run.note_ended()
-    (tmp_path / "sweeps" / f"dat_plain_x{COMMIT_SUFFIX}").write_text("abc123\n")
+    commit_file = tmp_path / "sweeps" / f"dat_plain_x{COMMIT_SUFFIX}"
+    for damaged in ("\x1b[2J\nline2\n", "abc123\n"):  # escapes, or no commit: refused, the record not written
+        commit_file.write_text(damaged)
+        with pytest.raises(ConfigError, match="not a commit"):
+            chunks.export()
+        assert not dps.DATA.exists()
+    commit = "0123456789abcdef0123456789abcdef01234567-dirty"
+    commit_file.write_text(commit + "\n")
     assert chunks.export() == 1
     (recorded,) = chunks.load()["runs"]
     assert recorded["started_utc"] == started and recorded["ended_utc"] >= started
-    assert recorded["commit"] == "abc123" and recorded["config_hash"] == config_hash(config)
+    assert recorded["commit"] == commit and recorded["config_hash"] == config_hash(config)
+
+
+@pytest.mark.parametrize("planted, said", [("fifo", "not a regular file"), ("link", "a link"), ("bytes", "not a commit"),
+                                           ("long", "not a commit"), ("empty", None), ("missing", None)])
+def test_a_sweep_s_commit_file_is_read_bounded_and_checked(tmp_path, planted, said):
+    import os
+
+    from experiments.record import read_commit
+
+    path = tmp_path / "s.commit"
+    {"fifo": lambda: os.mkfifo(path), "link": lambda: path.symlink_to("/dev/zero"),
+     "bytes": lambda: path.write_bytes(b"\xe9\xff\n"), "long": lambda: path.write_text("a" * 10_000_000),
+     "empty": lambda: path.write_text(""), "missing": lambda: None}[planted]()
+    if said is None:
+        assert read_commit(path) is None
+    else:
+        with pytest.raises(ConfigError, match=said) as err:
+            read_commit(path)
+        assert "\n" not in str(err.value) and len(str(err.value)) < 300
 
 
 def test_a_higher_abruptness_is_worded_as_a_steeper_fall_not_a_win():
