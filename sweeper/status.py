@@ -99,9 +99,22 @@ def load_records(sweep_dir: Path) -> tuple[dict, list[TrialRecord]]:
             raise ValueError(f"updated: must be a time in seconds, got {brief(data['updated'], 30)}")
         if data["state"] not in STATES or data["mode"] not in ("max", "min"):
             raise ValueError(f"state/mode: not one of {STATES} / (max, min)")
+        check_driver(data.get("driver", {"host": ""}))
         return data, [TrialRecord.from_dict(t) for t in data["trials"]]
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ConfigError(f"{path}: not a sweep status file ({cut(str(err), 100)}); move it away to rebuild it") from None
+
+
+def check_driver(driver) -> None:
+    """status.json's `driver` (`driver_record`): a mapping of a host name, a pid and a start time
+    (or none); a ValueError otherwise, never a record read as some other process."""
+    if not isinstance(driver, dict) or not isinstance(driver.get("host"), str):
+        raise ValueError(f"driver: must be a mapping with a host name, got {brief(driver, 30)}")
+    pid, started = driver.get("pid"), driver.get("started")
+    if driver["host"] and (not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2**22):
+        raise ValueError(f"driver.pid: must be a process id, got {brief(pid, 30)}")
+    if started is not None and finite(started) is None:
+        raise ValueError(f"driver.started: must be a time in seconds, got {brief(started, 30)}")
 
 
 def launch_speed(status: dict) -> float | None:

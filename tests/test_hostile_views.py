@@ -71,6 +71,11 @@ def test_a_report_line_or_times_file_nested_beyond_the_parser_s_stack_is_skipped
     ({"trials": [{**HEAD["trials"][0], "metrics": {"acc_3x": "high"}}]}, "trial field metrics"),
     ({"trials": [{**HEAD["trials"][0], "step": "ten"}]}, "trial field step"),
     ({"trials": ["t0000"]}, "a trial must be a mapping"),
+    # a driver of the wrong kind was read as one on another host, or pid true as pid 1: "running"
+    ({"state": "running", "driver": "junk"}, "driver: must be a mapping"),
+    ({"state": "running", "driver": {"host": ["x"], "pid": -5, "started": "abc"}}, "driver: must be a mapping"),
+    ({"state": "running", "driver": {"host": "vm", "pid": True, "started": None}}, "driver.pid: must be a process id"),
+    ({"state": "running", "driver": {"host": "vm", "pid": 7, "started": "abc"}}, "driver.started: must be a time"),
 ])
 def test_a_status_file_with_a_field_missing_or_of_the_wrong_kind_is_one_line(tmp_path, changes, named):
     _status(tmp_path, **changes)
