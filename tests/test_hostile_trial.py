@@ -313,3 +313,12 @@ def test_a_flag_where_a_number_belongs_is_said_once(override):
 def test_an_emptied_saved_config_is_named_as_empty_not_as_a_config_of_defaults(run_dir, tmp_path, text):
     (run_dir / "config.yaml").write_text(text)
     refused(tmp_path, "config.yaml: an empty document")
+
+
+def test_a_checkpoint_s_state_linked_out_of_the_run_is_refused(run_dir, tmp_path):
+    # every other run file as a link was refused; state.pt was loaded from wherever it pointed
+    path = run_dir / "checkpoint" / "state.pt"
+    moved = tmp_path / "state_moved.pt"
+    path.rename(moved)
+    path.symlink_to(moved)
+    refused(tmp_path, "state.pt", "a link")

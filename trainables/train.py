@@ -144,9 +144,11 @@ def read_checkpoint(directory: str | Path, max_bytes: int | None = None) -> dict
     """The state `save_checkpoint` wrote, read with `weights_only=True`: tensors and plain values
     only. A checkpoint may sit on shared storage (a cluster volume, a bucket); a pickled object in
     it would run code in every trial that resumes, so one is refused with a one-line ConfigError,
-    as is a file that is not a regular one, one over `max_bytes`, and a `step` that is not a whole
+    as is a link or a file that is not a regular one, one over `max_bytes`, and a `step` that is not a whole
     number >= 0."""
     path = Path(directory) / CHECKPOINT_FILE
+    if path.is_symlink():  # a planted link would load a file from outside the run
+        raise ConfigError(f"{path}: a link; a checkpoint holds its {CHECKPOINT_FILE} as a regular file")
     if not path.is_file():  # a FIFO would block torch.load forever
         raise ConfigError(f"{path}: {why_absent(path)}")
     size = path.stat().st_size
