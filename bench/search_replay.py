@@ -44,7 +44,7 @@ from sweeper.replay import Grid, kendall_tau, load_grid, outcome  # noqa: E402
 from sweeper.replay_stats import N_BOOT, paired, summarize  # noqa: E402
 from sweeper.space import SearchSpace  # noqa: E402
 from core.tool_cli import Parser, run_tool  # noqa: E402
-from sweeper.cli_types import cpus, positive_int  # noqa: E402
+from sweeper.cli_types import cpus, plain, positive_int  # noqa: E402
 from sweeper.fs import check_output_file  # noqa: E402
 
 OUT = ROOT / "docs" / "results" / "search_efficiency"
@@ -276,7 +276,7 @@ def main() -> int:
     parser.add_argument("--samples", type=positive_int, default=52, help="trials per replayed sweep")
     parser.add_argument("--jobs", type=cpus, default=min(2, os.cpu_count() or 1), help="processes replaying at once")
     parser.add_argument("--data", default=str(switch_grid.DATA), help="the recorded switch grid (default: the stored one)")
-    parser.add_argument("--out", default=str(OUT), help="the results' path, without suffix")
+    parser.add_argument("--out", type=plain, default=str(OUT), help="the results' path, without suffix")
     parser.add_argument("--lr", type=float, choices=switch_grid.LEARNING_RATES, help="replay the grid at this learning rate only")
     parser.add_argument("--held-out-summary", action="store_true",
                         help="replay only the shipped default, the previous one and random + FIFO on the held-out set, "
@@ -288,6 +288,8 @@ def main() -> int:
         print(f"held-out: pending, {held['pending']} of {held['planned']} runs recorded" if "pending" in held
               else summary_line(held["results"], default))
         return 0
+    if Path(args.out).is_dir():  # `--out /tmp` would write /tmp.md beside it
+        parser.error(f"--out: the results' path without suffix, not a folder; name a file in it, e.g. {Path(args.out) / 'replay'}")
     check_output_file(f"{args.out}.md", "--out")  # before the replays, not after an hour of them
     grid = load_grid(args.data, AXES)
     lrs = list(switch_grid.LEARNING_RATES)

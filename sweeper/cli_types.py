@@ -14,7 +14,8 @@ from core.errors import brief
 def positive_int(text: str) -> int:
     """A whole number >= 1 in ASCII digits (Python's int() would also take spaces, underscores and
     other scripts' digits: ' 8080', '8_080', '８０８０')."""
-    if not (text.isascii() and text.isdigit() and len(text) <= 100):
+    digits = text.removeprefix("-")  # -1 is a whole number: it is told the rule it breaks, >= 1
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 100):
         raise argparse.ArgumentTypeError(f"must be a whole number, got {brief(text, 40)}")
     value = int(text)
     if value < 1:

@@ -155,6 +155,9 @@ TOOL_MISUSE = [
     (("bench/gpu_share.py", "--device", "cpu", "--procs", "0"), "--procs"),
     (("bench/gpu_sweep.py", "--gpus", "nan"), "--gpus: must be a finite number > 0"),
     (("bench/search_replay.py", "--data", "deep.json", "--out", "o"), "nested too deep"),
+    (("bench/search_replay.py", "--seeds", "1", "--out", ""), "--out: must not be empty"),  # failed after the replays
+    (("bench/search_replay.py", "--seeds", "1", "--out", "."), "not a folder"),  # wrote ..md beside it
+    (("bench/interrupt_latency.py", "--rounds", "-3"), "--rounds: must be >= 1"),  # a whole number: the rule it breaks
     (("-m", "experiments.switch_grid", "run", "--concurrent", "0"), "--concurrent"),
     (("-m", "experiments.adaptive_grid", "bogus"), "invalid choice: 'bogus'"),
     (("-m", "experiments.othello_report", "--paired-only", "deep.json"), "nested too deep"),
@@ -218,3 +221,4 @@ def test_an_othello_report_input_past_its_size_is_refused_not_read_whole(tmp_pat
         (runs / f"r{i}.jsonl").write_text('{"step": 1}\n' * 30)
     with pytest.raises(ConfigError, match="together"):
         othello_report.read([runs])
+
