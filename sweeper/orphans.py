@@ -48,13 +48,17 @@ def _key() -> bytes:
     check_places(None)
     if (key := _read_key(path)) is not None:
         return key
-    fd, tmp = tempfile.mkstemp(prefix=".process-record.key.", dir=path.parent)  # mode 0600
+    fd, tmp = tempfile.mkstemp(prefix=".process-record.key.", dir=path.parent)  # mode 0600, written whole first
     try:
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            os.link(tmp, path)  # the first key, whole at once
+        except FileExistsError:  # another process's key made at this moment (kept), or a damaged one (replaced)
+            if _read_key(path) is None:
+                os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

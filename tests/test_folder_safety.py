@@ -127,3 +127,13 @@ def test_planted_pickles_in_a_sweep_folder_never_run(smoke_sweep, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert not mark.exists(), "a pickle planted in the sweep folder was loaded"
     assert _tree(sweep_dir / "trials") == trials  # a finished sweep: nothing trained again
+
+
+def test_processes_making_the_first_signing_key_at_the_same_moment_agree_on_it(tmp_path):
+    # each writes a whole key and links it into place; a key already there is kept, not replaced
+    code = "from sweeper import orphans; print(orphans._key().decode())"
+    env = {**ENV, "XDG_STATE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    keys = {p.communicate(timeout=60)[0].strip() for p in procs}
+    assert len(keys) == 1 and len(keys.pop()) == 64
+    assert [p.name for p in (tmp_path / "dat-sweeper").iterdir()] == ["process-record.key"]  # no temporary file left
