@@ -111,7 +111,7 @@ def check_driver(driver) -> None:
     if not isinstance(driver, dict) or not isinstance(driver.get("host"), str):
         raise ValueError(f"driver: must be a mapping with a host name, got {brief(driver, 30)}")
     pid, started = driver.get("pid"), driver.get("started")
-    if driver["host"] and (not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2**22):
+    if driver["host"] and (not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2**31):  # a pid_t
         raise ValueError(f"driver.pid: must be a process id, got {brief(pid, 30)}")
     if started is not None and finite(started) is None:
         raise ValueError(f"driver.started: must be a time in seconds, got {brief(started, 30)}")
