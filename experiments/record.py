@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import gzip
 import json
+import os
+import re
+import stat
 import time
 from pathlib import Path
 from typing import Callable, Iterator
+
+from core.errors import ConfigError, cut, short_path
 
 
 def read_record(path: Path, empty: Callable[[], dict]) -> dict:
@@ -76,13 +82,6 @@ def read_commit(path: Path) -> str | None:
     where there is no such file or it is empty (launched outside git). Anything else (a link, a FIFO,
     a device, a long file, or text that is no commit) is a ConfigError line: a record keeps no
     provenance it cannot vouch for."""
-    import errno
-    import os
-    import re
-    import stat
-
-    from core.errors import ConfigError, cut, short_path
-
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:

@@ -46,11 +46,11 @@ LONGEST_SOCKET = "/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_sto
 def check_socket_room() -> None:
     """Before a local Ray starts: its socket paths (its temp root, a session folder, sockets/...) fit
     in a Unix socket's 107 bytes; a longer $RAY_TMPDIR (or $TMPDIR) is one ConfigError line."""
-    root = str(private_temp_root())
-    if len((root + LONGEST_SOCKET).encode()) > SOCKET_LIMIT:
+    folder = str(private_temp_root().parent)  # $RAY_TMPDIR, or the folder made under $TMPDIR
+    room = SOCKET_LIMIT - len(f"/ray{LONGEST_SOCKET}".encode())
+    if len(folder.encode()) > room:
         given = "$RAY_TMPDIR" if os.environ.get("RAY_TMPDIR") else "$TMPDIR"
-        room = SOCKET_LIMIT - len(LONGEST_SOCKET.encode()) - len("/ray")
-        raise ConfigError(f"{given} {cut(root.removesuffix('/ray'), 120)}: {len(root.encode()) - 4} bytes, too long "
+        raise ConfigError(f"{given} {cut(folder, 120)}: {len(folder.encode())} bytes, too long "
                           f"for the local Ray's socket paths (at most {room}: a Unix socket's path holds "
                           f"{SOCKET_LIMIT}); set RAY_TMPDIR to a shorter folder")
 

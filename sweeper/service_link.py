@@ -240,7 +240,7 @@ def request(message: dict, directory: Path | None = None, timeout_s: float = ANS
             send(conn, message)
             answer = next(iter(Messages(conn, timeout_is_error=True)), None)
         except TimeoutError:
-            then = IN_PROCESS if message.get("verb") == "launch" else f"`sweeper serve --{message.get('verb')}` again once it answers"
+            then = f"`sweeper serve --{message.get('verb')}` again once it answers"  # a launch asks through `attach`
             raise unresponsive(directory or service_dir(), "does not answer", timeout_s, then) from None
         except ConfigError as err:  # something answers on the socket, but not in the service's words
             raise ConfigError(f"the sweep service at {cut(str(directory or service_dir()), 120)} answered what is not "

@@ -85,7 +85,7 @@ class Sweep:
 
             ray_tune.join_cluster(req.address)  # before anything is written: a cluster that never answers is one line
             if not req.shared_storage:
-                self.say.note(f"note: --address {hide_password(req.address)} with the storage path {checked.experiment_dir}: on a "
+                self.say.note(f"note: --address {hide_password(req.address)} with the storage path {checked.sweep_dir}: on a "
                               "multi-node cluster every node must see it (NFS, a shared volume; pass --shared-storage "
                               "to confirm it is shared)")
         if not req.restart and roll_back(sweep_dir / OPTUNA_DB):  # what any writer of the study would do first

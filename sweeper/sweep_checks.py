@@ -25,7 +25,7 @@ from sweeper.request import SweepRequest
 from sweeper.space import SearchSpace, SpaceError
 from sweeper.space_file import load_space
 from sweeper.status import SPACE_FILE
-from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, folder_kind, is_uri, sweep_dir_for
+from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, folder_kind, sweep_dir_for
 from sweeper.tracking_uri import artifacts_folder, hide_password, preflight, sqlite_path
 from core.errors import cut, short_path
 from core.uri_secrets import shown as shown_uri
@@ -37,17 +37,13 @@ class Checked:
     """A request that passed every check: its space and where the sweep lives."""
 
     spec: SearchSpace
-    experiment_dir: str  # the storage folder of its trials
-    sweep_dir: Path
+    sweep_dir: Path  # also the storage folder of its trials
 
 
 def check_request(request: SweepRequest) -> Checked:
     """Every check of the request's input, before anything starts or is written."""
     spec = load_space(request.file, shown=shown_path(request.file, request.cwd))  # every mistake in the file, before Ray
-    if is_uri(request.storage):  # any `://`, `x://` and `://` too: never a folder of the service's own
-        raise SpaceError(f"--storage {request.storage}: trials keep their checkpoints in folders of their own, so the "
-                         "storage must be a path every node sees (a local folder, NFS, a shared volume)")
-    experiment_dir, sweep_dir = sweep_dir_for(spec.name, request.storage)
+    sweep_dir = sweep_dir_for(spec.name, request.storage)  # any `://` refused: never a folder of the service's own
     default = request.storage == os.path.join(request.cwd, DEFAULT_STORAGE)
     check_writable(sweep_dir, "the sweep directory" if default else "--storage")
     check_writable(key_path().parent, "the sweeper's state folder" + (" ($XDG_STATE_HOME)" if os.path.isabs(os.environ.get("XDG_STATE_HOME", "")) else ""))
@@ -67,7 +63,7 @@ def check_request(request: SweepRequest) -> Checked:
     from sweeper.adapters.mlflow_store import check_sqlite_store
 
     check_sqlite_store(request.tracking_uri, request.tracking_source)  # not another program's database
-    return Checked(spec, experiment_dir, sweep_dir)
+    return Checked(spec, sweep_dir)
 
 
 def shown_path(path: str, cwd: str) -> str:

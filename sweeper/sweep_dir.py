@@ -17,15 +17,15 @@ def is_uri(path: str) -> bool:
     return "://" in path
 
 
-def sweep_dir_for(name: str, storage: str | None) -> tuple[str, Path]:
-    """(the storage folder of the sweep's trials, the sweep's own folder): the same folder. A URI is
-    a ConfigError: trials keep their checkpoints in folders, so sweeps live on a path."""
+def sweep_dir_for(name: str, storage: str | None) -> Path:
+    """The sweep's own folder, which is also the storage folder of its trials. A URI is a
+    ConfigError: trials keep their checkpoints in folders, so sweeps live on a path."""
     storage = storage or DEFAULT_STORAGE
     if is_uri(storage):  # never a folder of the process's own working folder in its place
         raise ConfigError(f"--storage {cut(storage, 80)}: sweeps live in folders (their trials keep checkpoints "
-                          "there), so the storage is a path every node sees, not a URI")
-    local = expand_user(storage).resolve() / name
-    return str(local), local
+                          "there), so the storage is a path every node sees (a local folder, NFS, a shared volume), "
+                          "not a URI")
+    return expand_user(storage).resolve() / name
 
 
 def find_sweep_dir(name: str, storage: str | None, marker: str, missing: str | None = None) -> Path:
@@ -34,7 +34,7 @@ def find_sweep_dir(name: str, storage: str | None, marker: str, missing: str | N
     says `missing`; without it, the directory is returned as it is."""
     direct = Path(name)
     try:
-        sweep_dir = direct if (direct / marker).exists() else sweep_dir_for(name, storage)[1]
+        sweep_dir = direct if (direct / marker).exists() else sweep_dir_for(name, storage)
         there = (sweep_dir / marker).exists()
     except ConfigError:
         raise
