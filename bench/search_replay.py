@@ -19,6 +19,10 @@ phase-state signal) and its final acc_3x, for runs judged there before their swi
 
     python bench/search_replay.py [--seeds 200] [--samples 52] [--jobs 2]   # writes docs/results/search_efficiency.{md,json,png}
 
+The whole rebuild takes about 2.3 h on 2 cores. `--keep DIR` keeps every finished chunk of replays in DIR
+(keyed by the space, the grid, the seeds and the code that replays them), so that an interrupted rebuild
+run again with the same DIR resumes where it stopped and writes the same files.
+
 `--lr X` replays the half of the grid at one learning rate (the space searches the switch and the
 curriculum only), so that a grid recorded seed by seed can be replayed before its other half exists.
 """
@@ -32,7 +36,6 @@ import statistics
 import sys
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +49,7 @@ from sweeper.space import SearchSpace  # noqa: E402
 from core.tool_cli import Parser, run_tool  # noqa: E402
 from sweeper.cli_types import cpus, plain, positive_int  # noqa: E402
 from sweeper.fs import check_output_file  # noqa: E402
+from bench.replay_chunks import Chunks, code_fingerprint  # noqa: E402
 
 OUT = ROOT / "docs" / "results" / "search_efficiency"
 SHIPPED_SPACE = ROOT / "search_spaces" / "switch_time.yaml"
@@ -113,25 +117,40 @@ def searcher(name: str) -> dict:
     return {"sampler": sampler, "seed": 0, **({"startup_trials": int(startup)} if startup else {})}
 
 
+def method_space(name: str, samples: int, lrs: list[float], held_out: bool = False) -> SearchSpace:
+    sampler, scheduler, _ = METHODS[name]
+    return held_out_space(sampler, scheduler, samples) if held_out else space(sampler, scheduler, samples, lrs)
+
+
 def replays(name: str, seeds: range, grid: Grid, samples: int, lrs: list[float], held_out: bool = False) -> list[dict]:
     """One method's replays at the given seeds: what each did, in the seeds' order."""
-    sampler, scheduler, stopping = METHODS[name]
-    spec = held_out_space(sampler, scheduler, samples) if held_out else space(sampler, scheduler, samples, lrs)
-    return [outcome(spec, grid, seed, STOPPING[stopping], TOLERANCE, top=3) for seed in seeds]
+    spec = method_space(name, samples, lrs, held_out)
+    return [outcome(spec, grid, seed, STOPPING[METHODS[name][2]], TOLERANCE, top=3) for seed in seeds]
 
 
-def compare(grid: Grid, seeds: int, samples: int, lrs: list[float], jobs: int, held_out: bool = False,
+def chunk_tasks(fn, names, seeds: int, describe, args) -> list[tuple[dict, tuple]]:
+    """Every method's seeds 0..seeds-1 in chunks of CHUNK: (what decides a chunk's rows, fn's arguments)."""
+    return [({**describe(name), "seeds": [lo, min(lo + CHUNK, seeds)], "replay": fn.__name__},
+             (name, range(lo, min(lo + CHUNK, seeds)), *args))
+            for name in names for lo in range(0, seeds, CHUNK)]
+
+
+def grid_digest(grid: Grid) -> str:
+    import hashlib
+
+    return hashlib.sha256(repr(grid).encode()).hexdigest()
+
+
+def compare(grid: Grid, seeds: int, samples: int, lrs: list[float], chunks: Chunks, jobs: int, held_out: bool = False,
             names: tuple[str, ...] = tuple(METHODS)) -> dict:
     """Every method's replays at seeds 0..seeds-1, `jobs` processes at a time, and their statistics."""
-    tasks = [(name, range(lo, min(lo + CHUNK, seeds))) for name in names for lo in range(0, seeds, CHUNK)]
-    work = [(n, r, grid, samples, lrs, held_out) for n, r in tasks]
-    if jobs == 1:
-        done = [replays(*task) for task in work]
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            done = list(pool.map(replays, *zip(*work)))
+    digest = grid_digest(grid)
+    tasks = chunk_tasks(replays, names, seeds, lambda name: {
+        "space": method_space(name, samples, lrs, held_out).model_dump(mode="json"), "grid": digest,
+        "stopping": METHODS[name][2], "tolerance": TOLERANCE}, (grid, samples, lrs, held_out))
+    done = chunks.run(replays, tasks, jobs)
     per_method: dict[str, list[dict]] = {name: [] for name in names}
-    for (name, _), rows in zip(tasks, done):
+    for (_, (name, *_)), rows in zip(tasks, done):
         per_method[name].extend(rows)
     ref, before = ([r["to_best"] for r in per_method[name]] for name in (REFERENCE, SHIPPED_BEFORE))
     out = {}
@@ -196,13 +215,13 @@ def load_held_out(path: Path) -> tuple[Grid, int]:
     return Grid(HELD_OUT_AXES, runs, "acc_3x", "max", switch_grid.MAX_STEPS), len(data["runs"])
 
 
-def held_out(seeds: int, samples: int, jobs: int, names: tuple[str, ...] = tuple(METHODS)) -> dict:
+def held_out(seeds: int, samples: int, chunks: Chunks, jobs: int, names: tuple[str, ...] = tuple(METHODS)) -> dict:
     """Every method replayed on the held-out set, or {"pending": runs recorded} until it is whole."""
     grid, recorded = load_held_out(adaptive_grid.DATA)
     planned = len(adaptive_grid.cells())
     if recorded < planned:
         return {"pending": recorded, "planned": planned}
-    return {"grid": grid, "results": compare(grid, seeds, samples, [], jobs, held_out=True, names=names)}
+    return {"grid": grid, "results": compare(grid, seeds, samples, [], chunks, jobs, held_out=True, names=names)}
 
 
 def summary_line(results: dict, name: str) -> str:
@@ -278,13 +297,19 @@ def main() -> int:
     parser.add_argument("--data", default=str(switch_grid.DATA), help="the recorded switch grid (default: the stored one)")
     parser.add_argument("--out", type=plain, default=str(OUT), help="the results' path, without suffix")
     parser.add_argument("--lr", type=float, choices=switch_grid.LEARNING_RATES, help="replay the grid at this learning rate only")
+    parser.add_argument("--keep", metavar="DIR", type=plain,
+                        help="keep each finished chunk of replays in DIR, so that a rebuild run again with it resumes")
     parser.add_argument("--held-out-summary", action="store_true",
                         help="replay only the shipped default, the previous one and random + FIFO on the held-out set, "
                              "print one line for the shipped default, and write nothing")
     args = parser.parse_args()
     default = shipped_method()
+    if args.keep is not None and Path(args.keep).exists() and not Path(args.keep).is_dir():
+        parser.error(f"--keep: {args.keep} is not a folder")
+    chunks = Chunks(None if args.keep is None else Path(args.keep),
+                    code_fingerprint(("sweeper.replay", "sweeper.pasha", "sweeper.commands.replay")))
     if args.held_out_summary:
-        held = held_out(args.seeds, args.samples, args.jobs, names=tuple(dict.fromkeys((REFERENCE, SHIPPED_BEFORE, default))))
+        held = held_out(args.seeds, args.samples, chunks, args.jobs, names=tuple(dict.fromkeys((REFERENCE, SHIPPED_BEFORE, default))))
         print(f"held-out: pending, {held['pending']} of {held['planned']} runs recorded" if "pending" in held
               else summary_line(held["results"], default))
         return 0
@@ -302,22 +327,24 @@ def main() -> int:
         print(f"the grid has {len(grid.runs)} of {planned} points; run `python -m experiments.switch_grid run` first")
         return 1
     started = time.monotonic()
-    results = compare(grid, args.seeds, args.samples, lrs, args.jobs)
+    results = compare(grid, args.seeds, args.samples, lrs, chunks, args.jobs)
     taus = rung_taus(grid, (500, 1000, 2000, 3000, 4000))
-    shipped = shipped_space(grid, args.seeds, args.jobs) if args.lr is None else None
-    held = held_out(args.seeds, args.samples, args.jobs) if args.lr is None else None
+    shipped = shipped_space(grid, args.seeds, chunks, args.jobs) if args.lr is None else None
+    held = held_out(args.seeds, args.samples, chunks, args.jobs) if args.lr is None else None
     if held is not None and "results" in held:
         held["selected_on_switch_grid"], held["shipped"] = selected(results), default
         held["near_on_switch_grid"] = sum(grid.best() - grid.final(k) <= TOLERANCE for k in grid.runs)
         held["points_on_switch_grid"] = len(grid.runs)
     wall = time.monotonic() - started
     write(grid, results, taus, args, seeds_per_point, Path(args.out), shipped, held, wall, default)
+    if args.keep is not None:
+        print(f"chunks of replays: {chunks.kept} read from {args.keep}, {chunks.replayed} replayed", file=sys.stderr)
     if held is not None and "results" in held:
         print(summary_line(held["results"], default))
     return 0
 
 
-def shipped_space(grid: Grid, seeds: int, jobs: int) -> dict:
+def shipped_space(grid: Grid, seeds: int, chunks: Chunks, jobs: int) -> dict:
     """search_spaces/switch_time.yaml as written (its switch every 250 steps, its continuous learning
     rate, its 24 samples and 4 baselines), its FIFO variant and random + FIFO, each replayed on the
     grid with a drawn point training on the nearest recorded one: `sweeper replay`'s own comparison."""
@@ -327,11 +354,12 @@ def shipped_space(grid: Grid, seeds: int, jobs: int) -> dict:
     spec = load_space(SHIPPED_SPACE)
     near = grid.with_scales_of(spec)
     names = list(verb.METHODS)
-    tasks = [(name, range(lo, min(lo + CHUNK, seeds))) for name in names for lo in range(0, seeds, CHUNK)]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        done = list(pool.map(_shipped_replays, *zip(*[(n, r, near) for n, r in tasks])))
+    digest = grid_digest(near)
+    tasks = chunk_tasks(_shipped_replays, names, seeds, lambda name: {
+        "space": verb.METHODS[name](spec).model_dump(mode="json"), "grid": digest, "tolerance": TOLERANCE}, (near,))
+    done = chunks.run(_shipped_replays, tasks, jobs)
     rows: dict[str, list[dict]] = {name: [] for name in names}
-    for (name, _), part in zip(tasks, done):
+    for (_, (name, *_)), part in zip(tasks, done):
         rows[name].extend(part)
     reference = [r["to_best"] for r in rows[verb.REFERENCE]]
     out = {name: summary_of(rs, reference) for name, rs in rows.items()}
@@ -470,7 +498,8 @@ def write(grid: Grid, results: dict, taus: list[dict], args, seeds_per_point: li
     kept = {name: {k: v for k, v in r.items() if k != "curves"} for name, r in results.items()}
     held_kept = None if held is None else held if "pending" in held else {
         name: {k: v for k, v in r.items() if k != "curves"} for name, r in held["results"].items()}
-    out.with_suffix(".json").write_text(json.dumps({"args": {**vars(args), "data": str(source), "out": str(out.name)},
+    out.with_suffix(".json").write_text(json.dumps({"args": {**{k: v for k, v in vars(args).items() if k != "keep"}, "data": str(source),
+                                                             "out": str(out.name)},
                                                     "n_boot": N_BOOT, "results": kept,
                                                     "taus": taus, "shipped_space": shipped, "held_out": held_kept},
                                                    indent=1, default=str))

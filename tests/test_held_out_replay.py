@@ -37,7 +37,7 @@ def test_every_point_the_held_out_space_draws_was_recorded_and_the_summary_line_
         json.dump({"runs": [{"params": c, "reports": curve(c, i % 52)} for i, c in enumerate(cells)]}, f)
     grid, recorded = b.load_held_out(path)
     assert recorded == len(cells) == 104 and len(grid.runs) == 52 and all(len(r) == 2 for r in grid.runs.values())
-    results = b.compare(grid, 3, 52, [], 1, held_out=True, names=(b.REFERENCE, b.SHIPPED_BEFORE, b.shipped_method()))
+    results = b.compare(grid, 3, 52, [], b.Chunks(None, ""), 1, held_out=True, names=(b.REFERENCE, b.SHIPPED_BEFORE, b.shipped_method()))
     for r in results.values():  # 52 draws of 52 points by every method: none fell outside the record
         assert r["not_reached"] <= 3 and len(r["to_best"]) == 3
     line = b.summary_line(results, b.shipped_method())
