@@ -26,7 +26,7 @@ from typing import Callable, TextIO
 from sweeper.eta import Plan
 from sweeper.live_table import plain_line, table
 from sweeper.records import TrialRecord
-from sweeper.status import counts_line, finite, launch_speed, load_records
+from sweeper.status import STATUS_FILE, counts_line, finite, launch_speed, load_records
 from core.errors import ConfigError
 
 
@@ -78,6 +78,7 @@ class LiveView:
         self._thread: threading.Thread | None = None
         self._live = None
         self._width: int | None = None  # the terminal's columns at the last frame
+        self.damaged: ConfigError | None = None  # why the last read of an existing status.json failed
 
     @classmethod
     def of_sweep(cls, sweep_dir: Path, every_s: float = 30.0, out: TextIO | None = None,
@@ -138,8 +139,10 @@ class LiveView:
         try:
             self.status, self.records = load_records(self.sweep_dir)
             self.state = self.status.get("state", "running")
-        except (ConfigError, OSError):  # not written yet
+        except (ConfigError, OSError) as err:  # not written yet, or (a file written whole, atomically) damaged
+            self.damaged = err if isinstance(err, ConfigError) and (self.sweep_dir / STATUS_FILE).exists() else None
             return
+        self.damaged = None
         if self._resumed is None:
             self._resumed = self.driver and any(r.step > 0 for r in self.records)
 
@@ -211,10 +214,13 @@ class LiveView:
 
         with self:
             try:
-                while self.state == "running" and driver_alive(self.status) and not self._stop.wait(1.0):
+                while (self.state == "running" and self.damaged is None and driver_alive(self.status)
+                       and not self._stop.wait(1.0)):
                     pass
-                if self.state == "running" and not driver_alive(self.status):
+                if self.state == "running" and self.damaged is None and not driver_alive(self.status):
                     self.final = "interrupted (its driver is gone)"
             except KeyboardInterrupt:
                 pass
+        if self.damaged is not None:  # damaged while watched: said as a watch's start says it, not redrawn for ever
+            raise self.damaged
         return 0

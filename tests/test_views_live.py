@@ -227,3 +227,21 @@ def test_watching_a_sweep_whose_driver_is_gone_ends_with_interrupted(tmp_path):
     assert LiveView.of_sweep(tmp_path, out=out, clock=FakeClock(10_000.0)).watch() == 0
     (line,) = out.getvalue().splitlines()
     assert "2 running" not in line and "3 interrupted" in line and line.startswith("[switch_time 0:01:40]")  # up to its last write
+
+
+def test_a_status_file_damaged_while_watched_ends_the_watch_with_its_one_line(tmp_path):
+    from core.errors import ConfigError
+    from tests.conftest import ROOT
+
+    (tmp_path / "space.yaml").write_text((ROOT / "search_spaces" / "switch_time.yaml").read_text())
+    write_status(tmp_path, RECORDS)  # a driver on another host: watched until the sweep ends
+
+    class Damaging(io.StringIO):  # the first line drawn, then the file damaged under the watch
+        def write(self, text):
+            (tmp_path / STATUS_FILE).write_text('{"name": "switch_time"}')
+            return super().write(text)
+
+    out = Damaging()
+    with pytest.raises(ConfigError, match=r"status\.json: not a sweep status file \(metric: missing\)"):
+        LiveView.of_sweep(tmp_path, out=out, clock=FakeClock(10_000.0)).watch()
+    assert "switch_time" in out.getvalue()  # it had drawn the sweep before
