@@ -38,6 +38,7 @@ from core import json_text
 from core.errors import ConfigError, brief, cut
 from sweeper.lock import lock_held
 from sweeper.orphans import PROCESSES_FILE
+from sweeper.status import a_pid
 
 SOCKET, STATE, LOG, LOCK = "service.sock", "service.json", "service.log", "service.lock"
 MAX_MESSAGE = 1 << 20
@@ -289,8 +290,3 @@ def read_state(directory: Path | None = None) -> dict:
         return state if isinstance(state, dict) else {}
     except (OSError, ValueError):
         return {}
-
-
-def a_pid(value) -> int | None:
-    """`value` if it can be a process id (what a service's file or answer says its pid is), else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**22 else None

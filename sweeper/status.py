@@ -111,10 +111,16 @@ def check_driver(driver) -> None:
     if not isinstance(driver, dict) or not isinstance(driver.get("host"), str):
         raise ValueError(f"driver: must be a mapping with a host name, got {brief(driver, 30)}")
     pid, started = driver.get("pid"), driver.get("started")
-    if driver["host"] and (not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2**31):  # a pid_t
+    if driver["host"] and a_pid(pid) is None:
         raise ValueError(f"driver.pid: must be a process id, got {brief(pid, 30)}")
     if started is not None and finite(started) is None:
         raise ValueError(f"driver.started: must be a time in seconds, got {brief(started, 30)}")
+
+
+def a_pid(value) -> int | None:
+    """`value` if it can be a process id (any positive pid_t: what a file or an answer says a pid is),
+    else None. A pid above the system's pid_max is well-formed and names no process."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31 else None
 
 
 def launch_speed(status: dict) -> float | None:
