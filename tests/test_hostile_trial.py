@@ -118,6 +118,33 @@ def test_a_checkpoint_missing_a_part_is_refused(run_dir, tmp_path):
     refused(tmp_path, "state.pt", "no `optimizer`")
 
 
+def _first_moment(state, value):
+    (first, *_) = state["optimizer"]["state"].values()
+    first["exp_avg"] = value
+
+
+def _group(state, **change):
+    state["optimizer"]["param_groups"][0].update(change)
+
+
+@pytest.mark.parametrize("damage, expect", [
+    (lambda s: _first_moment(s, torch.zeros(1)), "exp_avg: must have its parameter's shape"),  # crashed AdamW's fused step
+    (lambda s: _first_moment(s, "x"), "exp_avg: must have its parameter's shape"),
+    (lambda s: _group(s, lr="abc"), "param_groups[0].lr"),
+    (lambda s: _group(s, lr=float("nan")), "param_groups[0].lr"),
+    (lambda s: _group(s, betas=(0.9,)), "param_groups[0].betas"),
+    (lambda s: s["data_gen"].update(served=10**6), "data_gen.served"),  # an IndexError once training
+    (lambda s: s["data_gen"].update(served=-3), "data_gen.served"),
+    (lambda s: s["dat"].update(switch_step="abc"), "dat.switch_step"),  # a ValueError once training
+    (lambda s: s["dat"].update(switch_step=-10**9), "dat.switch_step"),  # trained on, "attention on@-1000000000"
+    (lambda s: s["dat"].update(switch_step=10**6), "after the checkpoint's step"),
+], ids=["moment-shape", "moment-text", "lr-text", "lr-nan", "betas", "served-past-pool", "served-negative",
+        "switch-text", "switch-negative", "switch-later"])
+def test_a_checkpoint_s_optimizer_schedule_or_data_state_of_the_wrong_kind_is_refused(run_dir, tmp_path, damage, expect):
+    edit_checkpoint(run_dir, damage)
+    refused(tmp_path, "state.pt", "does not fit this config", expect)
+
+
 def test_a_truncated_checkpoint_is_refused(run_dir, tmp_path):
     path = run_dir / "checkpoint" / "state.pt"
     path.write_bytes(path.read_bytes()[:5000])

@@ -44,6 +44,7 @@ import torch
 
 from trainables.config import CurriculumConfig, DATConfig
 from trainables.model import HybridLM
+from trainables.state_checks import whole_number
 from trainables.switch import Criterion, Signals, make_criterion
 
 
@@ -115,7 +116,8 @@ class DATSchedule:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        self.state = DATState(switch_step=state["switch_step"])
+        switch = state["switch_step"]
+        self.state = DATState(switch_step=None if switch is None else whole_number(switch, "dat.switch_step"))
         if self.criterion is not None:
             self.criterion.load_state_dict(state["criterion"])
 

@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 
 from trainables.config import DATConfig
+from trainables.state_checks import finite_number, whole_number
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class SmoothedValue:
         return {"raw": self.raw, "count": self.count}
 
     def load_state_dict(self, state: dict) -> None:
-        self.raw, self.count = float(state["raw"]), int(state["count"])
+        self.raw, self.count = finite_number(state["raw"], "smoothed.raw"), whole_number(state["count"], "smoothed.count")
 
 
 class Criterion:
@@ -118,7 +119,9 @@ class LossPlateau(Criterion):
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.best, self.since_best = float(state["best"]), int(state["since_best"])
+        best = state["best"]  # inf until the first observation
+        self.best = math.inf if best == math.inf else finite_number(best, "criterion.best")
+        self.since_best = whole_number(state["since_best"], "criterion.since_best")
 
 
 class GradNormSettled(Criterion):
@@ -137,7 +140,7 @@ class GradNormSettled(Criterion):
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.peak = float(state["peak"])
+        self.peak = finite_number(state["peak"], "criterion.peak")
 
 
 CRITERIA: dict[str, type[Criterion]] = {

@@ -64,6 +64,7 @@ import torch
 from torch import Tensor
 
 from trainables.config import TaskConfig
+from trainables.state_checks import whole_number
 
 IGNORE = -100  # target of positions that are not asked anything
 NO_TARGET, STATE, RECALL = 0, 1, 2  # values of Batch.kinds
@@ -269,7 +270,7 @@ class BucketedBatches:
     def set_state(self, state: dict) -> None:
         self.gen.set_state(state["pool_start"])
         self._draw()
-        self.served = int(state["served"])
+        self.served = whole_number(state["served"], "data_gen.served", 0, len(self.batches))
 
 
 def train_batches(task: "SequenceTask", batching: str, batch_size: int, gen: torch.Generator):

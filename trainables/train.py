@@ -39,6 +39,7 @@ from trainables.memory import release_free_memory
 from trainables.model import HybridLM
 from trainables.objectives import make_objective
 from trainables.run_dir import CONFIG
+from trainables.state_checks import check_optimizer
 from trainables.switch import Signals
 
 ReportFn = Callable[[dict, Optional[str]], None]
@@ -192,8 +193,12 @@ def load_checkpoint(directory: str | Path, model, optimizer, dat: DATSchedule, d
         model.load_state_dict(state["model"])
         if ema is not None:
             ema.load_state_dict(state["ema"])
+        fresh_groups = [dict(group) for group in optimizer.param_groups]
         optimizer.load_state_dict(state["optimizer"])
+        check_optimizer(optimizer, fresh_groups)  # a moment of another shape crashes AdamW's fused step
         dat.load_state_dict(state["dat"])
+        if (dat.state.switch_step or 0) > state["step"]:
+            raise ValueError(f"dat.switch_step: the switch comes after the checkpoint's step {state['step']}")
         data_gen.set_state(state["data_gen"])
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"] is not None and torch.cuda.is_available():
