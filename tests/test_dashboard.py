@@ -67,7 +67,9 @@ def test_the_dashboard_serves_on_an_ipv6_address(tmp_path):
     db = tmp_path / "sweeps" / "v6" / "optuna.db"
     db.parent.mkdir(parents=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    optuna.create_study(study_name="v6", storage=f"sqlite:///{db}").optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    study = optuna.create_study(study_name="v6", storage=f"sqlite:///{db}")
+    study.set_user_attr("sweeper.format", 2)  # a sweep's study: the dashboard serves no other
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
     proc = subprocess.Popen(sweeper_cmd("dashboard", "v6", "--host", "::1", "--port", free_port()), cwd=tmp_path,
                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -118,9 +118,9 @@ def test_planted_pickles_in_a_sweep_folder_never_run(smoke_sweep, tmp_path):
     mark = tmp_path / "planted-code-ran"
     for name in ("asha.pkl", "tuner.pkl", "searcher-state.pkl", "ended.json"):
         (sweep_dir / name).write_bytes(pickle.dumps(Planted(str(mark))))
-    from sweeper.adapters.optuna_study import sweep_attrs
+    from sweeper.adapters.optuna_study import sweep_study
 
-    uri = sweep_attrs(sweep_dir / "optuna.db", "smoke")["sweeper.tracking_uri"]
+    uri = sweep_study(sweep_dir / "optuna.db", "smoke")[1]["sweeper.tracking_uri"]
     trials = _tree(sweep_dir / "trials")
     r = subprocess.run(sweeper_cmd("launch", SMOKE, "--tracking-uri", uri), cwd=tmp_path, env=ENV, capture_output=True,
                        text=True, timeout=600)

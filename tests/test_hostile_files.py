@@ -48,10 +48,10 @@ def test_a_run_s_times_that_are_no_file_are_unknown_and_a_resume_refuses_them(tm
 
 
 def test_a_study_that_is_a_fifo_is_one_line_not_a_wait(tmp_path):
-    from sweeper.adapters.optuna_study import study_id, trial_points
+    from sweeper.adapters.optuna_study import sweep_study, trial_points
 
     os.mkfifo(tmp_path / "optuna.db")
-    for read in (trial_points, lambda db: study_id(db, "smoke")):
+    for read in (trial_points, lambda db: sweep_study(db, "smoke")):
         with pytest.raises(ConfigError, match="not a regular file"):
             read(tmp_path / "optuna.db")
 

@@ -316,3 +316,74 @@ def test_status_rebuilding_its_view_from_a_damaged_study_is_one_line(tmp_path, s
     before = snapshot(tmp_path)
     assert_refused(sweeper("status", "s", cwd=tmp_path), f"optuna.db: not a readable Optuna study ({why})",
                    root=tmp_path, before=before)
+
+
+def _smoke_folder(tmp_path, study: str | None):
+    """sweeps/smoke with its space.yaml and, by `study`: the sweep's own ledger ("sweep"), a study of
+    its name that no sweep made ("foreign"), or only a study of another name ("other")."""
+    import optuna
+
+    from sweeper.adapters.optuna_ledger import Ledger
+    from sweeper.space_file import load_space
+
+    folder = tmp_path / "sweeps" / "smoke"
+    folder.mkdir(parents=True)
+    (folder / "space.yaml").write_bytes((ROOT / "search_spaces" / "smoke.yaml").read_bytes())
+    url = f"sqlite:///{folder / 'optuna.db'}"
+    if study == "sweep":
+        Ledger(url, load_space(folder / "space.yaml"), create=True)
+    else:
+        made = optuna.create_study(study_name="smoke" if study == "foreign" else "other", storage=url)
+        made.optimize(lambda t: t.suggest_float("y", 0, 1), n_trials=2)
+    return folder
+
+
+@pytest.mark.parametrize("verb", ["report", "dashboard", "status"])
+@pytest.mark.parametrize("study, expect", [("foreign", "study `smoke` was not made by a sweep"),
+                                           ("other", "holds no study `smoke`")])
+def test_a_study_no_sweep_made_is_one_line_for_every_view_not_shown_as_the_sweep_s(tmp_path, verb, study, expect):
+    """`report` listed the stranger's parameter (`y`, importance 1.000) as the sweep's; `status` told
+    the user to finish it "with the sweeper version that started it"."""
+    _smoke_folder(tmp_path, study)
+    before = snapshot(tmp_path)
+    assert_refused(sweeper(verb, "smoke", "--port", "1", cwd=tmp_path, timeout=120) if verb == "dashboard" else
+                   sweeper(verb, "smoke", cwd=tmp_path, timeout=120), "optuna.db", expect, root=tmp_path, before=before)
+
+
+def test_a_saved_space_whose_name_was_changed_is_named_not_the_sound_study(tmp_path):
+    folder = _smoke_folder(tmp_path, "sweep")
+    space = folder / "space.yaml"
+    space.write_text(space.read_text().replace("name: smoke", "name: other", 1))
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("status", "smoke", cwd=tmp_path), "space.yaml: names sweep `other`, but its folder and study "
+                   "are `smoke`", root=tmp_path, before=before)
+
+
+def test_report_reads_the_sweep_s_own_parent_run_not_the_newest_of_its_name(tmp_path):
+    """Two folders' sweeps named `smoke` log to one store: the report of this folder's shows the trials
+    of the parent run its study names, though the other folder's is newer."""
+    import mlflow
+
+    from sweeper.adapters.mlflow_tracking import PARENT_UID
+
+    folder = _smoke_folder(tmp_path, "sweep")
+    uri = f"sqlite:///{tmp_path / 'shared.db'}"
+    client = mlflow.MlflowClient(uri)
+    exp = client.create_experiment("smoke")
+    uids = {"mine": "a" * 32, "theirs": "b" * 32}
+    for who in ("mine", "theirs"):  # theirs last: the newer parent
+        parent = client.create_run(exp, tags={"role": "sweep", "sweep": "smoke", "parent_uid": uids[who]})
+        child = client.create_run(exp, tags={"mlflow.parentRunId": parent.info.run_id, "trial_id": f"{who}-t0000"})
+        client.log_metric(child.info.run_id, "acc_3x", 0.5)
+    import optuna
+
+    study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{folder / 'optuna.db'}")
+    study.set_user_attr("sweeper.tracking_uri", uri)
+    study.set_user_attr(PARENT_UID, uids["mine"])
+    r = sweeper("report", "smoke", cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "mine-t0000" in r.stdout and "theirs-t0000" not in r.stdout
+    study.set_user_attr(PARENT_UID, "c" * 32)  # its parent run is in no store: said, not another's shown
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("report", "smoke", cwd=tmp_path, timeout=300), "parent_uid " + "c" * 32,
+                   "another folder", root=tmp_path, before=before)

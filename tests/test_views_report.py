@@ -189,6 +189,7 @@ def test_a_study_in_wal_mode_or_missing_a_table_is_read_and_nothing_is_left_besi
 
     sweep_dir, uri = make_sweep(tmp_path)
     study = optuna.create_study(study_name="smoke", storage=f"sqlite:///{sweep_dir / 'optuna.db'}", direction="maximize")
+    study.set_user_attr("sweeper.format", 2)  # a sweep's study: a report reads no other
     lr = optuna.distributions.FloatDistribution(1e-3, 1e-2, log=True)
     for *_, rate, acc in TRIALS:
         study.add_trial(optuna.trial.create_trial(params={"optim.lr": rate}, distributions={"optim.lr": lr}, value=acc))

@@ -89,7 +89,8 @@ def make_study(root):
     folder = root / "sweeps" / "smoke"
     if not (folder / "optuna.db").exists():
         folder.mkdir(parents=True, exist_ok=True)
-        optuna.create_study(study_name="smoke", storage=f"sqlite:///{folder / 'optuna.db'}", direction="maximize")
+        study = optuna.create_study(study_name="smoke", storage=f"sqlite:///{folder / 'optuna.db'}", direction="maximize")
+        study.set_user_attr("sweeper.format", 2)  # a sweep's study: the dashboard serves no other
 
 
 @pytest.mark.parametrize("verb", [["ui"], ["dashboard", "smoke"]])

@@ -236,14 +236,20 @@ def charts_url(runs_url: str) -> str:
     return f"{runs_url}{'&' if '?' in runs_url else '?'}compareRunsMode=CHART"
 
 
-def fetch_trial_runs(uri: str, sweep_name: str, experiment: str | None = None) -> list[dict]:
-    """The child runs of a sweep, newest parent first: [{run_id, trial_id, status, best, params, metrics}]."""
+def fetch_trial_runs(uri: str, sweep_name: str, experiment: str | None = None, parent_uid: str | None = None) -> list[dict]:
+    """The child runs of a sweep: [{run_id, trial_id, status, best, params, metrics}]. Its parent run is
+    the one tagged `parent_uid` (what the sweep's study records) when given; else the newest run of a
+    sweep of that name (a store that other folders' sweeps of the same name log to holds several)."""
     c = client(uri)
     exp = c.get_experiment_by_name(experiment or sweep_name)
     if exp is None:
         raise ConfigError(f"{sweep_name}: no MLflow experiment `{experiment or sweep_name}` at {hide_password(uri)}")
-    parents = c.search_runs([exp.experiment_id], filter_string=f"tags.role = 'sweep' and tags.sweep = '{sweep_name}'",
+    which = f" and tags.parent_uid = '{parent_uid}'" if parent_uid else ""
+    parents = c.search_runs([exp.experiment_id], filter_string=f"tags.role = 'sweep' and tags.sweep = '{sweep_name}'{which}",
                             order_by=["attributes.start_time DESC"], max_results=1)
+    if not parents and parent_uid:
+        raise ConfigError(f"{sweep_name}: the sweep's run (parent_uid {parent_uid}, as its study records) is not in experiment "
+                          f"`{exp.name}` at {hide_password(uri)}; a sweep of that name from another folder logs there")
     if not parents:
         raise ConfigError(f"{sweep_name}: no sweep run in experiment `{exp.name}` at {hide_password(uri)}")
     parent = parents[0].info.run_id

@@ -21,7 +21,7 @@ from sweeper.adapters.optuna_ledger import FORMAT, FORMAT_ATTR, storage_for
 from sweeper.fs import half_done, journal_left, sqlite_read_only_url, why_unreadable
 from sweeper.space import SearchSpace
 from trainables.config import ConfigError
-from core.errors import brief, cut
+from core.errors import brief, cut, short_path
 
 RESTART_ADVICE = "; move it away, or pass --restart to start the sweep over"
 
@@ -42,13 +42,41 @@ def reading(db: str | Path, what: str = "Optuna study", where: str | None = None
         raise ConfigError(f"{where or db}: not a readable {what} ({why_unreadable(db, err)}){advice}") from None
 
 
+def made_by_a_sweep(user_attrs: dict) -> bool:
+    """Whether a study's attributes are a sweep's (every sweep's study holds `sweeper.*` ones)."""
+    return any(str(key).startswith("sweeper.") for key in user_attrs)
+
+
+def sweep_study(db: str | Path, name: str) -> tuple[int, dict[str, Any]]:
+    """Read-only: the id and attributes of sweep `name`'s study in its folder's file; one ConfigError
+    line when the file holds no study of that name, or one no sweep made (a view would show a
+    stranger's trials as the sweep's)."""
+    with reading(db) as storage:
+        summaries = optuna.study.get_all_study_summaries(storage=storage)
+        mine = [s for s in summaries if s.study_name == name]
+        sid = storage.get_study_id_from_name(name) if mine else None
+    if not mine:
+        raise ConfigError(f"{db}: holds no study `{cut(name, 80)}`; put the sweep's study back")
+    if not made_by_a_sweep(mine[0].user_attrs):
+        raise ConfigError(f"{db}: study `{cut(name, 80)}` was not made by a sweep (it has no sweeper attributes); "
+                          "put the sweep's study back")
+    return sid, dict(mine[0].user_attrs)
+
+
 def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
     """One line when the study of a sweep folder is not this project's ledger of `spec`; read-only."""
     with reading(db, where=where, advice=RESTART_ADVICE) as storage:
         summaries = optuna.study.get_all_study_summaries(storage=storage)
     mine = [s for s in summaries if s.study_name == spec.name]
+    folder = Path(db).parent
+    if not mine and folder.name != spec.name and folder.name in {s.study_name for s in summaries}:
+        raise ConfigError(f"{short_path(folder / 'space.yaml', 100)}: names sweep `{cut(spec.name, 60)}`, but its folder "
+                          f"and study are `{cut(folder.name, 60)}`: the saved copy was changed; put it back, or pass --restart")
     if not mine:
         raise ConfigError(f"{where}: holds no study `{spec.name}`; put the sweep's study back, or pass --restart")
+    if not made_by_a_sweep(mine[0].user_attrs):
+        raise ConfigError(f"{where}: study `{cut(spec.name, 60)}` was not made by a sweep (it has no sweeper attributes); "
+                          "put the sweep's study back, or pass --restart")
     version = mine[0].user_attrs.get(FORMAT_ATTR)
     if version != FORMAT:
         raise ConfigError(f"{where}: a sweep of folder format {version or 1} (this sweeper reads format {FORMAT}: "
@@ -108,20 +136,3 @@ def trial_points(db: str | Path, limit: int | None = None) -> list[tuple[int, di
     if limit is not None and n_trials > limit:
         raise ConfigError(f"{db}: {n_trials:,} trials, more than the {limit:,} a replay reads; replay a part of them")
     return [(t.number, dict(t.params)) for t in trials if "duplicate_of" not in t.user_attrs]
-
-
-def study_id(db: str | Path, study_name: str) -> int | None:
-    """The study's id in a sweep's SQLite file (its page is /dashboard/studies/ID); None if it has no
-    study of that name; a file that is not a readable study is one line (ConfigError)."""
-    with reading(db) as storage:
-        names = [s.study_name for s in storage.get_all_studies()]
-        return storage.get_study_id_from_name(study_name) if study_name in names else None
-
-
-def sweep_attrs(db: str | Path, study_name: str) -> dict[str, Any]:
-    """The study's own attributes (tracking URI, format...), read-only; {} where there is no study."""
-    if not Path(db).is_file():
-        return {}
-    with reading(db) as storage:
-        names = optuna.get_all_study_names(storage=storage)
-        return dict(optuna.load_study(study_name=study_name, storage=storage).user_attrs) if study_name in names else {}

@@ -15,7 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from sweeper.adapters.optuna_study import study_id
+from sweeper.adapters.optuna_study import sweep_study
 from sweeper.commands.web_server import Server, check_address, exposure_warning, url_of
 from sweeper.fs import foreign_beside, sqlite_url
 from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
@@ -50,7 +50,7 @@ def command(db: Path, host: str, port: int) -> list[str]:
 
 def run(options: Options) -> int:
     db = study_file(options.name, options.storage)
-    sid = study_id(db, Path(options.name).name)  # read-only: an empty or damaged study is one line
+    sid, _ = sweep_study(db, Path(options.name).name)  # read-only: an empty, damaged or foreign study is one line
     if (stray := foreign_beside(db)) is not None:  # the server opens the study for writing: SQLite would delete it
         raise ConfigError(f"{stray}: not a file SQLite wrote beside the study; move it away (the dashboard's server "
                           "would delete it as SQLite's own)")
@@ -59,7 +59,7 @@ def run(options: Options) -> int:
     if warning := exposure_warning(options.host, options.port, "the Optuna dashboard"):
         print(warning, file=sys.stderr, flush=True)
     address = url_of(options.host, options.port)
-    page = f"{address}/dashboard/studies/{sid}" if sid is not None else f"{address}/dashboard"
+    page = f"{address}/dashboard/studies/{sid}"
     server = Server(cmd, "optuna-dashboard")
     return server.serve(address, f"{address}/api/studies", f"Optuna dashboard on {db}: {address}  (starting; Ctrl-C to stop)",
                         lambda: f"ready: {page}")

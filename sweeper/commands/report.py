@@ -15,6 +15,7 @@ line, exit 2, and stays as it was), and `--markdown FILE` is checked before anyt
 from __future__ import annotations
 
 import os
+import re
 
 from dataclasses import dataclass
 
@@ -169,12 +170,12 @@ def readable_store(uri: str, source: str) -> str:
     return sqlite_read_only_url(path)
 
 
-def fetch_runs(uri: str, shown_uri: str, name: str, experiment: str | None) -> list[dict]:
+def fetch_runs(uri: str, shown_uri: str, name: str, experiment: str | None, parent_uid: str | None = None) -> list[dict]:
     """The sweep's trial runs; a store that cannot be read (damaged, foreign, an older schema) is one line."""
     from sweeper.adapters.mlflow_store import fetch_trial_runs
 
     try:
-        return fetch_trial_runs(uri, name, experiment)
+        return fetch_trial_runs(uri, name, experiment, parent_uid)
     except ConfigError:
         raise
     except Exception as err:  # noqa: BLE001 - whatever the store's library raises: one line
@@ -185,12 +186,13 @@ def fetch_runs(uri: str, shown_uri: str, name: str, experiment: str | None) -> l
 
 
 def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | None, top: int,
-                 shown_uri: str | None = None) -> str:
-    """The report as Markdown. `uri`: the store to read (read-only for SQLite); `shown_uri`: as the user named it."""
+                 shown_uri: str | None = None, parent_uid: str | None = None) -> str:
+    """The report as Markdown. `uri`: the store to read (read-only for SQLite); `shown_uri`: as the user
+    named it; `parent_uid`: the sweep's parent run, as its study records it (None: the newest of the name)."""
     from sweeper.space_file import load_saved_space
 
     shown_uri = shown_uri or uri
-    runs = fetch_runs(uri, shown_uri, name, experiment)
+    runs = fetch_runs(uri, shown_uri, name, experiment, parent_uid)
     spec = None
     if sweep_dir is not None and (sweep_dir / "space.yaml").exists():
         spec = load_saved_space(sweep_dir, n_samples=0)
@@ -213,13 +215,13 @@ def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | 
     lines += ["", "## Parameter effect", "", "| parameter | kind | effect | best value |", "|---|---|---|---|",
               *parameter_effects(runs, metric, mode, ranges, kinds)]
     if sweep_dir is not None and (sweep_dir / OPTUNA_DB).exists():
-        from sweeper.adapters.optuna_study import study_id
+        from sweeper.adapters.optuna_study import sweep_study
         from sweeper.adapters.optuna_search import param_importances
 
-        if study_id(sweep_dir / OPTUNA_DB, name) is not None:  # read-only: a damaged study is one line
-            rows, n = param_importances(sweep_dir / OPTUNA_DB, name)
-            lines += ["", f"## Parameter importance (fANOVA, {n} completed trials)", ""]
-            lines += ["| parameter | importance |", "|---|---|", *rows] if rows else ["No importances: fewer than two completed trials, or one value for all."]
+        sweep_study(sweep_dir / OPTUNA_DB, name)  # read-only: a damaged or foreign study is one line
+        rows, n = param_importances(sweep_dir / OPTUNA_DB, name)
+        lines += ["", f"## Parameter importance (fANOVA, {n} completed trials)", ""]
+        lines += ["| parameter | importance |", "|---|---|", *rows] if rows else ["No importances: fewer than two completed trials, or one value for all."]
     return "\n".join(lines) + "\n"
 
 
@@ -244,7 +246,8 @@ def report_uri(cli_value: str | None, logged_to: str | None, default: str, study
 
 
 def run(options: Options) -> int:
-    from sweeper.adapters.optuna_study import sweep_attrs
+    from sweeper.adapters.mlflow_tracking import PARENT_UID
+    from sweeper.adapters.optuna_study import sweep_study
     from sweeper.status import SPACE_FILE
     from sweeper.sweep_dir import find_sweep_dir
     from sweeper.tracking_uri import resolve_uri, uri_source
@@ -259,13 +262,17 @@ def run(options: Options) -> int:
         raise ConfigError(f"{study}: not a regular file (a FIFO, a folder); put the sweep's study back")
     if study.is_file() and study.stat().st_size == 0:
         raise ConfigError(f"{study}: empty, not a sweep's Optuna study; move it away (`sweeper launch` makes a new one)")
-    logged_to = sweep_attrs(study, name).get("sweeper.tracking_uri")  # read-only
+    attrs = sweep_study(study, name)[1] if study.is_file() else {}  # read-only
+    logged_to, parent_uid = attrs.get("sweeper.tracking_uri"), attrs.get(PARENT_UID)
+    if parent_uid is not None and not (isinstance(parent_uid, str) and re.fullmatch(r"[0-9a-f]{32}", parent_uid)):
+        raise ConfigError(f"{study}: the sweep's {PARENT_UID} is not a run's uid ({brief(parent_uid, 40)}); "
+                          "put the sweep's study back")
     uri = report_uri(options.tracking_uri, logged_to, resolve_uri(None), study)
     source = ("--tracking-uri" if options.tracking_uri is not None else
               f"the tracking URI the sweep logged to ({study})" if uri == logged_to else
               uri_source(None))
     text = build_report(name, readable_store(uri, source), sweep_dir if sweep_dir.exists() else None, options.experiment,
-                        options.top, shown_uri=uri)
+                        options.top, shown_uri=uri, parent_uid=parent_uid)
     print(text)
     if markdown is not None:
         try:
