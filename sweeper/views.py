@@ -60,6 +60,8 @@ class SweepViews:
     def record(self, number: int) -> TrialRecord:
         t = self.ledger.trials[number]
         metrics = self.last_metrics(number)
+        if int(metrics.get("step", -1)) < t.last_step and t.last_step in t.values:  # the folder lost reports the ledger has
+            metrics = {"step": t.last_step, self.spec.metric: t.values[t.last_step]}
         return TrialRecord(trial_id=t.name, params=dict(t.params), status=t.status,
                            step=int(metrics.get("step", t.last_step)), metrics=metrics, path=self._dir(number))
 

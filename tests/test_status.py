@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -236,3 +237,38 @@ def test_status_without_a_name_lists_every_sweep_of_the_storage_and_a_damaged_on
     assert "interrupted" in listed["second"] and "unreadable" in listed["damaged"]
     assert any(line.startswith("no sweep service runs") for line in out)
     assert main(["status", "--storage", str(tmp_path / "empty")]) == 1
+
+
+@pytest.mark.parametrize("damage", ["garbage\n", "", None])
+def test_a_trial_whose_folder_lost_its_reports_shows_the_ledger_s_value_not_nothing(tmp_path, damage):
+    """status.json rebuilt from the study: a completed trial whose metrics.jsonl is damaged, emptied or
+    gone was counted but left out of the table (and saved so); it shows the study's last value."""
+    from sweeper.adapters.optuna_ledger import Ledger
+    from sweeper.space import SearchSpace
+    from sweeper.views import SweepViews
+    from trainables.run_dir import REPORTS, RunDir
+
+    spec = SearchSpace.model_validate({
+        "name": "s", "metric": "acc_3x", "mode": "max",
+        "space": {"optim.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
+        "budget": {"num_samples": 2, "max_concurrent": 1, "max_steps": 20, "eval_every": 10},
+        "scheduler": {"type": "fifo"},
+    })
+    ledger = Ledger(f"sqlite:///{tmp_path}/optuna.db", spec, create=True)
+    views = SweepViews(tmp_path, spec, ledger, str(tmp_path / "trials"))
+    for value in (0.7, 0.4):
+        number = ledger.new_trial()
+        for step in (10, 20):
+            RunDir(views._dir(number)).append({"step": step, "acc_3x": value})
+            ledger.report(number, step, value)
+        ledger.end(number, "completed", value)
+    reports = Path(views._dir(0)) / REPORTS
+    if damage is None:
+        reports.unlink()
+    else:
+        reports.write_text(damage)
+    fresh = SweepViews(tmp_path, spec, ledger, str(tmp_path / "trials"))  # as a rebuild reads the folders
+    fresh.write("finished")
+    records = load_records(tmp_path)[1]
+    assert [(r.trial_id, r.step, r.metrics.get("acc_3x")) for r in ranked(records, "acc_3x", "max")] == \
+        [(records[0].trial_id, 20, 0.7), (records[1].trial_id, 20, 0.4)]
