@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from core.tool_cli import Parser, run_tool
-from sweeper.cli_types import count, positive_int
+from sweeper.cli_types import Distinct, count, positive_int
 
 
 def child(seed: int, steps: int, head: int) -> None:
@@ -56,7 +56,7 @@ def child(seed: int, steps: int, head: int) -> None:
 
 def main() -> None:
     parser = Parser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=count, nargs="+", default=[11, 12])
+    parser.add_argument("--seeds", type=count, nargs="+", default=[11, 12], action=Distinct)
     parser.add_argument("--steps", type=positive_int, default=3000)
     parser.add_argument("--head", type=positive_int, default=64)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)

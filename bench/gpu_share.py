@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from core.errors import ConfigError
 from core.tool_cli import Parser, run_tool
-from sweeper.cli_types import positive_int
+from sweeper.cli_types import Distinct, positive_int
 from sweeper.fs import check_output_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +70,7 @@ def level(n: int, steps: int, device: str) -> dict:
 def main() -> None:
     p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=positive_int, default=600)
-    p.add_argument("--procs", type=positive_int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--procs", type=positive_int, nargs="+", default=[1, 2, 4], action=Distinct)
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--out")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or l
 from fixed_trials import space_file, start_launch  # noqa: E402
 from core.errors import ConfigError
 from core.tool_cli import Parser, run_tool
-from sweeper.cli_types import positive_int, positive_number
+from sweeper.cli_types import Distinct, positive_int, positive_number
 
 TRIAL_STEPS = 6000  # a default trial
 
@@ -54,7 +54,7 @@ def main() -> None:
     ap = Parser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=positive_int, default=16)
     ap.add_argument("--steps", type=positive_int, default=1000)
-    ap.add_argument("--gpus", type=positive_number, nargs="+", default=[1, 0.5, 0.25, 0.125])
+    ap.add_argument("--gpus", type=positive_number, nargs="+", default=[1, 0.5, 0.25, 0.125], action=Distinct)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     import torch

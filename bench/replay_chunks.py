@@ -43,10 +43,11 @@ def code_fingerprint(modules: Sequence[str]) -> str:
 
 
 class Chunks:
-    """Finished chunks in `folder` (None: none kept), valid for the code whose fingerprint is `code`."""
+    """Finished chunks in `folder` (None: none kept), valid for the code whose fingerprint is `code`;
+    `whole(task, rows)` says whether rows read back are what the task makes (else it is replayed)."""
 
-    def __init__(self, folder: Path | None, code: str):
-        self.folder, self.code = folder, code
+    def __init__(self, folder: Path | None, code: str, whole: Callable[[dict, list], bool] = lambda task, rows: True):
+        self.folder, self.code, self.whole = folder, code, whole
         self.kept = self.replayed = 0
 
     def _path(self, task: dict) -> Path | None:
@@ -64,7 +65,8 @@ class Chunks:
                 stored = json.load(f)
         except (OSError, EOFError, ValueError):  # cut short by a kill: replay it again
             return None
-        return stored["rows"] if isinstance(stored, dict) and isinstance(stored.get("rows"), list) else None
+        rows = stored.get("rows") if isinstance(stored, dict) else None
+        return rows if isinstance(rows, list) and self.whole(task, rows) else None  # damaged: replayed
 
     def write(self, task: dict, rows: list) -> None:
         path = self._path(task)

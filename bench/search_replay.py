@@ -49,6 +49,7 @@ from sweeper.space import SearchSpace  # noqa: E402
 from core.tool_cli import Parser, run_tool  # noqa: E402
 from sweeper.cli_types import cpus, plain, positive_int  # noqa: E402
 from sweeper.fs import check_output_file  # noqa: E402
+from core.errors import ConfigError, brief, short_path  # noqa: E402
 from bench.replay_chunks import Chunks, code_fingerprint  # noqa: E402
 
 OUT = ROOT / "docs" / "results" / "search_efficiency"
@@ -133,6 +134,55 @@ def chunk_tasks(fn, names, seeds: int, describe, args) -> list[tuple[dict, tuple
     return [({**describe(name), "seeds": [lo, min(lo + CHUNK, seeds)], "replay": fn.__name__},
              (name, range(lo, min(lo + CHUNK, seeds)), *args))
             for name in names for lo in range(0, seeds, CHUNK)]
+
+
+def check_grid(grid: Grid, data: str, lrs: list[float]) -> None:
+    """The --data record as the replays read it, checked before any is run or any file written: the
+    switch grid's metric, mode and budget, every planned point recorded (and no other), and every run a
+    curve of whole rising steps up to the budget (or its divergence), with finite values of `acc_3x`
+    and of the phase-state signals. One ConfigError line naming the file otherwise."""
+    from sweeper.status import finite
+
+    where = f"--data {short_path(data, 120)}"
+    if (grid.metric, grid.mode, grid.max_steps) != ("acc_3x", "max", switch_grid.MAX_STEPS):
+        raise ConfigError(f"{where}: grid: must be metric acc_3x, mode max, max_steps {switch_grid.MAX_STEPS} (the switch "
+                          f"grid's), got {brief(grid.metric, 20)}, {brief(grid.mode, 20)}, {brief(grid.max_steps, 20)}")
+    planned = {(s, c, lr) for s in switch_grid.SWITCH_STEPS for c in switch_grid.STATE_ONLY_STEPS for lr in lrs}
+    if (stray := next((k for k in grid.runs if k not in planned), None)) is not None:
+        raise ConfigError(f"{where}: a run at {brief(dict(zip(AXES, stray)), 80)}, no point of the switch grid")
+    if len(grid.runs) < len(planned):
+        advice = ("run `python -m experiments.switch_grid run` first" if Path(data) == switch_grid.DATA
+                  else "a replay needs every point")
+        raise ConfigError(f"{where}: holds {len(grid.runs)} of the switch grid's {len(planned)} points; {advice}")
+    for key, runs in grid.runs.items():
+        for reports in runs:
+            steps = [finite(r.get("step")) if isinstance(r, dict) else None for r in reports]
+            if not reports or any(s is None or s != int(s) or not 0 < s <= grid.max_steps for s in steps) or \
+                    any(b <= a for a, b in zip(steps, steps[1:])):
+                raise ConfigError(f"{where}: a run at {brief(dict(zip(AXES, key)), 80)}: its reports must have whole, "
+                                  f"rising steps in (0, {grid.max_steps}]")
+            if steps[-1] < grid.max_steps and not reports[-1].get("diverged"):
+                raise ConfigError(f"{where}: a run at {brief(dict(zip(AXES, key)), 80)} ends at step {steps[-1]:.0f}, "
+                                  f"before {grid.max_steps}, and did not diverge")
+            for name in ("acc_3x", *SIGNALS):
+                if any(finite(r.get(name)) is None for r in reports):
+                    raise ConfigError(f"{where}: a run at {brief(dict(zip(AXES, key)), 80)}: `{name}` must be a finite "
+                                      "number in every report")
+
+
+def whole_chunk(task: dict, rows: list) -> bool:
+    """Whether a kept chunk's rows are one replay's outcome per seed of the task (sweeper/replay.py's `outcome`)."""
+    def count(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    def number(v) -> bool:
+        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+    lo, hi = task["seeds"]
+    return len(rows) == hi - lo and all(
+        isinstance(r, dict) and number(r.get("to_best")) and number(r.get("final", 0)) and "final" in r
+        and all(count(r.get(k)) for k in ("top_trials", "top_stopped", "top_paused", "paused"))
+        and isinstance(r.get("curve", []), list) for r in rows)
 
 
 def grid_digest(grid: Grid) -> str:
@@ -307,7 +357,7 @@ def main() -> int:
     if args.keep is not None and Path(args.keep).exists() and not Path(args.keep).is_dir():
         parser.error(f"--keep: {args.keep} is not a folder")
     chunks = Chunks(None if args.keep is None else Path(args.keep),
-                    code_fingerprint(("sweeper.replay", "sweeper.pasha", "sweeper.commands.replay")))
+                    code_fingerprint(("sweeper.replay", "sweeper.pasha", "sweeper.commands.replay")), whole_chunk)
     if args.held_out_summary:
         held = held_out(args.seeds, args.samples, chunks, args.jobs, names=tuple(dict.fromkeys((REFERENCE, SHIPPED_BEFORE, default))))
         print(f"held-out: pending, {held['pending']} of {held['planned']} runs recorded" if "pending" in held
@@ -321,11 +371,8 @@ def main() -> int:
     if args.lr is not None:
         lrs = [args.lr]
         grid = dataclasses.replace(grid, runs={k: v for k, v in grid.runs.items() if k[2] == args.lr})
-    planned = len(switch_grid.SWITCH_STEPS) * len(switch_grid.STATE_ONLY_STEPS) * len(lrs)
+    check_grid(grid, args.data, lrs)
     seeds_per_point = sorted({len(r) for r in grid.runs.values()})
-    if len(grid.runs) < planned:
-        print(f"the grid has {len(grid.runs)} of {planned} points; run `python -m experiments.switch_grid run` first")
-        return 1
     started = time.monotonic()
     results = compare(grid, args.seeds, args.samples, lrs, chunks, args.jobs)
     taus = rung_taus(grid, (500, 1000, 2000, 3000, 4000))

@@ -45,7 +45,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from worktree import baseline_tree  # noqa: E402
 from core.tool_cli import Parser, run_tool
-from sweeper.cli_types import positive_int
+from sweeper.cli_types import Distinct, positive_int
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 4
@@ -147,7 +147,7 @@ def print_growth(rows: list[dict], profile_dir: Path, top: int = 25) -> None:
 
 def main() -> None:
     parser = Parser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[10, 100, 500])
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[10, 100, 500], action=Distinct)
     parser.add_argument("--schedulers", nargs="+", default=["fifo", "asha"], choices=["fifo", "asha"])
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--profile", type=Path, help="sample the driver with py-spy; keep its stacks in this folder")

@@ -59,6 +59,21 @@ def test_a_chunk_cut_short_or_damaged_is_replayed_not_trusted(tmp_path, damage):
     assert Chunks(tmp_path, "code-1").run(list, TASKS[:1], 1) == [[0, 1, 2]]  # and kept again, whole
 
 
+@pytest.mark.parametrize("rows", [["x"], [[None, 1]], [], [{"to_best": "x", "final": 0.5, "top_trials": 0, "top_stopped": 0,
+                                                             "top_paused": 0, "paused": 0}]])
+def test_search_replay_replays_a_kept_chunk_whose_rows_are_not_its_replays(tmp_path, rows):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("search_replay", ROOT / "bench" / "search_replay.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    task = {"seeds": [0, 1]}
+    good = [{"to_best": 500, "final": 0.5, "top_trials": 1, "top_stopped": 0, "top_paused": 0, "paused": 0, "curve": []}]
+    assert bench.whole_chunk(task, good)
+    Chunks(tmp_path, "code-1").write(task, rows)
+    assert Chunks(tmp_path, "code-1", bench.whole_chunk).read(task) is None  # a TypeError or ValueError once summed
+
+
 def test_the_code_fingerprint_follows_the_replay_s_own_modules_only():
     replay = code_fingerprint(("sweeper.replay",))
     assert replay == code_fingerprint(("sweeper.replay",))
