@@ -36,7 +36,7 @@ from pathlib import Path
 from experiments import packs
 from experiments.sweep_chunks import Chunks, status_command
 from core.tool_cli import Parser, run_tool
-from sweeper.cli_types import count
+from sweeper.cli_types import Distinct, count
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_paper_depth_runs.json.gz"
@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("preset", help="write the recommended DAT arm as trainables/presets/hybrid_dat_paper.yaml")
     c = sub.add_parser("configs", help="write the trial configs of the missing cells of some seeds, to train elsewhere")
     c.add_argument("folder", type=Path)
-    c.add_argument("--seeds", type=count, nargs="+", required=True)
+    c.add_argument("--seeds", type=count, nargs="+", required=True, action=Distinct)
     c.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
     c.add_argument("--phase", choices=("confirm", "joint-curriculum", "transformer-select", "transformer-confirm"),
                    help="a phase already determined (default: the plan's current one)")

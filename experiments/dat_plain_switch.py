@@ -24,7 +24,7 @@ from experiments import packs
 from experiments.dat_paper_depth import IN_RANGE, Plan, Run, in_range_misses
 from experiments.sweep_chunks import Chunks, status_command
 from core.tool_cli import Parser, run_tool
-from sweeper.cli_types import count
+from sweeper.cli_types import Distinct, count
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_plain_switch_runs.json.gz"
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser(verb)
     c = sub.add_parser("configs", help="the missing cells of SEEDS as trial configs, for experiments/device_runs.py")
     c.add_argument("folder", type=Path)
-    c.add_argument("--seeds", type=count, nargs="+", required=True)
+    c.add_argument("--seeds", type=count, nargs="+", required=True, action=Distinct)
     c.add_argument("--device", default="cuda")
     c.add_argument("--phase", default=None, help="a determined phase other than the plan's own")
     i = sub.add_parser("import", help="add the finished runs of a pack from experiments/device_runs.py")

@@ -28,6 +28,7 @@ from experiments.launching import sweeper_launch
 from core.errors import ConfigError, brief, cut, one_line, short_path
 from trainables.run_dir import is_number
 from core.tool_cli import run_tool
+from sweeper.cli_types import Distinct
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACES = Path(__file__).resolve().parent / "dat_reproduction_spaces"
@@ -548,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = Parser(prog="python -m experiments.dat_reproduction", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="verb", required=True)
     r = sub.add_parser("run", help="launch or resume the groups' sweeps, one after another")
-    r.add_argument("--groups", nargs="+", choices=GROUPS, default=list(GROUPS))
+    r.add_argument("--groups", nargs="+", choices=GROUPS, default=list(GROUPS), action=Distinct)
     rep = sub.add_parser("report", help="rebuild the results section, JSON and plot from the finished runs")
     rep.add_argument("--sweeps", type=Path, default=ROOT / "sweeps")
     rep.add_argument("--out", type=Path, default=RESULTS)

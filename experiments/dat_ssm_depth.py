@@ -29,7 +29,7 @@ from experiments import packs
 from experiments.dat_paper_depth import ARMS, OFF, Plan, Run, cell, explore, missing_from, premise_misses, runs_of
 from experiments.sweep_chunks import Chunks, status_command
 from core.tool_cli import Parser, run_tool
-from sweeper.cli_types import count
+from sweeper.cli_types import Distinct, count
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_ssm_depth_runs.json.gz"
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("report", help="rebuild the results section and pictures from the record")
     c = sub.add_parser("configs", help="write the trial configs of the plan's missing cells of some seeds, to train elsewhere")
     c.add_argument("folder", type=Path)
-    c.add_argument("--seeds", type=count, nargs="+", required=True)
+    c.add_argument("--seeds", type=count, nargs="+", required=True, action=Distinct)
     c.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
     i = sub.add_parser("import", help="add the finished runs of a pack from experiments/device_runs.py to the record")
     i.add_argument("pack", type=Path)

@@ -385,7 +385,7 @@ def run(options: Options) -> int:
 def add_verb(sub: argparse._SubParsersAction) -> None:
     """`sweeper reproduce`, added to the command line through the `sweeper.verbs` entry point."""
     from sweeper.cli import verb
-    from sweeper.cli_types import cpus, positive_int, seed_count
+    from sweeper.cli_types import Distinct, cpus, positive_int, seed_count
 
     p = sub.add_parser("reproduce", help="train the DAT paper's four systems over seeds and write the results table",
                        description="Train the DAT paper's four systems (DAT hybrid, joint hybrid, pure LSTM, pure "
@@ -394,7 +394,7 @@ def add_verb(sub: argparse._SubParsersAction) -> None:
                                    "is `python -m experiments.dat_reproduction run|report`.")
     p.add_argument("--seeds", type=seed_count, default=3, help="training seeds per system (default 3)")
     p.add_argument("--workers", type=cpus, default=None, help="processes at once, at most this machine's CPUs (default: all of them)")
-    p.add_argument("--systems", nargs="+", choices=list(SYSTEMS), help="a subset of the systems")
+    p.add_argument("--systems", nargs="+", choices=list(SYSTEMS), action=Distinct, help="a subset of the systems")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a trial-config field for every system (dat.* only for the DAT hybrid)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"], help="where the runs train (default cpu)")

@@ -139,3 +139,15 @@ def port(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"must be a TCP port (1-65535), got {value}")
     return value
+
+
+class Distinct(argparse.Action):
+    """`nargs="+"` values, each given once: a value repeated would run (and count) its work twice."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = []
+        for value in values:
+            if value in seen:
+                parser.error(f"{option_string or self.dest}: {brief(value, 40)} given twice; name each once")
+            seen.append(value)
+        setattr(namespace, self.dest, values)

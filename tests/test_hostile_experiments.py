@@ -166,6 +166,7 @@ TOOL_MISUSE = [
     (("-m", "experiments.device_runs", "train", "a", "b", "--deadline", "0", "--pack", "p"), "--deadline"),
     (("-m", "trainables.othello", "sample", "--n", " 5"), "whole number"),
     (("-m", "sweeper.server_guard", "²"), "usage"),
+    (("bench/sweep_scale.py", "--sizes", "10", "10"), "--sizes: 10 given twice"),  # ran (and counted) size 10 twice
 ]
 
 
@@ -222,3 +223,53 @@ def test_an_othello_report_input_past_its_size_is_refused_not_read_whole(tmp_pat
     with pytest.raises(ConfigError, match="together"):
         othello_report.read([runs])
 
+
+
+def _grid_damage(data: dict, how: str) -> None:
+    runs = data["runs"]
+    if how == "metric":
+        data["grid"]["metric"] = "acc_9x"
+    elif how == "mode":
+        data["grid"]["mode"] = "foo"
+    elif how == "max_steps":
+        data["grid"]["max_steps"] = 1e300
+    elif how == "no runs":
+        data["runs"] = []
+    elif how == "stray point":
+        runs[0]["params"]["optim.lr"] = 0.5
+    elif how == "reports text":
+        runs[0]["reports"] = "x"
+    elif how == "flat steps":
+        for report in runs[0]["reports"]:
+            report["step"] = 250
+    elif how == "nan":
+        for run in runs:
+            for report in run["reports"]:
+                report["acc_3x"] = float("nan")
+
+
+GRID_DAMAGE = [("metric", "must be metric acc_3x"), ("mode", "must be metric acc_3x"), ("max_steps", "must be metric acc_3x"),
+               ("no runs", "holds 0 of the switch grid's 52 points; a replay needs every point"),
+               ("stray point", "no point of the switch grid"), ("reports text", "whole, rising steps"),
+               ("flat steps", "whole, rising steps"), ("nan", "`acc_3x` must be a finite number")]
+
+
+@pytest.mark.parametrize("how, said", GRID_DAMAGE, ids=[h for h, _ in GRID_DAMAGE])
+def test_a_damaged_grid_given_to_search_replay_is_one_line_before_any_replay_or_file(tmp_path, how, said):
+    """A traceback (KeyError, TypeError, IndexError) after o.md and o.json were written, or results
+    published from NaN, or `run experiments.switch_grid` as the advice for the user's own file."""
+    import gzip
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    with gzip.open(ROOT / "docs" / "results" / "switch_grid.json.gz", "rt") as f:
+        data = json.load(f)
+    _grid_damage(data, how)
+    (tmp_path / "g.json.gz").write_bytes(gzip.compress(json.dumps(data).encode()))
+    before = snapshot(tmp_path)
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "search_replay.py"), "--data", "g.json.gz", "--seeds", "1",
+                        "--samples", "4", "--jobs", "1", "--out", "o"], cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert_refused(r, "--data g.json.gz", said, root=tmp_path, before=before)
