@@ -108,6 +108,7 @@ def check_entries(directory: Path) -> None:
 
 
 ANSWER_S = 20.0  # a running service takes a connection and answers a request within this
+START_S = 180.0  # a service that holds its lock opens its socket within this (Ray and the workers' imports; slow on 2 busy cores)
 ALIVE_S = 10.0  # while it runs an attached launch's sweep, the service says it is alive this often
 SILENT_S = 6 * ALIVE_S  # an attached launch that hears nothing for this long says the service does not answer
 
@@ -153,6 +154,12 @@ def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socke
         return None
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         ensure_private_dir(directory)  # its line: a link, another user's, or open to others; never talked to
+    starting = time.monotonic() + START_S
+    while not os.path.lexists(path) and not os.path.lexists(directory / STATE) and lock_held(directory / LOCK):
+        if time.monotonic() >= starting:  # starting (or ending) with no socket yet: waited on, within a bound
+            raise ConfigError(f"a sweep service in {cut(str(directory), 120)} holds its lock but has not opened its socket "
+                              f"within {START_S:.0f} s; its log: {directory / LOG}")
+        time.sleep(0.2)
     if not os.path.lexists(path):
         if lock_held(directory / LOCK) and os.path.lexists(directory / STATE):  # serving, yet its socket is gone
             raise ConfigError(f"{cut(str(directory), 120)}: the sweep service holding this folder has lost its socket "

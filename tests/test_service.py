@@ -412,6 +412,23 @@ def test_two_detached_services_started_at_the_same_moment_leave_one_and_both_say
     assert request({"verb": "status"}, service_dir)["pid"] == pid
 
 
+def test_a_stop_while_the_service_starts_waits_for_it_and_stops_it(tmp_path, service_dir):
+    """`serve --stop` in the seconds a service holds its lock but has no socket yet (Ray starting) said
+    "no sweep service runs", exit 0, and the service came up and stayed."""
+    from sweeper.lock import lock_held
+    from sweeper.service_link import LOCK
+
+    env = env_of(service_dir)
+    start = subprocess.Popen(sweeper_cmd("serve", "--detach", "--workers", "1"), cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: lock_held(service_dir / LOCK), what="the service to take its lock")
+    stop = subprocess.run(sweeper_cmd("serve", "--stop"), cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert stop.returncode == 0 and stop.stdout.startswith("sweep service stopped (pid "), stop.stdout + stop.stderr
+    wait_for(lambda: not lock_held(service_dir / LOCK), timeout_s=60, what="the service to end")
+    start.wait(timeout=300)
+
+
 def test_a_store_removed_under_the_service_is_not_written_through_its_old_connection(tmp_path, service_dir):
     env = env_of(service_dir)
     start_service(service_dir, tmp_path, env)

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from sweeper.local_ray import check_socket_room
 from sweeper.lock import lock_held
-from sweeper.service_link import LOCK, LOG, a_pid, check_entries, connect, ensure_private_dir, request, service_dir
+from sweeper.service_link import LOCK, LOG, START_S as START_TIMEOUT_S, a_pid, check_entries, ensure_private_dir, request, service_dir
 from core.errors import ConfigError, brief, cut, visible
 
-START_TIMEOUT_S = 180.0  # until a detached service answers (Ray and the workers' imports; slow on 2 busy cores)
+
 STOP_TIMEOUT_S = 150.0  # until a stopped service's process has ended (its sweeps write themselves down first)
 
 
@@ -136,8 +136,9 @@ def detach(workers: int | None) -> int:
             tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
             raise ConfigError(f"the sweep service did not start (exit {proc.returncode}): "
                               f"{tail[0].removeprefix('error: ')[:200]}")
-        if (conn := connect(directory)) is not None:
-            conn.close()
+        if (answer := request({"verb": "status"}, directory)) is not None:  # waits while a service starts
+            if a_pid(answer.get("pid")) != proc.pid:  # another's, started at the same moment, took the lock
+                return _already_runs(answer)
             print(f"sweep service running (pid {proc.pid}); log {log_path}; `sweeper launch FILE` attaches to it, "
                   "`sweeper serve --stop` stops it")
             return 0
