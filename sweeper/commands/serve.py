@@ -19,9 +19,8 @@ from pathlib import Path
 
 from sweeper.local_ray import check_socket_room
 from sweeper.lock import lock_held
-from sweeper.service_link import LOCK, LOG, START_S as START_TIMEOUT_S, a_pid, check_entries, ensure_private_dir, request, service_dir
+from sweeper.service_link import LOCK, LOG, START_S, a_pid, check_entries, ensure_private_dir, request, service_dir
 from core.errors import ConfigError, brief, cut, visible
-
 
 STOP_TIMEOUT_S = 150.0  # until a stopped service's process has ended (its sweeps write themselves down first)
 
@@ -128,7 +127,7 @@ def detach(workers: int | None) -> int:
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True, close_fds=True)
     log.close()
-    deadline = time.monotonic() + START_TIMEOUT_S
+    deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             if lock_held(directory / LOCK):  # another service took the lock first (a --detach at the same moment)
@@ -143,7 +142,7 @@ def detach(workers: int | None) -> int:
                   "`sweeper serve --stop` stops it")
             return 0
         time.sleep(0.2)
-    raise ConfigError(f"the sweep service (pid {proc.pid}) did not answer within {START_TIMEOUT_S:.0f} s; its log: {log_path}")
+    raise ConfigError(f"the sweep service (pid {proc.pid}) did not answer within {START_S:.0f} s; its log: {log_path}")
 
 
 def _already_runs(answer: dict) -> int:
@@ -157,7 +156,7 @@ def _wait_for_the_other(directory: Path, deadline: float) -> int:
         if (answer := request({"verb": "status"}, directory)) is not None:
             return _already_runs(answer)
         time.sleep(0.2)
-    raise ConfigError(f"a sweep service holds {directory / LOCK} but did not answer within {START_TIMEOUT_S:.0f} s; "
+    raise ConfigError(f"a sweep service holds {directory / LOCK} but did not answer within {START_S:.0f} s; "
                       f"its log: {directory / LOG}")
 
 
