@@ -34,8 +34,10 @@ def check_optimizer(optimizer: torch.optim.Optimizer, fresh_groups: list[dict]) 
             if key == "params":
                 continue
             value = group.get(key)
-            if isinstance(expected, bool) or expected is None:
-                ok = value is None or isinstance(value, bool) if expected is None else isinstance(value, bool)
+            if expected is None:  # a switch torch leaves unset (foreach, fused)
+                ok = value is None or isinstance(value, bool)
+            elif isinstance(expected, bool):
+                ok = isinstance(value, bool)
             elif isinstance(expected, (int, float)):
                 ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
             elif isinstance(expected, tuple):
