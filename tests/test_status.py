@@ -16,6 +16,23 @@ def rec(i, status, step, acc3, **params):
                        metrics={"step": step, "acc_1x": 1.0, "acc_3x": acc3})
 
 
+def sweep_views(tmp_path, num_samples: int, max_steps: int, fifo: bool = True, **views_kwargs):
+    """A one-parameter sweep's spec (FIFO, or the default scheduler), its ledger (a real SQLite study)
+    and its views, in tmp_path."""
+    from sweeper.adapters.optuna_ledger import Ledger
+    from sweeper.space import SearchSpace
+    from sweeper.views import SweepViews
+
+    spec = SearchSpace.model_validate({
+        "name": "s", "metric": "acc_3x", "mode": "max",
+        "space": {"optim.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
+        "budget": {"num_samples": num_samples, "max_concurrent": 1, "max_steps": max_steps, "eval_every": 10},
+        **({"scheduler": {"type": "fifo"}} if fifo else {}),
+    })
+    ledger = Ledger(f"sqlite:///{tmp_path}/optuna.db", spec, create=True)
+    return spec, ledger, SweepViews(tmp_path, spec, ledger, str(tmp_path / "trials"), **views_kwargs)
+
+
 def test_ranked_orders_by_metric_and_mode_and_skips_unreported():
     rs = [rec(1, "completed", 10, 0.5), rec(2, "stopped", 5, 0.9), TrialRecord("t3", {}, "pending", 0)]
     assert [r.trial_id for r in ranked(rs, "acc_3x", "max")] == ["t2", "t1"]
@@ -28,18 +45,7 @@ def test_counts_line_counts_unsampled_trials():
 
 
 def test_views_write_status_from_the_ledger_and_leave_the_terminal_to_the_live_view(tmp_path, capsys):
-    from sweeper.adapters.optuna_ledger import Ledger
-    from sweeper.space import SearchSpace
-    from sweeper.views import SweepViews
-
-    spec = SearchSpace.model_validate({
-        "name": "s", "metric": "acc_3x", "mode": "max",
-        "space": {"optim.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
-        "budget": {"num_samples": 3, "max_concurrent": 1, "max_steps": 20, "eval_every": 10},
-        "scheduler": {"type": "fifo"},
-    })
-    ledger = Ledger(f"sqlite:///{tmp_path}/optuna.db", spec, create=True)
-    views = SweepViews(tmp_path, spec, ledger, str(tmp_path / "trials"))
+    spec, ledger, views = sweep_views(tmp_path, 3, 20)
     number = ledger.new_trial()
     views.on_start(number)
     assert load_records(tmp_path)[1][0].status == "pending"
@@ -62,17 +68,7 @@ def test_views_write_status_from_the_ledger_and_leave_the_terminal_to_the_live_v
 
 
 def test_best_is_the_best_judged_value_and_never_goes_down(tmp_path):
-    from sweeper.adapters.optuna_ledger import Ledger
-    from sweeper.space import SearchSpace
-    from sweeper.views import SweepViews
-
-    spec = SearchSpace.model_validate({
-        "name": "s", "metric": "acc_3x", "mode": "max",
-        "space": {"optim.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
-        "budget": {"num_samples": 3, "max_concurrent": 1, "max_steps": 40, "eval_every": 10},
-    })
-    ledger = Ledger(f"sqlite:///{tmp_path}/optuna.db", spec, create=True)
-    views = SweepViews(tmp_path, spec, ledger, str(tmp_path / "trials"))
+    spec, ledger, views = sweep_views(tmp_path, 3, 40, fifo=False)
     number = ledger.new_trial()
     ledger.report(number, 20, 0.66)
     ledger.record_rung(number, 20, 0.66)
@@ -153,18 +149,10 @@ def test_tables_show_the_scored_metric_at_every_length():
 def test_a_report_reaches_status_json_within_the_write_interval(tmp_path):
     """status.json is written at most every STATUS_EVERY_S after a report, and the flush between Ray's
     steps writes a pending report once that interval has passed (a clock of our own: no sleeping)."""
-    from sweeper.adapters.optuna_ledger import Ledger
-    from sweeper.space import SearchSpace
-    from sweeper.views import STATUS_EVERY_S, SweepViews
+    from sweeper.views import STATUS_EVERY_S
 
-    spec = SearchSpace.model_validate({
-        "name": "s", "metric": "acc_3x", "mode": "max",
-        "space": {"optim.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
-        "budget": {"num_samples": 1, "max_concurrent": 1, "max_steps": 40, "eval_every": 10},
-    })
     now = [100.0]
-    ledger = Ledger(f"sqlite:///{tmp_path}/optuna.db", spec, create=True)
-    views = SweepViews(tmp_path, spec, ledger, str(tmp_path / "trials"), clock=lambda: now[0])
+    spec, ledger, views = sweep_views(tmp_path, 1, 40, fifo=False, clock=lambda: now[0])
     number = ledger.new_trial()
     views.on_start(number)  # written at once
     step_of = lambda: load_records(tmp_path)[1][0].step  # noqa: E731
@@ -243,19 +231,10 @@ def test_status_without_a_name_lists_every_sweep_of_the_storage_and_a_damaged_on
 def test_a_trial_whose_folder_lost_its_reports_shows_the_ledger_s_value_not_nothing(tmp_path, damage):
     """status.json rebuilt from the study: a completed trial whose metrics.jsonl is damaged, emptied or
     gone was counted but left out of the table (and saved so); it shows the study's last value."""
-    from sweeper.adapters.optuna_ledger import Ledger
-    from sweeper.space import SearchSpace
     from sweeper.views import SweepViews
     from trainables.run_dir import REPORTS, RunDir
 
-    spec = SearchSpace.model_validate({
-        "name": "s", "metric": "acc_3x", "mode": "max",
-        "space": {"optim.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
-        "budget": {"num_samples": 2, "max_concurrent": 1, "max_steps": 20, "eval_every": 10},
-        "scheduler": {"type": "fifo"},
-    })
-    ledger = Ledger(f"sqlite:///{tmp_path}/optuna.db", spec, create=True)
-    views = SweepViews(tmp_path, spec, ledger, str(tmp_path / "trials"))
+    spec, ledger, views = sweep_views(tmp_path, 2, 20)
     for value in (0.7, 0.4):
         number = ledger.new_trial()
         for step in (10, 20):
