@@ -53,14 +53,20 @@ def sweep_study(db: str | Path, name: str) -> tuple[int, dict[str, Any]]:
     stranger's trials as the sweep's)."""
     with reading(db) as storage:
         summaries = optuna.study.get_all_study_summaries(storage=storage)
-        mine = [s for s in summaries if s.study_name == name]
-        sid = storage.get_study_id_from_name(name) if mine else None
+        sid = storage.get_study_id_from_name(name) if name in {s.study_name for s in summaries} else None
+    return sid, dict(_the_sweep_s(summaries, name, str(db), "put the sweep's study back").user_attrs)
+
+
+def _the_sweep_s(summaries: list, name: str, where: str, advice: str) -> Any:
+    """The summary of sweep `name`'s study among `summaries`; one ConfigError line when there is none,
+    or when the study of that name was not made by a sweep."""
+    mine = [s for s in summaries if s.study_name == name]
     if not mine:
-        raise ConfigError(f"{db}: holds no study `{cut(name, 80)}`; put the sweep's study back")
+        raise ConfigError(f"{where}: holds no study `{cut(name, 80)}`; {advice}")
     if not made_by_a_sweep(mine[0].user_attrs):
-        raise ConfigError(f"{db}: study `{cut(name, 80)}` was not made by a sweep (it has no sweeper attributes); "
-                          "put the sweep's study back")
-    return sid, dict(mine[0].user_attrs)
+        raise ConfigError(f"{where}: study `{cut(name, 60)}` was not made by a sweep (it has no sweeper attributes); "
+                          f"{advice}")
+    return mine[0]
 
 
 def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
@@ -72,12 +78,8 @@ def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
     if not mine and folder.name != spec.name and folder.name in {s.study_name for s in summaries}:
         raise ConfigError(f"{short_path(folder / 'space.yaml', 100)}: names sweep `{cut(spec.name, 60)}`, but its folder "
                           f"and study are `{cut(folder.name, 60)}`: the saved copy was changed; put it back, or pass --restart")
-    if not mine:
-        raise ConfigError(f"{where}: holds no study `{spec.name}`; put the sweep's study back, or pass --restart")
-    if not made_by_a_sweep(mine[0].user_attrs):
-        raise ConfigError(f"{where}: study `{cut(spec.name, 60)}` was not made by a sweep (it has no sweeper attributes); "
-                          "put the sweep's study back, or pass --restart")
-    version = mine[0].user_attrs.get(FORMAT_ATTR)
+    version = _the_sweep_s(summaries, spec.name, where,
+                           "put the sweep's study back, or pass --restart").user_attrs.get(FORMAT_ATTR)
     if version != FORMAT:
         raise ConfigError(f"{where}: a sweep of folder format {version or 1} (this sweeper reads format {FORMAT}: "
                           "the study is the ledger, each trial's folder its own); pass --restart to start it over, "
