@@ -145,6 +145,16 @@ def test_a_checkpoint_s_optimizer_schedule_or_data_state_of_the_wrong_kind_is_re
     refused(tmp_path, "state.pt", "does not fit this config", expect)
 
 
+def test_a_checkpoint_whose_optimizer_lacks_a_setting_of_this_torch_resumes_with_the_fresh_value(run_dir, tmp_path):
+    """A checkpoint saved by a torch whose AdamW had fewer settings (`maximize`, `foreach` and the
+    like were added over versions) resumes: torch gives them their defaults as it loads, before the
+    settings' kinds are checked."""
+    edit_checkpoint(run_dir, lambda s: [s["optimizer"]["param_groups"][0].pop(key) for key in ("maximize", "foreach")])
+    r = sweeper(*RESUME, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 60
+
+
 def test_a_truncated_checkpoint_is_refused(run_dir, tmp_path):
     path = run_dir / "checkpoint" / "state.pt"
     path.write_bytes(path.read_bytes()[:5000])
