@@ -11,6 +11,7 @@ its provenance into docs/results/dat_plain_switch_runs.json.gz; interrupted in a
     python -m experiments.dat_plain_switch run       # explore, choose, confirm (resumable)
     python -m experiments.dat_plain_switch status    # where the plan stands
     python -m experiments.dat_plain_switch report    # rebuild the results section from the record
+    python -m experiments.dat_plain_switch park      # stopped sweeps packed to commit; `run` puts them back
     python -m experiments.dat_plain_switch configs DIR --seeds S ... [--phase P]   # for experiments/device_runs.py
     python -m experiments.dat_plain_switch import PACK
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 from experiments import dat_paper_depth as depth
 from experiments import packs
 from experiments.dat_paper_depth import IN_RANGE, Plan, Run, in_range_misses
-from experiments.sweep_chunks import Chunks, status_command
+from experiments.sweep_chunks import Chunks, park_command, status_command
 from core.tool_cli import Parser, run_tool
 from sweeper.cli_types import Distinct, count
 
@@ -30,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_plain_switch_runs.json.gz"
 RESULTS = ROOT / "docs" / "results" / "dat_plain_switch.md"
 SWEEPS = ROOT / "sweeps"
+PARKED = ROOT / "experiments" / "parked" / "dat_plain_switch.tar.gz"  # its unfinished sweeps, between machines
 BEGIN, END = "<!-- results:begin (experiments/dat_plain_switch.py report) -->", "<!-- results:end -->"
 
 EXPLORE_SEEDS, EXPLORE_EVAL_SEED = (0, 1), 20261125
@@ -169,7 +171,7 @@ def chunks() -> Chunks:
     return Chunks(label="dat_plain_switch", title="Plain DAT at its best switch", prefix="dat_plain_", folder=SWEEPS,
                   record=DATA, fixed=FIXED, axes=(*AXES, *MODEL_AXES), eval_every=depth.EVAL_EVERY,
                   concurrent=depth.CONCURRENT, key=key, params_of=params_of,
-                  new_record=lambda: {"design": design(), "runs": []})
+                  new_record=lambda: {"design": design(), "runs": []}, parked=PARKED)
 
 
 def design() -> dict:
@@ -197,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="verb", required=True)
     for verb in ("run", "status", "export", "report"):
         sub.add_parser(verb)
+    sub.add_parser("park", help="pack the stopped, unfinished sweeps into experiments/parked/, to commit")
     c = sub.add_parser("configs", help="the missing cells of SEEDS as trial configs, for experiments/device_runs.py")
     c.add_argument("folder", type=Path)
     c.add_argument("--seeds", type=count, nargs="+", required=True, action=Distinct)
@@ -210,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb == "export":
         print(f"dat_plain_switch: {chunks().export()} runs added")
         return 0
+    if args.verb == "park":
+        return park_command(chunks())
     if args.verb == "configs":
         return packs.configs_command(experiment(), args.folder, args.seeds, args.device, args.phase)
     if args.verb == "import":

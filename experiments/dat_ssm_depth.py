@@ -10,6 +10,7 @@ into docs/results/dat_ssm_depth_runs.json.gz; interrupted in any way, `run` resu
     python -m experiments.dat_ssm_depth status    # where the plan stands
     python -m experiments.dat_ssm_depth export    # copy finished runs into the record
     python -m experiments.dat_ssm_depth report    # rebuild the results section and pictures
+    python -m experiments.dat_ssm_depth park      # stopped sweeps packed to commit; `run` puts them back
     python -m experiments.dat_ssm_depth configs DIR --seeds S ...   # missing cells as trial configs, for
     python -m experiments.dat_ssm_depth import PACK                 # experiments/device_runs.py elsewhere
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from experiments import dat_paper_depth as depth
 from experiments import packs
 from experiments.dat_paper_depth import ARMS, OFF, Plan, Run, cell, explore, missing_from, premise_misses, runs_of
-from experiments.sweep_chunks import Chunks, status_command
+from experiments.sweep_chunks import Chunks, park_command, status_command
 from core.tool_cli import Parser, run_tool
 from sweeper.cli_types import Distinct, count
 
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_ssm_depth_runs.json.gz"
 RESULTS = ROOT / "docs" / "results" / "dat_ssm_depth.md"
 SWEEPS = ROOT / "sweeps"
+PARKED = ROOT / "experiments" / "parked" / "dat_ssm_depth.tar.gz"  # its unfinished sweeps, between machines
 BEGIN, END = "<!-- results:begin (experiments/dat_ssm_depth.py report) -->", "<!-- results:end -->"
 
 # Seeds, fresh: used by nothing in this repository before this experiment.
@@ -58,7 +60,7 @@ def chunks() -> Chunks:
     return Chunks(label="dat_ssm_depth", title="DAT on the rotating SSM at the paper's depth", prefix="dat_ssm_",
                   folder=SWEEPS, record=DATA, fixed=FIXED, axes=depth.AXES, eval_every=depth.EVAL_EVERY,
                   concurrent=depth.CONCURRENT, key=depth.key, params_of=depth.params_of,
-                  new_record=lambda: {"design": design(), "runs": []})
+                  new_record=lambda: {"design": design(), "runs": []}, parked=PARKED)
 
 
 def design() -> dict:
@@ -217,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("export", help="copy finished runs of sweeps/dat_ssm_* into the record")
     sub.add_parser("status", help="where the plan stands")
     sub.add_parser("report", help="rebuild the results section and pictures from the record")
+    sub.add_parser("park", help="pack the stopped, unfinished sweeps into experiments/parked/, to commit")
     c = sub.add_parser("configs", help="write the trial configs of the plan's missing cells of some seeds, to train elsewhere")
     c.add_argument("folder", type=Path)
     c.add_argument("--seeds", type=count, nargs="+", required=True, action=Distinct)
@@ -233,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb == "export":
         print(f"dat_ssm_depth: {chunks().export()} runs added")
         return 0
+    if args.verb == "park":
+        return park_command(chunks())
     data = load()
     if args.verb == "report":
         from experiments.pages import rebuild_command

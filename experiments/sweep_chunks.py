@@ -17,6 +17,7 @@ from typing import Callable, Protocol
 
 from core.errors import ConfigError
 from experiments.launching import sweeper_launch
+from experiments.parking import park, unpark
 from experiments.record import (finished_trials, head_commit, provenance, read_commit, read_record, record_lock,
                                 write_record)
 from trainables.safe_yaml import read_yaml
@@ -51,6 +52,7 @@ class Chunks:
     key: Callable[[int, dict], tuple]  # (budget, cell) -> the run's identity
     params_of: Callable[[dict], dict]  # trial config -> its cell
     new_record: Callable[[], dict]  # the record before its first run: {"design": ..., "runs": []}
+    parked: Path | None = None  # the committed tarball of its unfinished sweeps (experiments/parking.py)
 
     def load(self) -> dict:
         return read_record(self.record, self.new_record)
@@ -86,6 +88,27 @@ class Chunks:
             if added:
                 self.save(data)
             return added
+
+    def unfinished(self, sweep: Path) -> bool:
+        """Whether a sweep folder's runs are not all in the record (its sweep file beside it names them)."""
+        path = sweep.parent / f"{sweep.name}.yaml"
+        try:
+            space = read_yaml(path)
+            wanted = {self.key(space["budget"]["max_steps"], c) for c in space["searcher"]["baseline"]}
+        except (ConfigError, KeyError, TypeError):
+            return False  # not one of this experiment's sweeps
+        return not wanted <= self.recorded(self.load())
+
+    def park(self) -> list[str]:
+        """Pack the stopped, unfinished sweeps into `parked` (removed when there is none); their names."""
+        if self.parked is None:
+            raise ConfigError(f"{self.label}: keeps no parked sweeps")
+        self.export()
+        return park(self.folder, self.prefix, self.unfinished, self.parked)
+
+    def unpark(self) -> list[str]:
+        """Put the parked sweeps back where no sweep of their name is; their names."""
+        return [] if self.parked is None else unpark(self.parked, self.folder, self.prefix)
 
     def space_for(self, phase: str, budget: int, cells: list[dict]) -> tuple[str, dict]:
         """A sweep that trains exactly `cells` (its baseline points) to the end, named by them."""
@@ -128,6 +151,8 @@ class Chunks:
         each, until the plan is done; the sweep's exit code if one stops early."""
         import yaml
 
+        for name in self.unpark():
+            print(f"{self.label}: sweep {name} put back from {self.parked}", flush=True)
         self.export()
         while (p := plan(self.load())).phase != "done":
             for note in p.notes:
@@ -160,6 +185,14 @@ def status_command(label: str, data: dict, p: Planned) -> int:
           f"switch {p.switch}, {len(p.todo)} runs to go")
     for note in p.notes:
         print(f"  {note}")
+    return 0
+
+
+def park_command(chunks: Chunks) -> int:
+    """A `park` verb: the experiment's stopped, unfinished sweeps packed to be committed."""
+    names = chunks.park()
+    print(f"{chunks.label}: " + (f"parked {', '.join(names)} in {chunks.parked}; commit it, and `run` puts them back"
+                                 if names else f"no unfinished sweep to park ({chunks.parked} removed)"))
     return 0
 
 

@@ -1,0 +1,146 @@
+"""An experiment's unfinished sweeps parked in a committed tarball and put back on another machine
+(experiments/parking.py through `Chunks`): what is packed, what is left out, and a damaged or
+planted tarball refused in one line with nothing put back."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from core.errors import ConfigError
+from experiments import dat_plain_switch as dps
+from experiments.sweep_chunks import COMMIT_SUFFIX
+from sweeper.lock import sweep_lock_path
+from trainables.run_dir import RunDir
+from tests.test_dat_paper_depth import final
+
+
+@pytest.fixture
+def chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(dps, "DATA", tmp_path / "record.json.gz")
+    monkeypatch.setattr(dps, "SWEEPS", tmp_path / "sweeps")
+    monkeypatch.setattr(dps, "PARKED", tmp_path / "repo" / "parked.tar.gz")
+    return dps.chunks()
+
+
+def a_stopped_sweep(chunks, tmp_path: Path) -> Path:
+    """A sweep of the plan's first chunk as a stopped launch leaves it: its files beside it, a
+    trial with reports and its newest checkpoint (an older one a kill left behind), the driver's
+    process record."""
+    p = dps.plan(chunks.load())
+    cells = dps.depth.chunk(p)
+    name, space = chunks.space_for(p.phase, p.budget, cells)
+    folder = chunks.folder / name
+    (chunks.folder).mkdir(parents=True)
+    (chunks.folder / f"{name}.yaml").write_text(yaml.safe_dump(space, sort_keys=False))
+    (chunks.folder / f"{name}{COMMIT_SUFFIX}").write_text("0123456789abcdef0123456789abcdef01234567\n")
+    (folder / "optuna.db").parent.mkdir(parents=True)
+    (folder / "optuna.db").write_bytes(os.urandom(4096))
+    (folder / "ray_processes.json").write_text('{"pids": [1]}')
+    run = RunDir(folder / "trials" / "t0000")
+    for step in (250, 500):
+        run.append({**final(), "step": step})
+        (tmp_path / f"ckpt{step}").mkdir()
+        (tmp_path / f"ckpt{step}" / "state.pt").write_bytes(os.urandom(1000))
+        run.keep_checkpoint(tmp_path / f"ckpt{step}", step)
+    (tmp_path / "ckpt250").rename(folder / "trials" / "t0000" / "checkpoint-250")  # a kill's leftover
+    return folder
+
+
+def files_under(root: Path) -> dict[str, bytes | str]:
+    out: dict[str, bytes | str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        out[rel] = f"-> {os.readlink(path)}" if path.is_symlink() else path.read_bytes() if path.is_file() else "dir"
+    return out
+
+
+def test_a_stopped_sweep_is_parked_with_its_newest_checkpoint_and_put_back_whole_where_it_is_missing(chunks, tmp_path):
+    folder = a_stopped_sweep(chunks, tmp_path)
+    before = files_under(chunks.folder)
+    assert chunks.park() == [folder.name]
+    with tarfile.open(dps.PARKED) as tar:
+        names = set(tar.getnames())
+    assert {f"{folder.name}.yaml", f"{folder.name}{COMMIT_SUFFIX}", f"{folder.name}/optuna.db",
+            f"{folder.name}/trials/t0000/checkpoint", f"{folder.name}/trials/t0000/checkpoint-500/state.pt"} <= names
+    assert not any("checkpoint-250" in n or "ray_processes" in n for n in names)
+
+    os.rename(chunks.folder, tmp_path / "gone")  # another machine: only the repository came along
+    assert chunks.unpark() == [folder.name]
+    after = files_under(chunks.folder)
+    left_out = {k for k in before if "checkpoint-250" in k or "ray_processes" in k}
+    assert after == {k: v for k, v in before.items() if k not in left_out}
+    assert RunDir(folder / "trials" / "t0000").checkpoint() == folder / "trials" / "t0000" / "checkpoint-500"
+
+    (folder / "optuna.db").write_bytes(b"newer")  # a sweep already there is never replaced
+    assert chunks.unpark() == []
+    assert (folder / "optuna.db").read_bytes() == b"newer"
+    assert not [p for p in chunks.folder.iterdir() if p.name.startswith(".unpark-")]
+
+
+def test_a_sweep_whose_runs_are_all_recorded_is_not_parked_and_the_old_tarball_goes(chunks, tmp_path):
+    folder = a_stopped_sweep(chunks, tmp_path)
+    assert chunks.park() == [folder.name]
+    space = yaml.safe_load((chunks.folder / f"{folder.name}.yaml").read_text())
+    data = chunks.load()
+    data["runs"] = [{"budget": space["budget"]["max_steps"], "params": c, "reports": []}
+                    for c in space["searcher"]["baseline"]]
+    chunks.save(data)
+    assert chunks.park() == [] and not dps.PARKED.exists()
+
+
+def test_a_running_sweep_is_not_parked(chunks, tmp_path):
+    folder = a_stopped_sweep(chunks, tmp_path)
+    with open(sweep_lock_path(folder), "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(ConfigError, match="its sweep runs; stop it"):
+            chunks.park()
+    assert not dps.PARKED.exists()
+
+
+def _tarball(path: Path, *members: tuple[str, bytes | None, str | None]) -> None:
+    """(name, file bytes or None, link target or None) members, gzipped."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data, link in members:
+            info = tarfile.TarInfo(name)
+            if link is not None:
+                info.type, info.linkname = tarfile.SYMTYPE, link
+                tar.addfile(info)
+            else:
+                info.size = len(data or b"")
+                tar.addfile(info, io.BytesIO(data or b""))
+
+
+@pytest.mark.parametrize("members, expect", [
+    ([("dat_plain_a/../../escaped", b"x", None)], "not a readable parked sweep"),
+    ([("/tmp/absolute", b"x", None)], "not a sweep of this experiment"),
+    ([("somebody_else/file", b"x", None)], "not a sweep of this experiment"),
+    ([("dat_plain_a/trials", None, "/etc")], "not a readable parked sweep"),
+    ([("dat_plain_a/link", None, "../../outside")], "not a readable parked sweep"),
+], ids=["dotdot", "absolute", "foreign", "link-absolute", "link-outside"])
+def test_a_planted_tarball_is_one_line_and_puts_nothing_back(chunks, tmp_path, members, expect):
+    _tarball(dps.PARKED, ("dat_plain_a/optuna.db", b"db", None), *members)
+    with pytest.raises(ConfigError, match=expect) as err:
+        chunks.unpark()
+    assert "\n" not in str(err.value) and len(str(err.value)) <= 300
+    assert not chunks.folder.exists() or list(chunks.folder.iterdir()) == []
+    assert not (tmp_path / "escaped").exists() and not (tmp_path.parent / "escaped").exists()
+
+
+@pytest.mark.parametrize("damage", [lambda b: b[: len(b) // 2], lambda b: b"not gzip at all"], ids=["cut", "garbage"])
+def test_a_damaged_tarball_is_one_line_and_puts_nothing_back(chunks, tmp_path, damage):
+    a_stopped_sweep(chunks, tmp_path)
+    chunks.park()
+    os.rename(chunks.folder, tmp_path / "gone")
+    dps.PARKED.write_bytes(damage(dps.PARKED.read_bytes()))
+    with pytest.raises(ConfigError, match="not a readable parked sweep") as err:
+        chunks.unpark()
+    assert "git checkout" in str(err.value) and "\n" not in str(err.value)
+    assert list(chunks.folder.iterdir()) == []
