@@ -27,7 +27,7 @@ from sweeper.space_file import load_space
 from sweeper.status import SPACE_FILE
 from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, folder_kind, sweep_dir_for
 from sweeper.tracking_uri import artifacts_folder, hide_password, preflight, sqlite_path
-from core.errors import cut, short_path
+from core.errors import ConfigError, cut, short_path
 from core.uri_secrets import shown as shown_uri
 from trainables.safe_yaml import MAX_BYTES as MAX_SPACE_BYTES
 
@@ -45,6 +45,7 @@ def check_request(request: SweepRequest) -> Checked:
     spec = load_space(request.file, shown=shown_path(request.file, request.cwd))  # every mistake in the file, before Ray
     sweep_dir = sweep_dir_for(spec.name, request.storage)  # any `://` refused: never a folder of the service's own
     default = request.storage == os.path.join(request.cwd, DEFAULT_STORAGE)
+    check_outside_service(sweep_dir, "the sweep directory" if default else "--storage")
     check_writable(sweep_dir, "the sweep directory" if default else "--storage")
     check_writable(key_path().parent, "the sweeper's state folder" + (" ($XDG_STATE_HOME)" if os.path.isabs(os.environ.get("XDG_STATE_HOME", "")) else ""))
     if request.address is None:
@@ -64,6 +65,19 @@ def check_request(request: SweepRequest) -> Checked:
 
     check_sqlite_store(request.tracking_uri, request.tracking_source)  # not another program's database
     return Checked(spec, sweep_dir)
+
+
+def check_outside_service(sweep_dir: Path, what: str) -> None:
+    """A sweep never lives in the sweep service's own folder (its socket, lock, log and records)."""
+    from sweeper.service_link import service_dir
+
+    try:
+        service = service_dir()
+    except ConfigError:
+        return  # an unusable SWEEPER_SERVICE_DIR is said where the service is looked for
+    if sweep_dir.parent == service or service in sweep_dir.parents:
+        raise SpaceError(f"{what} {short_path(sweep_dir.parent, 100)}: inside the sweep service's own folder "
+                         f"({short_path(service, 80)}); keep sweeps elsewhere (the default is ./sweeps)")
 
 
 def shown_path(path: str, cwd: str) -> str:

@@ -130,6 +130,16 @@ def test_any_storage_uri_is_refused_not_made_a_folder_of_another_process(tmp_pat
     assert_refused(r, f"--storage {storage}", "a path every node sees", root=tmp_path, before=before)
 
 
+@pytest.mark.parametrize("where", ["service", "service/deeper"])
+def test_a_storage_inside_the_sweep_service_s_own_folder_is_one_line_before_anything_is_written(tmp_path, where):
+    service = tmp_path / "service"
+    service.mkdir(mode=0o700)
+    before = snapshot(tmp_path)
+    r = sweeper("launch", ROOT / "search_spaces" / "smoke.yaml", "--storage", tmp_path / where, "--in-process",
+                cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(service)})
+    assert_refused(r, "--storage", "inside the sweep service's own folder", root=tmp_path, before=before)
+
+
 @pytest.mark.parametrize("planted, said", [("dangling", "a dangling link"), ("file", "a file"), ("fifo", "not a folder")])
 def test_what_stands_where_the_store_keeps_its_artifacts_is_one_line_before_anything_is_written(tmp_path, planted, said):
     import os
