@@ -5,12 +5,17 @@ sweep file, its commit file and its folder: ledger, space, trials with their new
 into one gzipped tarball, to be committed; `unpark` puts each back where no sweep of its name is,
 and the sweep's next launch resumes its trials from those checkpoints. MLflow is left out: it is
 a view, rebuilt by the resumed launch from the trials' folders.
+
+What a tarball may hold is narrow, and `park` writes nothing `unpark` would refuse: plain names,
+folders and regular files, and links to a sibling by its bare name (a trial's `checkpoint`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import stat
 import tarfile
 import tempfile
 import zlib
@@ -20,71 +25,132 @@ from typing import Callable
 from core.errors import ConfigError, cut, short_path
 
 LEFT_OUT = ("ray_processes.json",)  # the driver's processes on the machine that parked it
-MAX_BYTES = 4 * 2**30  # what a parked tarball may unpack to
+MAX_BYTES = 4 * 2**30  # what a parked tarball may hold, packed or unpacked
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")  # every part of a member's name
+BESIDE = (".yaml", ".commit")  # a sweep's files beside its folder
+BAD_TAR = (tarfile.TarError, EOFError, OSError, zlib.error, ValueError, OverflowError, KeyError)
 
 
 def park(folder: Path, prefix: str, unfinished: Callable[[Path], bool], dest: Path) -> list[str]:
     """Pack the sweeps `prefix*` in `folder` that are `unfinished` into `dest` (removed when there
-    is none); the names packed. A sweep whose driver runs is a ConfigError: stop it first."""
+    is none); the names packed. What `dest` holds and `folder` lacks is put back first, so nothing
+    parked is lost. A sweep whose driver runs, or anything a tarball may not hold, is a ConfigError."""
     from sweeper.lock import lock_held, sweep_lock_path
 
-    sweeps = [p for p in sorted(folder.glob(f"{prefix}*")) if p.is_dir() and not p.is_symlink() and unfinished(p)]
-    for sweep in sweeps:
-        if lock_held(sweep_lock_path(sweep)):
-            raise ConfigError(f"{short_path(sweep, 100)}: its sweep runs; stop it (kill -INT the experiment's "
-                              "runner) and park it then")
+    _check_parked_file(dest)
+    unpark(dest, folder, prefix)
+    sweeps = []
+    for entry in sorted(folder.glob(f"{prefix}*")) if folder.is_dir() else []:
+        if entry.is_symlink() or (not entry.is_dir() and not entry.is_file()):
+            raise ConfigError(f"{short_path(entry, 100)}: not a sweep's folder or file (a link, or neither); move it away")
+        if entry.is_dir() and unfinished(entry):
+            if lock_held(sweep_lock_path(entry)):
+                raise ConfigError(f"{short_path(entry, 100)}: its sweep runs; stop it (kill -INT the experiment's "
+                                  "runner) and park it then")
+            sweeps.append(entry)
     if not sweeps:
         dest.unlink(missing_ok=True)
         return []
     dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_name(f".{dest.name}.partial")
-    with tarfile.open(partial, "w:gz") as tar:
-        for sweep in sweeps:
-            for beside in sorted(folder.glob(f"{sweep.name}.*")):  # its sweep file and commit file
-                tar.add(beside, arcname=beside.name)
-            tar.add(sweep, arcname=sweep.name, filter=_newest_checkpoints_only(sweep))
-    os.replace(partial, dest)
+    fd, partial = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")  # a new file, never through a link
+    try:
+        with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
+            for sweep in sweeps:
+                for suffix in BESIDE:
+                    if (beside := folder / f"{sweep.name}{suffix}").is_file() and not beside.is_symlink():
+                        tar.add(beside, arcname=beside.name)
+                tar.add(sweep, arcname=sweep.name, filter=_packed(sweep))
+        os.replace(partial, dest)
+    finally:
+        if os.path.lexists(partial):
+            os.unlink(partial)
     return [s.name for s in sweeps]
 
 
-def _newest_checkpoints_only(sweep: Path) -> Callable[[tarfile.TarInfo], tarfile.TarInfo | None]:
-    """A tar filter that leaves out the driver's own files and every trial's older checkpoints."""
+def _packed(sweep: Path) -> Callable[[tarfile.TarInfo], tarfile.TarInfo | None]:
+    """A tar filter: the driver's own files and each trial's older checkpoints left out; anything
+    `unpark` would refuse a ConfigError naming it."""
     older = set()
     for trial in (sweep / "trials").glob("t*"):
         newest = os.readlink(trial / "checkpoint") if (trial / "checkpoint").is_symlink() else None
         older |= {f"{sweep.name}/trials/{trial.name}/{c.name}" for c in trial.glob("checkpoint-*") if c.name != newest}
 
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        return None if info.name in older or Path(info.name).name in LEFT_OUT else info
+        if info.name in older or info.name.rsplit("/", 1)[-1] in LEFT_OUT:
+            return None
+        if (why := _refused(info, sweep.name)) is not None:
+            raise ConfigError(f"{short_path(sweep.parent / info.name, 100)}: {why}; a parked sweep holds none, "
+                              "move it away and park again")
+        return info
     return keep
 
 
+def _refused(info: tarfile.TarInfo, top: str | None = None) -> str | None:
+    """Why a member may not be in a parked tarball (below its sweep `top`, when given), or None."""
+    parts = info.name.split("/")
+    if not all(NAME.fullmatch(p) for p in parts) or (top is not None and parts[0] != top):
+        return "a name other than plain letters, digits and ._-"
+    if info.isdir() or info.isreg():
+        return None
+    if info.issym() and len(parts) > 1 and NAME.fullmatch(info.linkname):
+        return None  # a link to a sibling by its bare name, as a trial's `checkpoint`
+    return "a link to a path" if info.issym() else "neither a folder, a regular file nor a link to a sibling"
+
+
+def _check_parked_file(dest: Path) -> None:
+    """`dest` absent, or a regular file of a size a parked tarball may have."""
+    try:
+        st = os.lstat(dest)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise ConfigError(f"{short_path(dest, 100)}: cannot be read ({err.strerror or err})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{short_path(dest, 100)}: not a regular file (a link, folder or FIFO), where the parked "
+                          "sweeps are kept; move it away")
+    if st.st_size > MAX_BYTES:
+        raise ConfigError(f"{short_path(dest, 100)}: {st.st_size:,} bytes, more than a parked tarball may hold")
+
+
 def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
-    """Put the sweeps parked in `dest` back into `folder`, each only where nothing of its name is
-    (a sweep there is the same one, or newer); the sweep folders put back. A damaged tarball, or a
-    member outside the experiment's own sweeps, is one ConfigError line and puts nothing back."""
-    if not dest.exists():
+    """Put the sweeps parked in `dest` back into `folder`, each (with its files beside it) only where
+    nothing of its name is (a sweep there is the same one, or newer); the sweeps put back. A damaged
+    tarball, or a member it may not hold, is one ConfigError line and puts nothing back."""
+    _check_parked_file(dest)
+    if not os.path.lexists(dest):
         return []
     advice = f"restore it with `git checkout -- {dest.name}`, or remove it to train those runs afresh"
-    folder.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(dir=folder, prefix=".unpark-"))  # whole, then moved into place
+    top = re.compile(rf"{re.escape(prefix)}[A-Za-z0-9_-]+")
+    scratch = None
     try:
-        with tarfile.open(dest, "r:gz") as tar:
+        with open(dest, "rb") as f, tarfile.open(fileobj=f, mode="r:gz") as tar:
             members = tar.getmembers()
-            tops = sorted({m.name.split("/", 1)[0] for m in members})
-            stranger = next((t for t in tops if not t.startswith(prefix) or t in (".", "..")), None)
-            if stranger is not None:
-                raise ConfigError(f"{short_path(dest, 100)}: holds `{cut(stranger, 60)}`, not a sweep of this "
-                                  f"experiment ({prefix}*); {advice}")
+            for m in members:
+                sweep = m.name.split("/", 1)[0].removesuffix(".yaml").removesuffix(".commit")
+                why = _refused(m) or (None if top.fullmatch(sweep) else f"not a sweep of this experiment ({prefix}*)")
+                if why is None and "/" not in m.name and not (m.isdir() if m.name == sweep else m.isreg()):
+                    why = "a sweep's folder or file of another kind"
+                if why is not None:
+                    raise ConfigError(f"{short_path(dest, 100)}: holds `{cut(m.name, 60)}`: {why}; {advice}")
+            if len({m.name for m in members}) != len(members):
+                raise ConfigError(f"{short_path(dest, 100)}: names a member twice; {advice}")
             if (size := sum(m.size for m in members)) > MAX_BYTES:
-                raise ConfigError(f"{short_path(dest, 100)}: unpacks to {size} bytes, more than the {MAX_BYTES} a "
-                                  f"parked sweep may; {advice}")
-            tar.extractall(scratch, filter="data")  # no absolute path, `..`, device or link out of it
-        put_back = [t for t in tops if not os.path.lexists(folder / t)]
-        for top in put_back:
-            os.rename(scratch / top, folder / top)
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as err:
+                raise ConfigError(f"{short_path(dest, 100)}: unpacks to {size:,} bytes, more than a parked sweep may; {advice}")
+            missing = sorted({m.name for m in members if m.isdir() and "/" not in m.name
+                              and not os.path.lexists(folder / m.name)})
+            wanted = [m for m in members if m.name.split("/", 1)[0].removesuffix(".yaml").removesuffix(".commit")
+                      in missing]
+            folder.mkdir(parents=True, exist_ok=True)
+            scratch = Path(tempfile.mkdtemp(dir=folder, prefix=".unpark-"))  # whole, then moved into place
+            tar.extractall(scratch, members=wanted, filter="data")
+        for m in wanted:
+            if "/" not in m.name and not os.path.lexists(folder / m.name):
+                os.rename(scratch / m.name, folder / m.name)
+    except ConfigError:
+        raise
+    except BAD_TAR as err:
         raise ConfigError(f"{short_path(dest, 100)}: not a readable parked sweep ({cut(str(err), 80)}); {advice}") from None
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return [t for t in put_back if (folder / t).is_dir()]
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return missing

@@ -17,12 +17,37 @@ from typing import Callable, Iterator
 from core.errors import ConfigError, cut, short_path
 
 
+MAX_PACKED, MAX_TEXT = 256 * 2**20, 2**30  # a record's bytes on disk, and as JSON text
+
+
 def read_record(path: Path, empty: Callable[[], dict]) -> dict:
-    """The record at `path`, or `empty()` where there is none yet."""
-    if not path.exists():
+    """The record at `path`, or `empty()` where there is none yet; a record that is not a regular
+    file of gzipped JSON holding an object (its `runs`, where there are, a list of objects) is one
+    ConfigError line."""
+    import io
+    import zlib
+
+    from core import json_text
+    from sweeper.fs import read_limited
+
+    if not os.path.lexists(path):
         return empty()
-    with gzip.open(path, "rt") as f:
-        return json.load(f)
+    raw = read_limited(path, "record", MAX_PACKED)
+    advice = f"restore it with `git checkout -- {path.name}`"
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as f:
+            text = f.read(MAX_TEXT + 1)
+        if len(text) > MAX_TEXT:
+            raise ConfigError(f"{short_path(path, 100)}: unpacks to more than {MAX_TEXT:,} bytes; {advice}")
+        data = json_text.loads(text)
+    except (OSError, EOFError, zlib.error, ValueError) as err:  # not gzip, cut short, not JSON (or too deep)
+        if isinstance(err, ConfigError):
+            raise
+        raise ConfigError(f"{short_path(path, 100)}: not a readable record ({cut(str(err), 80)}); {advice}") from None
+    runs = data.get("runs", []) if isinstance(data, dict) else None
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise ConfigError(f"{short_path(path, 100)}: not a record (an object whose `runs` is a list of objects); {advice}")
+    return data
 
 
 class RecordBusy(Exception):
@@ -34,7 +59,9 @@ def record_lock(path: Path, wait_s: float | None = None) -> Iterator[None]:
     """Hold the record's lock (a file beside it) for one read-change-write, so that two writers
     (a running experiment's export, an import by hand) do not drop each other's runs. With
     `wait_s`, RecordBusy when another writer holds it longer than that."""
-    with open(path.with_name(path.name + ".lock"), "a") as f:
+    from sweeper.lock import open_lock_file
+
+    with open_lock_file(path.with_name(path.name + ".lock")) as f:  # never through a link, never a FIFO
         deadline = None if wait_s is None else time.monotonic() + wait_s
         while True:
             try:
@@ -52,10 +79,17 @@ def record_lock(path: Path, wait_s: float | None = None) -> Iterator[None]:
 
 def write_record(path: Path, data: dict) -> None:
     """Replace the record at `path` atomically (mtime 0 and sorted keys: the same runs, the same bytes)."""
-    tmp = path.with_suffix(".tmp")
-    with gzip.GzipFile(tmp, "wb", mtime=0) as f:
-        f.write(json.dumps(data, separators=(",", ":"), sort_keys=True).encode())
-    tmp.replace(path)
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # a new file, never through a link
+    try:
+        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(path.with_suffix(".tmp").name, "wb", fileobj=raw, mtime=0) as f:
+            f.write(json.dumps(data, separators=(",", ":"), sort_keys=True).encode())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
 
 
 def config_hash(config: dict) -> str:
@@ -109,9 +143,8 @@ def provenance(config: dict, times: dict, commit: str | None) -> dict:
 
 def finished_trials(sweep: Path) -> Iterator[tuple[dict, list[dict], dict]]:
     """(config, reports, times) of each trial in a sweep folder that trained its every configured step."""
-    import yaml
-
     from trainables.run_dir import RunDir
+    from trainables.safe_yaml import read_yaml
 
     for trial in sorted((sweep / "trials").glob("t*")):
         run = RunDir(trial)
@@ -119,8 +152,8 @@ def finished_trials(sweep: Path) -> Iterator[tuple[dict, list[dict], dict]]:
         if not reports or checkpoint is None:
             continue
         try:
-            config = yaml.safe_load((checkpoint / "config.yaml").read_text())
-        except (OSError, yaml.YAMLError):
+            config = read_yaml(checkpoint / "config.yaml")  # a regular file of bounded size and depth
+        except ConfigError:
             continue
         if isinstance(config, dict) and reports[-1].get("step") == config.get("steps"):
             yield config, reports, run.times()

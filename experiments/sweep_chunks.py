@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
-from core.errors import ConfigError
+from core.errors import ConfigError, cut, short_path
 from experiments.launching import sweeper_launch
 from experiments.parking import park, unpark
 from experiments.record import (finished_trials, head_commit, provenance, read_commit, read_record, record_lock,
@@ -55,7 +55,13 @@ class Chunks:
     parked: Path | None = None  # the committed tarball of its unfinished sweeps (experiments/parking.py)
 
     def load(self) -> dict:
-        return read_record(self.record, self.new_record)
+        """The record; one ConfigError line when a run of it is not one this experiment records."""
+        data = read_record(self.record, self.new_record)
+        for i, r in enumerate(data.get("runs", [])):
+            if not (type(r.get("budget")) is int and isinstance(r.get("params"), dict) and isinstance(r.get("reports"), list)):
+                raise ConfigError(f"{short_path(self.record, 100)}: run {i} is not a recorded run (an integer `budget`, "
+                                  f"`params` an object, `reports` a list); restore it with `git checkout -- {self.record.name}`")
+        return data
 
     def save(self, data: dict) -> None:
         data["runs"].sort(key=lambda r: self.key(r["budget"], r["params"]))
@@ -69,8 +75,16 @@ class Chunks:
         """Each run of a sweep folder that trained its every step: its budget, cell, reports and
         provenance (the commit the sweep was first launched from: COMMIT_SUFFIX beside its file)."""
         commit = read_commit(sweep.parent / f"{sweep.name}{COMMIT_SUFFIX}")
-        return [{"budget": config["steps"], "params": self.params_of(config), "reports": reports,
-                 **provenance(config, times, commit)} for config, reports, times in finished_trials(sweep)]
+        runs = []
+        for config, reports, times in finished_trials(sweep):
+            try:
+                params = self.params_of(config)
+            except (KeyError, TypeError, AttributeError) as err:
+                raise ConfigError(f"{short_path(sweep, 80)}: a finished trial's config lacks {cut(str(err), 60)} "
+                                  f"(not a config of {self.label}); move that trial's folder away") from None
+            runs.append({"budget": config["steps"], "params": params, "reports": reports,
+                         **provenance(config, times, commit)})
+        return runs
 
     def export(self) -> int:
         """Copy every finished run of this experiment's sweeps into the record; the number added."""
@@ -90,13 +104,15 @@ class Chunks:
             return added
 
     def unfinished(self, sweep: Path) -> bool:
-        """Whether a sweep folder's runs are not all in the record (its sweep file beside it names them)."""
+        """Whether a sweep folder's runs are not all in the record (its sweep file beside it names
+        them); one ConfigError line when that file is missing or not one this experiment wrote."""
         path = sweep.parent / f"{sweep.name}.yaml"
+        space = read_yaml(path)
         try:
-            space = read_yaml(path)
             wanted = {self.key(space["budget"]["max_steps"], c) for c in space["searcher"]["baseline"]}
-        except (ConfigError, KeyError, TypeError):
-            return False  # not one of this experiment's sweeps
+        except (KeyError, TypeError, AttributeError):
+            raise ConfigError(f"{short_path(path, 100)}: not a sweep file of {self.label} (no budget.max_steps and "
+                              "searcher.baseline cells); put it back, or move the sweep's folder away") from None
         return not wanted <= self.recorded(self.load())
 
     def park(self) -> list[str]:

@@ -104,34 +104,103 @@ def test_a_running_sweep_is_not_parked(chunks, tmp_path):
     assert not dps.PARKED.exists()
 
 
-def _tarball(path: Path, *members: tuple[str, bytes | None, str | None]) -> None:
-    """(name, file bytes or None, link target or None) members, gzipped."""
+def _tarball(path: Path, *members: tuple) -> None:
+    """Members (name, file bytes, link target, tar type, PAX headers), all but the name optional; gzipped."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w:gz") as tar:
-        for name, data, link in members:
+    with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for name, data, link, kind, pax in (tuple(m) + (None,) * (5 - len(m)) for m in members):
             info = tarfile.TarInfo(name)
-            if link is not None:
-                info.type, info.linkname = tarfile.SYMTYPE, link
+            if pax:
+                info.pax_headers = pax
+            if kind is not None or link is not None:
+                info.type, info.linkname = kind or tarfile.SYMTYPE, link or ""
                 tar.addfile(info)
             else:
                 info.size = len(data or b"")
                 tar.addfile(info, io.BytesIO(data or b""))
 
 
+DB = ("dat_plain_a/optuna.db", b"db")
+
+
 @pytest.mark.parametrize("members, expect", [
-    ([("dat_plain_a/../../escaped", b"x", None)], "not a readable parked sweep"),
-    ([("/tmp/absolute", b"x", None)], "not a sweep of this experiment"),
-    ([("somebody_else/file", b"x", None)], "not a sweep of this experiment"),
-    ([("dat_plain_a/trials", None, "/etc")], "not a readable parked sweep"),
-    ([("dat_plain_a/link", None, "../../outside")], "not a readable parked sweep"),
-], ids=["dotdot", "absolute", "foreign", "link-absolute", "link-outside"])
+    ([DB, ("dat_plain_a/../../escaped", b"x")], "a name other than plain"),
+    ([DB, ("/tmp/absolute", b"x")], "a name other than plain"),
+    ([DB, ("somebody_else/file", b"x")], "not a sweep of this experiment"),
+    ([DB, ("dat_plain_a/trials", None, "/etc")], "a link to a path"),
+    ([DB, ("dat_plain_a/link", None, "../../outside")], "a link to a path"),
+    ([DB, ("dat_plain_a/optuna2.db", None, "../dat_plain_b/optuna.db")], "a link to a path"),
+    ([("dat_plain_a", None, ".")], "a link to a path"),
+    ([("dat_plain_a", None, "dat_plain_b")], "a link to a path"),
+    ([("dat_plain_a", b"a file where a sweep's folder goes")], "a sweep's folder or file of another kind"),
+    ([DB, ("dat_plain_a/h", None, "dat_plain_a/nothere", tarfile.LNKTYPE)], "neither a folder"),
+    ([DB, ("dat_plain_a/f", None, None, tarfile.FIFOTYPE)], "neither a folder"),
+    ([DB, ("x", b"", None, None, {"path": "dat_plain_a/x\x00y"})], "a name other than plain"),
+    ([DB, ("dat_plain_a\n\x1b[2Jx/optuna.db", b"x")], "a name other than plain"),
+    ([("dat_plain_a", None, None, tarfile.DIRTYPE), ("dat_plain_a/t", b"x", None, None, {"mtime": "1e400"})],
+     "not a readable parked sweep"),
+    ([DB, DB], "names a member twice"),
+], ids=["dotdot", "absolute", "foreign", "link-absolute", "link-outside", "link-to-another-sweep", "top-link-dot",
+        "top-link-alias", "top-file", "hardlink", "fifo", "nul", "escapes", "mtime-overflow", "twice"])
 def test_a_planted_tarball_is_one_line_and_puts_nothing_back(chunks, tmp_path, members, expect):
-    _tarball(dps.PARKED, ("dat_plain_a/optuna.db", b"db", None), *members)
+    _tarball(dps.PARKED, *members)
     with pytest.raises(ConfigError, match=expect) as err:
         chunks.unpark()
-    assert "\n" not in str(err.value) and len(str(err.value)) <= 300
+    line = str(err.value)
+    assert "\n" not in line and "\x1b" not in line and "\x00" not in line and len(line) <= 300
     assert not chunks.folder.exists() or list(chunks.folder.iterdir()) == []
     assert not (tmp_path / "escaped").exists() and not (tmp_path.parent / "escaped").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "link"])
+def test_a_parked_path_that_is_no_regular_file_is_one_line_and_never_blocks(chunks, tmp_path, kind):
+    dps.PARKED.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(dps.PARKED)
+    elif kind == "folder":
+        dps.PARKED.mkdir()
+    else:
+        (tmp_path / "victim").write_bytes(b"keep")
+        dps.PARKED.symlink_to(tmp_path / "victim")
+    for call in (chunks.unpark, chunks.park):
+        with pytest.raises(ConfigError, match="not a regular file"):
+            call()
+    assert not chunks.folder.exists() or list(chunks.folder.iterdir()) == []
+    assert sorted(p.name for p in dps.PARKED.parent.iterdir()) == ["parked.tar.gz"]
+    assert kind != "link" or (tmp_path / "victim").read_bytes() == b"keep"
+
+
+@pytest.mark.parametrize("plant, expect", [
+    (lambda f: os.mkfifo(f / "trials" / "t0000" / "pipe"), "neither a folder"),
+    (lambda f: (f / "trials" / "t0000" / "out").symlink_to("/etc/passwd"), "a link to a path"),
+], ids=["fifo", "absolute-link"])
+def test_park_refuses_what_unpark_would_refuse_and_writes_nothing(chunks, tmp_path, plant, expect):
+    plant(a_stopped_sweep(chunks, tmp_path))
+    with pytest.raises(ConfigError, match=expect):
+        chunks.park()
+    assert not dps.PARKED.parent.exists() or list(dps.PARKED.parent.iterdir()) == []
+
+
+def test_a_damaged_sweep_file_after_parking_keeps_the_parked_tarball(chunks, tmp_path):
+    folder = a_stopped_sweep(chunks, tmp_path)
+    chunks.park()
+    parked = dps.PARKED.read_bytes()
+    (chunks.folder / f"{folder.name}.yaml").write_text("name: [unclosed")
+    with pytest.raises(ConfigError, match=f"{folder.name}.yaml"):
+        chunks.park()
+    os.rename(folder, tmp_path / "moved")
+    os.symlink(tmp_path / "moved", folder)  # the folder replaced by a link
+    with pytest.raises(ConfigError, match="not a sweep's folder or file"):
+        chunks.park()
+    assert dps.PARKED.read_bytes() == parked
+
+
+def test_park_puts_back_what_the_tarball_holds_before_it_packs_again(chunks, tmp_path):
+    folder = a_stopped_sweep(chunks, tmp_path)
+    chunks.park()
+    os.rename(chunks.folder, tmp_path / "gone")  # a fresh checkout, parked again before any run
+    assert chunks.park() == [folder.name]
+    assert (folder / "optuna.db").is_file()
 
 
 @pytest.mark.parametrize("damage", [lambda b: b[: len(b) // 2], lambda b: b"not gzip at all"], ids=["cut", "garbage"])
@@ -143,4 +212,4 @@ def test_a_damaged_tarball_is_one_line_and_puts_nothing_back(chunks, tmp_path, d
     with pytest.raises(ConfigError, match="not a readable parked sweep") as err:
         chunks.unpark()
     assert "git checkout" in str(err.value) and "\n" not in str(err.value)
-    assert list(chunks.folder.iterdir()) == []
+    assert not chunks.folder.exists()

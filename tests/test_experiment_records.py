@@ -1,0 +1,98 @@
+"""An experiment's committed record and the sweep files it is exported from, damaged or planted:
+every verb of the experiment answers in one line (never a traceback, never a hang), and a file
+planted where the record or its lock is written is not written through."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import threading
+
+import pytest
+import yaml
+
+from core.errors import ConfigError
+from experiments import dat_plain_switch as dps
+from experiments.record import write_record
+from tests.test_parking import a_stopped_sweep, chunks  # noqa: F401 - the fixture
+
+
+def verbs_refuse(match: str) -> None:
+    """`status`, `export`, `park` and `report` each raise one ConfigError line matching `match`."""
+    for verb in ("status", "export", "park", "report"):
+        with pytest.raises(ConfigError, match=match) as err:
+            dps.main([verb])
+        assert "\n" not in str(err.value) and len(str(err.value)) <= 300, (verb, str(err.value))
+
+
+@pytest.mark.parametrize("content, expect", [
+    (b"not gzip", "not a readable record"),
+    (gzip.compress(b'{"runs": []}')[:12], "not a readable record"),
+    (gzip.compress(b"{not json"), "not a readable record"),
+    (gzip.compress(b"[" * 100_000), "not a readable record"),
+    (gzip.compress(b"[1, 2]"), "not a record"),
+    (gzip.compress(b'{"runs": [1]}'), "not a record"),
+    (gzip.compress(b'{"runs": [{"budget": 100, "reports": []}]}'), "run 0 is not a recorded run"),
+], ids=["not-gzip", "cut", "not-json", "deep", "a-list", "run-not-object", "run-without-params"])
+def test_a_damaged_record_is_one_line_for_every_verb(chunks, content, expect):  # noqa: F811
+    dps.DATA.write_bytes(content)
+    verbs_refuse(expect)
+
+
+def test_a_record_that_is_a_fifo_is_one_line_not_a_hang(chunks):  # noqa: F811
+    os.mkfifo(dps.DATA)
+    verbs_refuse("not a regular file")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_a_record_lock_that_is_a_fifo_or_a_link_is_one_line_and_not_written_through(chunks, tmp_path, kind):  # noqa: F811
+    lock = dps.DATA.with_name(dps.DATA.name + ".lock")
+    if kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        (tmp_path / "victim").write_bytes(b"keep")
+        lock.symlink_to(tmp_path / "victim")
+    outcome: list = []
+    worker = threading.Thread(target=lambda: outcome.append(_raised(lambda: dps.main(["export"]))), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert outcome and isinstance(outcome[0], ConfigError), outcome  # an answer, not a wait on the FIFO
+    assert "lock file" in str(outcome[0])
+    assert kind != "link" or (tmp_path / "victim").read_bytes() == b"keep"
+
+
+def _raised(call) -> BaseException | None:
+    try:
+        call()
+    except BaseException as err:  # noqa: BLE001 - returned to the test
+        return err
+    return None
+
+
+def test_a_record_is_never_written_through_a_link_planted_beside_it(tmp_path):
+    path = tmp_path / "r_runs.json.gz"
+    (tmp_path / "victim").write_bytes(b"keep")
+    path.with_suffix(".tmp").symlink_to(tmp_path / "victim")  # where the record's next copy was once written
+    write_record(path, {"runs": []})
+    assert (tmp_path / "victim").read_bytes() == b"keep"
+    assert gzip.decompress(path.read_bytes()) == b'{"runs":[]}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r_runs.json.gz", "r_runs.json.tmp", "victim"]
+
+
+@pytest.mark.parametrize("plant, expect", [
+    (lambda cfg: (cfg.unlink(), os.mkfifo(cfg)), None),  # skipped as unfinished, never waited on
+    (lambda cfg: cfg.write_text(yaml.safe_dump({"steps": 500, "seed": 1})), "lacks 'dat'"),
+    (lambda cfg: cfg.write_text("steps: 500\nx: " + "[" * 50_000), None),  # past the YAML reader's depth: skipped
+], ids=["fifo", "not-this-experiment-s", "deep"])
+def test_a_finished_trial_s_damaged_config_is_skipped_or_one_line_on_export(chunks, tmp_path, plant, expect):  # noqa: F811
+    folder = a_stopped_sweep(chunks, tmp_path)
+    trial = folder / "trials" / "t0000"
+    config = trial / "checkpoint" / "config.yaml"
+    config.write_text(yaml.safe_dump({"steps": 500}))
+    plant(config)
+    if expect is None:
+        assert chunks.export() == 0
+    else:
+        with pytest.raises(ConfigError, match=expect) as err:
+            chunks.export()
+        assert "\n" not in str(err.value)
