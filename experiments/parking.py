@@ -24,7 +24,8 @@ from typing import Callable
 
 from core.errors import ConfigError, cut, short_path
 
-LEFT_OUT = ("ray_processes.json",)  # the driver's processes on the machine that parked it
+LEFT_OUT = ("ray_processes.json", "status.json", "summary.json")  # the driver's processes, and views the
+VIEW_SUFFIX = ".png"  # resumed launch writes again (its plots too)
 MAX_BYTES = 4 * 2**30  # what a parked tarball may hold, packed or unpacked
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")  # every part of a member's name
 BESIDE = (".yaml", ".commit")  # a sweep's files beside its folder
@@ -60,6 +61,7 @@ def park(folder: Path, prefix: str, unfinished: Callable[[Path], bool], dest: Pa
                     if (beside := folder / f"{sweep.name}{suffix}").is_file() and not beside.is_symlink():
                         tar.add(beside, arcname=beside.name)
                 tar.add(sweep, arcname=sweep.name, filter=_packed(sweep))
+        os.chmod(partial, 0o644)
         os.replace(partial, dest)
     finally:
         if os.path.lexists(partial):
@@ -76,7 +78,8 @@ def _packed(sweep: Path) -> Callable[[tarfile.TarInfo], tarfile.TarInfo | None]:
         older |= {f"{sweep.name}/trials/{trial.name}/{c.name}" for c in trial.glob("checkpoint-*") if c.name != newest}
 
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        if info.name in older or info.name.rsplit("/", 1)[-1] in LEFT_OUT:
+        if info.name in older or (info.name.count("/") == 1 and (info.name.split("/")[1] in LEFT_OUT
+                                                                  or info.name.endswith(VIEW_SUFFIX))):
             return None
         if (why := _refused(info, sweep.name)) is not None:
             raise ConfigError(f"{short_path(sweep.parent / info.name, 100)}: {why}; a parked sweep holds none, "

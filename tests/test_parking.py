@@ -43,6 +43,8 @@ def a_stopped_sweep(chunks, tmp_path: Path) -> Path:
     (folder / "optuna.db").parent.mkdir(parents=True)
     (folder / "optuna.db").write_bytes(os.urandom(4096))
     (folder / "ray_processes.json").write_text('{"pids": [1]}')
+    (folder / "status.json").write_text("{}")
+    (folder / "learning_curves.png").write_bytes(b"png")
     run = RunDir(folder / "trials" / "t0000")
     for step in (250, 500):
         run.append({**final(), "step": step})
@@ -69,12 +71,12 @@ def test_a_stopped_sweep_is_parked_with_its_newest_checkpoint_and_put_back_whole
         names = set(tar.getnames())
     assert {f"{folder.name}.yaml", f"{folder.name}{COMMIT_SUFFIX}", f"{folder.name}/optuna.db",
             f"{folder.name}/trials/t0000/checkpoint", f"{folder.name}/trials/t0000/checkpoint-500/state.pt"} <= names
-    assert not any("checkpoint-250" in n or "ray_processes" in n for n in names)
+    assert not any("checkpoint-250" in n or "ray_processes" in n or "status.json" in n or ".png" in n for n in names)
 
     os.rename(chunks.folder, tmp_path / "gone")  # another machine: only the repository came along
     assert chunks.unpark() == [folder.name]
     after = files_under(chunks.folder)
-    left_out = {k for k in before if "checkpoint-250" in k or "ray_processes" in k}
+    left_out = {k for k in before if "checkpoint-250" in k or "ray_processes" in k or "status.json" in k or ".png" in k}
     assert after == {k: v for k, v in before.items() if k not in left_out}
     assert RunDir(folder / "trials" / "t0000").checkpoint() == folder / "trials" / "t0000" / "checkpoint-500"
 
