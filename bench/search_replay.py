@@ -47,12 +47,13 @@ from sweeper.replay import Grid, kendall_tau, load_grid, outcome  # noqa: E402
 from sweeper.replay_stats import N_BOOT, paired, summarize  # noqa: E402
 from sweeper.space import SearchSpace  # noqa: E402
 from core.tool_cli import Parser, run_tool  # noqa: E402
-from sweeper.cli_types import cpus, plain, positive_int  # noqa: E402
+from sweeper.cli_types import cpus, plain, replay_count  # noqa: E402
 from sweeper.fs import check_output_file  # noqa: E402
 from core.errors import ConfigError, brief, short_path  # noqa: E402
 from bench.replay_chunks import Chunks, code_fingerprint  # noqa: E402
 
 OUT = ROOT / "docs" / "results" / "search_efficiency"
+OUT_SUFFIXES = (".md", ".json", ".png")  # the files written, each at --out with its suffix
 SHIPPED_SPACE = ROOT / "search_spaces" / "switch_time.yaml"
 AXES = ("dat.switch_step", "curriculum.state_only_steps", "optim.lr")
 TOLERANCE = 0.01
@@ -341,8 +342,8 @@ def rung_taus(grid: Grid, rungs: tuple[int, ...]) -> list[dict]:
 
 def main() -> int:
     parser = Parser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=positive_int, default=200, help="replays per method (replay seeds 0..N-1)")
-    parser.add_argument("--samples", type=positive_int, default=52, help="trials per replayed sweep")
+    parser.add_argument("--seeds", type=replay_count, default=200, help="replays per method (replay seeds 0..N-1)")
+    parser.add_argument("--samples", type=replay_count, default=52, help="trials per replayed sweep")
     parser.add_argument("--jobs", type=cpus, default=min(2, os.cpu_count() or 1), help="processes replaying at once")
     parser.add_argument("--data", default=str(switch_grid.DATA), help="the recorded switch grid (default: the stored one)")
     parser.add_argument("--out", type=plain, default=str(OUT), help="the results' path, without suffix")
@@ -365,7 +366,8 @@ def main() -> int:
         return 0
     if Path(args.out).is_dir():  # `--out /tmp` would write /tmp.md beside it
         parser.error(f"--out: the results' path without suffix, not a folder; name a file in it, e.g. {Path(args.out) / 'replay'}")
-    check_output_file(f"{args.out}.md", "--out")  # before the replays, not after an hour of them
+    for suffix in OUT_SUFFIXES:  # before the replays, not after an hour of them
+        check_output_file(f"{args.out}{suffix}", "--out")
     grid = load_grid(args.data, AXES)
     lrs = list(switch_grid.LEARNING_RATES)
     if args.lr is not None:
@@ -541,11 +543,11 @@ def write(grid: Grid, results: dict, taus: list[dict], args, seeds_per_point: li
         *held_out_lines(held, args.seeds, args.samples),
         "",
     ]
-    out.with_suffix(".md").write_text("\n".join(md))
+    Path(f"{out}.md").write_text("\n".join(md))
     kept = {name: {k: v for k, v in r.items() if k != "curves"} for name, r in results.items()}
     held_kept = None if held is None else held if "pending" in held else {
         name: {k: v for k, v in r.items() if k != "curves"} for name, r in held["results"].items()}
-    out.with_suffix(".json").write_text(json.dumps({"args": {**{k: v for k, v in vars(args).items() if k != "keep"}, "data": str(source),
+    Path(f"{out}.json").write_text(json.dumps({"args": {**{k: v for k, v in vars(args).items() if k != "keep"}, "data": str(source),
                                                              "out": str(out.name)},
                                                     "n_boot": N_BOOT, "results": kept,
                                                     "taus": taus, "shipped_space": shipped, "held_out": held_kept},
@@ -671,7 +673,7 @@ def plot(grid: Grid, results: dict, out: Path, default: str) -> None:
     ax.set_xlim(0, min(top, 200_000))
     ax.set_title(f"Search replay on the switch grid: median and IQR over replay seeds ({len(PICTURED)} of the methods)")
     fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=110)
+    fig.savefig(f"{out}.png", dpi=110)
 
 
 if __name__ == "__main__":

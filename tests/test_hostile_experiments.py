@@ -157,6 +157,9 @@ TOOL_MISUSE = [
     (("bench/search_replay.py", "--data", "deep.json", "--out", "o"), "nested too deep"),
     (("bench/search_replay.py", "--seeds", "1", "--out", ""), "--out: must not be empty"),  # failed after the replays
     (("bench/search_replay.py", "--seeds", "1", "--out", "."), "not a folder"),  # wrote ..md beside it
+    (("bench/search_replay.py", "--seeds", "1", "--out", "taken"), "taken.json"),  # failed after the replays
+    (("bench/search_replay.py", "--samples", "1000000000"), "--samples: must be at most"),  # a pydantic traceback
+    (("bench/search_replay.py", "--seeds", "99999999999999999999"), "--seeds: must be at most"),  # replayed on and on
     (("bench/interrupt_latency.py", "--rounds", "-3"), "--rounds: must be >= 1"),  # a whole number: the rule it breaks
     (("-m", "experiments.switch_grid", "run", "--concurrent", "0"), "--concurrent"),
     (("-m", "experiments.adaptive_grid", "bogus"), "invalid choice: 'bogus'"),
@@ -179,6 +182,7 @@ def test_a_tool_s_bad_option_or_input_is_one_line_before_any_work(tmp_path, argv
 
     (tmp_path / "deep.json").write_text("[" * 100_000)
     (tmp_path / "nameless.json").write_text('[{"seed": 1}]')
+    (tmp_path / "taken.json").mkdir()
     before = snapshot(tmp_path)
     args = [str(ROOT / a) if a.startswith("bench/") else a for a in argv]
     r = subprocess.run([sys.executable, *args], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -273,3 +277,21 @@ def test_a_damaged_grid_given_to_search_replay_is_one_line_before_any_replay_or_
                         "--samples", "4", "--jobs", "1", "--out", "o"], cwd=tmp_path,
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
     assert_refused(r, "--data g.json.gz", said, root=tmp_path, before=before)
+
+
+def test_search_replay_writes_each_result_at_out_with_its_suffix_never_beside_it(tmp_path):
+    """`--out res.v2` writes res.v2.md, .json and .png; a res.md beside them (once replaced: the suffix
+    was swapped for .md) is left as it was."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    (tmp_path / "res.md").write_text("someone's notes\n")
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "search_replay.py"), "--lr", "0.003", "--seeds", "1",
+                        "--samples", "2", "--jobs", "1", "--out", str(tmp_path / "res.v2")], cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "res.md").read_text() == "someone's notes\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res.md", "res.v2.json", "res.v2.md", "res.v2.png"]
+    assert "(res.v2.png)" in (tmp_path / "res.v2.md").read_text()
