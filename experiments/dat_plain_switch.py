@@ -203,8 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("configs", help="the missing cells of SEEDS as trial configs, for experiments/device_runs.py")
     c.add_argument("folder", type=Path)
     c.add_argument("--seeds", type=count, nargs="+", required=True, action=Distinct)
-    c.add_argument("--device", default="cuda")
-    c.add_argument("--phase", default=None, help="a determined phase other than the plan's own")
+    c.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    c.add_argument("--phase", choices=(*map(explore_phase, LRS), "confirm", "nope", "joint-curriculum"), default=None,
+                   help="a determined phase other than the plan's own")
     i = sub.add_parser("import", help="add the finished runs of a pack from experiments/device_runs.py")
     i.add_argument("pack", type=Path)
     args = parser.parse_args(argv)

@@ -10,11 +10,13 @@ whole: a seed's runs of a phase train on one machine.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from core.errors import cut, error_line, short_path, visible
 from experiments.record import RecordBusy, head_commit, provenance, record_lock
 from experiments.sweep_chunks import ROOT, Chunks, Planned, sweep_cells
 
@@ -82,6 +84,14 @@ class PackError(Exception):
 
 
 MAX_PACK_FILE = 64 * 2**20  # a member read from a pack: config, reports, machine.json
+MAX_TEXT = 100  # the accelerator's and torch's names in machine.json
+COMMIT = re.compile(r"[0-9a-f]{7,64}(?:-dirty)?")  # whole or abbreviated
+UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")  # a run's start or end, as the trainer writes it
+MAX_LEFT_OUT = 20  # lines naming the runs an import leaves out; the rest counted
+
+
+def _plain_text(value) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_TEXT and value.isprintable()
 
 
 def import_pack(exp: Experiment, path: Path) -> tuple[int, list[str]]:
@@ -105,9 +115,11 @@ def _import_pack(exp: Experiment, path: Path) -> tuple[int, list[str]]:
 
     import yaml
 
+    from core import json_text
     from experiments.device_runs import MACHINE
     from trainables.run_dir import strict_reports
     from trainables.config import ConfigError, trial_config_from_dict
+    from trainables.safe_yaml import load_yaml_text
     from trainables.run_dir import is_number
 
     chunks = exp.chunks
@@ -124,18 +136,26 @@ def _import_pack(exp: Experiment, path: Path) -> tuple[int, list[str]]:
                 return tar.extractfile(files[name]).read()
 
             try:
-                where = json.loads(read(MACHINE))
+                where = json_text.loads(read(MACHINE))
+                if not all(_plain_text(where[k]) for k in ("accelerator", "torch")):
+                    raise TypeError
                 trained_on = f"{where['accelerator']}, torch {where['torch']}"
                 commit = where.get("commit") if isinstance(where.get("commit"), str) else None
+                if commit is not None and not COMMIT.fullmatch(commit):
+                    raise TypeError
             except (KeyError, TypeError, ValueError):
-                raise PackError(f"{MACHINE}: missing, or not a JSON object with accelerator and torch") from None
+                raise PackError(f"{MACHINE}: missing, or not a JSON object with accelerator and torch (plain text of at "
+                                f"most {MAX_TEXT} characters) and perhaps a commit") from None
             for run in sorted({n.split("/")[0] for n in files if "/" in n}):
                 try:
-                    config = yaml.safe_load(read(f"{run}/config.yaml"))
+                    config = load_yaml_text(read(f"{run}/config.yaml").decode("utf-8"), f"{run}/config.yaml")
                     valid = trial_config_from_dict(config, f"{run}/config.yaml").model_dump(mode="json")
                     reports = [r.metrics for r in strict_reports(read(f"{run}/metrics.jsonl"), f"{run}/metrics.jsonl")[0]]
                 except KeyError:
                     skipped.append(f"{run}: no config.yaml or metrics.jsonl")
+                    continue
+                except UnicodeDecodeError:
+                    skipped.append(f"{run}: config.yaml is not UTF-8 text")
                     continue
                 except (yaml.YAMLError, ConfigError) as err:
                     skipped.append(f"{run}: {str(err).splitlines()[0][:200]}")
@@ -154,10 +174,11 @@ def _import_pack(exp: Experiment, path: Path) -> tuple[int, list[str]]:
                     skipped.append(f"{run}: the same cell as {names[k]}, which is kept")
                 else:
                     try:
-                        times = json.loads(read(f"{run}/times.json"))
+                        times = json_text.loads(read(f"{run}/times.json"))
                     except (KeyError, ValueError):
                         times = {}
-                    times = {t: v for t, v in times.items() if isinstance(v, str)} if isinstance(times, dict) else {}
+                    times = {t: v for t, v in times.items() if isinstance(v, str) and UTC.fullmatch(v)} \
+                        if isinstance(times, dict) else {}  # a time the record can vouch for, or none
                     finished[k], names[k] = (reports, provenance(config, times, commit)), run
     except (OSError, EOFError, tarfile.TarError, zlib.error) as err:
         raise PackError(f"not a readable tar.gz ({type(err).__name__})") from None
@@ -193,29 +214,35 @@ def configs_command(exp: Experiment, folder: Path, seeds: list[int], device: str
     """The `configs` verb: write the configs, or one line and 2."""
     label = exp.chunks.label
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        print(f"{label}: {folder}: not an empty folder; its configs would all train there", file=sys.stderr)
-        return 2
+        return _refuse(f"{label}: {short_path(folder, 100)}: not an empty folder; its configs would all train there")
     written, busy = write_configs(exp, folder, seeds, device, phase)
     if not written:
-        print(f"{label}: configs: no open cell of seeds {' '.join(map(str, seeds))} in phase "
-              f"{phase or exp.plan(exp.chunks.load()).phase} (recorded already, or the phase is not determined yet)",
-              file=sys.stderr)
-        return 2
+        return _refuse(f"{label}: configs: no open cell of seeds {cut(' '.join(map(str, seeds)), 60)} in phase "
+                       f"{cut(phase or exp.plan(exp.chunks.load()).phase, 40)} (recorded already, or the phase is not "
+                       "determined yet)")
     if busy:
         print(f"{label}: note: seeds {' '.join(map(str, busy))} are in the local sweep too; pause it there, or they train twice")
-    print(f"{label}: {written} trial configs in {folder}")
+    print(f"{label}: {written} trial configs in {visible(str(folder))}")
     return 0
 
 
 def import_command(exp: Experiment, pack: Path) -> int:
-    """The `import` verb: add a pack's runs, naming each one left out; an unreadable pack is one line and 2."""
+    """The `import` verb: add a pack's runs, naming each one left out (the first MAX_LEFT_OUT); an
+    unreadable pack is one line and 2."""
     label = exp.chunks.label
     try:
         added, skipped = import_pack(exp, pack)
     except PackError as err:
-        print(f"{label}: {pack}: {err}; nothing added", file=sys.stderr)
-        return 2
-    for line in skipped:
-        print(f"{label}: left out {line}")
-    print(f"{label}: {added} runs added from {pack}")
+        return _refuse(f"{label}: {short_path(pack, 100)}: {err}; nothing added")
+    for line in skipped[:MAX_LEFT_OUT]:
+        print(f"{label}: left out {cut(line, 300)}")
+    if len(skipped) > MAX_LEFT_OUT:
+        print(f"{label}: left out {len(skipped) - MAX_LEFT_OUT} more")
+    print(f"{label}: {added} runs added from {visible(str(pack))}")
     return 0
+
+
+def _refuse(message: str) -> int:
+    """A verb's refusal: its one line on stderr, as every tool's; the exit code 2."""
+    print(error_line(message), file=sys.stderr)
+    return 2

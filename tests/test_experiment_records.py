@@ -96,3 +96,57 @@ def test_a_finished_trial_s_damaged_config_is_skipped_or_one_line_on_export(chun
         with pytest.raises(ConfigError, match=expect) as err:
             chunks.export()
         assert "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------- packs from a lent GPU
+
+
+def _pack(tmp_path, files: dict[str, bytes]):
+    import io
+    import tarfile
+
+    path = tmp_path / "runs.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+MACHINE = b'{"accelerator": "NVIDIA H200", "torch": "2.11.0+cu130"}'
+
+
+@pytest.mark.parametrize("machine", [b"[" * 100_000, b'{"accelerator": "\\u001b[2J' + b"x" * 100_000 + b'", "torch": "2"}',
+                                     b'{"accelerator": "H200", "torch": "2", "commit": "\\u001b]0;title\\u0007"}'],
+                         ids=["deep", "escapes-and-long", "commit-not-one"])
+def test_a_pack_whose_machine_file_is_damaged_is_one_line_and_adds_nothing(chunks, tmp_path, capsys, machine):  # noqa: F811
+    assert dps.main(["import", str(_pack(tmp_path, {"machine.json": machine}))]) == 2
+    out = capsys.readouterr()
+    err = out.err.strip()
+    assert err.startswith("error: ") and "machine.json" in err and "\n" not in err and "\x1b" not in err
+    assert not dps.DATA.exists()
+
+
+def test_a_pack_s_damaged_runs_are_left_out_in_bounded_escaped_lines(chunks, tmp_path, capsys):  # noqa: F811
+    files = {"machine.json": MACHINE, "deep/config.yaml": b"x: " + b"[" * 50_000, "deep/metrics.jsonl": b"",
+             "bad\x1b[2Jname/config.yaml": b"steps: 1", "bad\x1b[2Jname/metrics.jsonl": b"",
+             **{f"stray{i:03d}/config.yaml": b"steps: 1" for i in range(60)}}
+    assert dps.main(["import", str(_pack(tmp_path, files))]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "\x1b" not in "".join(lines) and len(lines) <= 22, lines[:3]
+    assert any("deep" in line and "nested deeper" in line for line in lines)
+    assert lines[-2].endswith("more") and lines[-1].endswith(f"0 runs added from {tmp_path / 'runs.tar.gz'}")
+
+
+def test_a_pack_s_name_with_escapes_is_one_escaped_line(chunks, tmp_path, capsys):  # noqa: F811
+    assert dps.main(["import", str(tmp_path / "no\nsuch\x1b[2J.tar.gz")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "\x1b" not in err
+
+
+@pytest.mark.parametrize("option", [("--device", "tpu"), ("--phase", "bogus\n\x1b[31m")], ids=["device", "phase"])
+def test_configs_for_a_device_or_phase_no_trial_takes_is_refused_before_any_file(chunks, tmp_path, option):  # noqa: F811
+    with pytest.raises(SystemExit) as exit_:
+        dps.main(["configs", str(tmp_path / "out"), "--seeds", "0", *option])
+    assert exit_.value.code == 2 and not (tmp_path / "out").exists()
