@@ -178,3 +178,12 @@ def test_a_cluster_address_whose_host_is_no_host_name_is_one_line(tmp_path):
 def test_an_empty_out_is_refused_not_taken_for_no_out(tmp_path):
     assert_refused(sweeper("trial", "tiny", "--steps", "20", "--out", "", cwd=tmp_path), "--out: must name a folder")
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("value", ["0x9f3a77c1deadbeef", "0123", "12_345", "2:45"])
+def test_a_file_s_unplain_number_is_named_by_its_key_never_quoted(tmp_path, value):
+    """The file may be a credentials file given by mistake: its key names the value, the value
+    (a secret) never reaches the terminal or a log."""
+    (tmp_path / "env.yaml").write_text(f"AWS_SECRET_ACCESS_KEY: {value}\n")
+    line = assert_refused(sweeper("validate", "env.yaml", cwd=tmp_path), "AWS_SECRET_ACCESS_KEY")
+    assert value not in line

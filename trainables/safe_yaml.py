@@ -128,13 +128,12 @@ def check_events(text: str, source: str) -> None:
                 raise ConfigError(f"{source}: {where}a number of {len(event.value):,} characters; "
                                   f"a whole number may have at most {MAX_DIGITS} digits")
             if event.implicit[0] and _SEXAGESIMAL.fullmatch(event.value):
-                where = _scalar_at(frame, event)
-                raise UnplainNumber(f"{source}: {where}{cut(event.value, 40)} is a base-60 number to YAML 1.1 "
-                                  "(1:30 reads as 90); write the number, or quote the text")
+                where = _scalar_at(frame, event) + _typed(frame, event.value)
+                raise UnplainNumber(f"{source}: {where}a base-60 number to YAML 1.1 (1:30 reads as 90); write the "
+                                    "number, or quote the text")
             if event.implicit[0] and (rule := _unplain_number(event.value)) is not None:
-                where = _scalar_at(frame, event)
-                raise UnplainNumber(f"{source}: {where}{cut(event.value, 40)}: {rule}; write the number in plain "
-                                  "decimal, or quote the text")
+                where = _scalar_at(frame, event) + _typed(frame, event.value)
+                raise UnplainNumber(f"{source}: {where}{rule}; write the number in plain decimal, or quote the text")
             if frame is not None and frame.is_mapping and frame.expect_key:
                 key = event.value
                 if key in frame.seen and key != _MERGE:
@@ -172,6 +171,12 @@ def _unplain_number(value: str) -> str | None:
     if tag == "tag:yaml.org,2002:float" and "_" in value:
         return "a number with `_` in it (YAML 1.1 reads 1_000.5 as 1000.5)"
     return None
+
+
+def _typed(frame: _Frame | None, value: str) -> str:
+    """A refused scalar as a refusal shows it: the value a user typed alone (a `--set` value), never
+    one of a file, whose key names it (the file may be a credentials file, the value its secret)."""
+    return f"{cut(value, 40)}: " if frame is None else ""
 
 
 def _scalar_at(frame: _Frame | None, event: yaml.ScalarEvent) -> str:
