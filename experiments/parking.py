@@ -129,7 +129,7 @@ def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
         with open(dest, "rb") as f, tarfile.open(fileobj=f, mode="r:gz") as tar:
             members = tar.getmembers()
             for m in members:
-                sweep = m.name.split("/", 1)[0].removesuffix(".yaml").removesuffix(".commit")
+                sweep = _sweep_of(m.name)
                 why = _refused(m) or (None if top.fullmatch(sweep) else f"not a sweep of this experiment ({prefix}*)")
                 if why is None and "/" not in m.name and not (m.isdir() if m.name == sweep else m.isreg()):
                     why = "a sweep's folder or file of another kind"
@@ -141,8 +141,7 @@ def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
                 raise ConfigError(f"{short_path(dest, 100)}: unpacks to {size:,} bytes, more than a parked sweep may; {advice}")
             missing = sorted({m.name for m in members if m.isdir() and "/" not in m.name
                               and not os.path.lexists(folder / m.name)})
-            wanted = [m for m in members if m.name.split("/", 1)[0].removesuffix(".yaml").removesuffix(".commit")
-                      in missing]
+            wanted = [m for m in members if _sweep_of(m.name) in missing]
             folder.mkdir(parents=True, exist_ok=True)
             scratch = Path(tempfile.mkdtemp(dir=folder, prefix=".unpark-"))  # whole, then moved into place
             tar.extractall(scratch, members=wanted, filter="data")
@@ -157,3 +156,8 @@ def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     return missing
+
+
+def _sweep_of(member: str) -> str:
+    """The sweep a member belongs to: its first part, without the suffix of a file beside the folder."""
+    return member.split("/", 1)[0].removesuffix(".yaml").removesuffix(".commit")

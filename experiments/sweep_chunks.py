@@ -103,9 +103,10 @@ class Chunks:
                 self.save(data)
             return added
 
-    def unfinished(self, sweep: Path) -> bool:
-        """Whether a sweep folder's runs are not all in the record (its sweep file beside it names
-        them); one ConfigError line when that file is missing or not one this experiment wrote."""
+    def unfinished(self, sweep: Path, recorded: set[tuple] | None = None) -> bool:
+        """Whether a sweep folder's runs are not all in the record (`recorded`: its keys, read when
+        not given), as its sweep file beside it names them; one ConfigError line when that file is
+        missing or not one this experiment wrote."""
         path = sweep.parent / f"{sweep.name}.yaml"
         space = read_yaml(path)
         try:
@@ -113,14 +114,15 @@ class Chunks:
         except (KeyError, TypeError, AttributeError):
             raise ConfigError(f"{short_path(path, 100)}: not a sweep file of {self.label} (no budget.max_steps and "
                               "searcher.baseline cells); put it back, or move the sweep's folder away") from None
-        return not wanted <= self.recorded(self.load())
+        return not wanted <= (self.recorded(self.load()) if recorded is None else recorded)
 
     def park(self) -> list[str]:
         """Pack the stopped, unfinished sweeps into `parked` (removed when there is none); their names."""
         if self.parked is None:
             raise ConfigError(f"{self.label}: keeps no parked sweeps")
         self.export()
-        return park(self.folder, self.prefix, self.unfinished, self.parked)
+        recorded = self.recorded(self.load())  # read once, not once per sweep
+        return park(self.folder, self.prefix, lambda sweep: self.unfinished(sweep, recorded), self.parked)
 
     def unpark(self) -> list[str]:
         """Put the parked sweeps back where no sweep of their name is; their names."""
