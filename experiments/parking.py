@@ -8,10 +8,13 @@ a view, rebuilt by the resumed launch from the trials' folders.
 
 What a tarball may hold is narrow, and `park` writes nothing `unpark` would refuse: plain names,
 folders and regular files, and links to a sibling by its bare name (a trial's `checkpoint`).
+Callers hold the experiment's lock, so one park or unpark runs at a time, and what one killed
+midway left (a partial tarball, a scratch folder) is cleared by the next.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -29,6 +32,7 @@ VIEW_SUFFIX = ".png"  # resumed launch writes again (its plots too)
 MAX_BYTES = 4 * 2**30  # what a parked tarball may hold, packed or unpacked
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")  # every part of a member's name
 BESIDE = (".yaml", ".commit")  # a sweep's files beside its folder
+SCRATCH = ".unpark-"  # where a tarball is unpacked whole before its sweeps are moved into place
 BAD_TAR = (tarfile.TarError, EOFError, OSError, zlib.error, ValueError, OverflowError, KeyError)
 
 
@@ -40,6 +44,7 @@ def park(folder: Path, prefix: str, unfinished: Callable[[Path], bool], dest: Pa
 
     _check_parked_file(dest)
     unpark(dest, folder, prefix)
+    _clear_leftovers(dest.parent, f".{dest.name}.")
     sweeps = []
     for entry in sorted(folder.glob(f"{prefix}*")) if folder.is_dir() else []:
         if entry.is_symlink() or (not entry.is_dir() and not entry.is_file()):
@@ -120,6 +125,7 @@ def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
     nothing of its name is (a sweep there is the same one, or newer); the sweeps put back. A damaged
     tarball, or a member it may not hold, is one ConfigError line and puts nothing back."""
     _check_parked_file(dest)
+    _clear_leftovers(folder, SCRATCH)
     if not os.path.lexists(dest):
         return []
     advice = f"restore it with `git checkout -- {dest.name}`, or remove it to train those runs afresh"
@@ -143,7 +149,7 @@ def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
                               and not os.path.lexists(folder / m.name)})
             wanted = [m for m in members if _sweep_of(m.name) in missing]
             folder.mkdir(parents=True, exist_ok=True)
-            scratch = Path(tempfile.mkdtemp(dir=folder, prefix=".unpark-"))  # whole, then moved into place
+            scratch = Path(tempfile.mkdtemp(dir=folder, prefix=SCRATCH))  # whole, then moved into place
             tar.extractall(scratch, members=wanted, filter="data")
         for m in wanted:
             if "/" not in m.name and not os.path.lexists(folder / m.name):
@@ -156,6 +162,16 @@ def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     return missing
+
+
+def _clear_leftovers(folder: Path, prefix: str) -> None:
+    """Remove what a park or unpark killed midway left in `folder`, named `prefix*` (none is in use:
+    the caller holds the experiment's lock); a link is removed, never followed."""
+    for left in folder.glob(glob.escape(prefix) + "*") if folder.is_dir() else []:
+        if left.is_dir() and not left.is_symlink():
+            shutil.rmtree(left, ignore_errors=True)
+        else:
+            left.unlink(missing_ok=True)
 
 
 def _sweep_of(member: str) -> str:

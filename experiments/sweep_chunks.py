@@ -89,19 +89,23 @@ class Chunks:
     def export(self) -> int:
         """Copy every finished run of this experiment's sweeps into the record; the number added."""
         with record_lock(self.record):
-            data = self.load()
-            have = self.recorded(data)
-            added = 0
-            for sweep in sorted(p for p in self.folder.glob(f"{self.prefix}*") if p.is_dir()):
-                for run in self.finished_runs(sweep):
-                    k = self.key(run["budget"], run["params"])
-                    if k not in have:
-                        data["runs"].append(run)
-                        have.add(k)
-                        added += 1
-            if added:
-                self.save(data)
-            return added
+            return self._export()
+
+    def _export(self) -> int:
+        """`export`, for a caller that holds the record's lock."""
+        data = self.load()
+        have = self.recorded(data)
+        added = 0
+        for sweep in sorted(p for p in self.folder.glob(f"{self.prefix}*") if p.is_dir()):
+            for run in self.finished_runs(sweep):
+                k = self.key(run["budget"], run["params"])
+                if k not in have:
+                    data["runs"].append(run)
+                    have.add(k)
+                    added += 1
+        if added:
+            self.save(data)
+        return added
 
     def unfinished(self, sweep: Path, recorded: set[tuple] | None = None) -> bool:
         """Whether a sweep folder's runs are not all in the record (`recorded`: its keys, read when
@@ -120,13 +124,17 @@ class Chunks:
         """Pack the stopped, unfinished sweeps into `parked` (removed when there is none); their names."""
         if self.parked is None:
             raise ConfigError(f"{self.label}: keeps no parked sweeps")
-        self.export()
-        recorded = self.recorded(self.load())  # read once, not once per sweep
-        return park(self.folder, self.prefix, lambda sweep: self.unfinished(sweep, recorded), self.parked)
+        with record_lock(self.record):  # one park or unpark at a time (parking.py)
+            self._export()
+            recorded = self.recorded(self.load())  # read once, not once per sweep
+            return park(self.folder, self.prefix, lambda sweep: self.unfinished(sweep, recorded), self.parked)
 
     def unpark(self) -> list[str]:
         """Put the parked sweeps back where no sweep of their name is; their names."""
-        return [] if self.parked is None else unpark(self.parked, self.folder, self.prefix)
+        if self.parked is None:
+            return []
+        with record_lock(self.record):
+            return unpark(self.parked, self.folder, self.prefix)
 
     def space_for(self, phase: str, budget: int, cells: list[dict]) -> tuple[str, dict]:
         """A sweep that trains exactly `cells` (its baseline points) to the end, named by them."""

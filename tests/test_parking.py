@@ -205,6 +205,25 @@ def test_park_puts_back_what_the_tarball_holds_before_it_packs_again(chunks, tmp
     assert (folder / "optuna.db").is_file()
 
 
+def test_what_a_park_or_unpark_killed_midway_left_is_cleared_by_the_next(chunks, tmp_path):
+    folder = a_stopped_sweep(chunks, tmp_path)
+    chunks.park()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "keep").write_bytes(b"keep")
+    scratch = chunks.folder / ".unpark-k1ll3d"  # an unpark killed while it unpacked
+    (scratch / folder.name / "trials").mkdir(parents=True)
+    (chunks.folder / ".unpark-link").symlink_to(tmp_path / "outside")
+    partial = dps.PARKED.parent / f".{dps.PARKED.name}.k1ll3d"  # a park killed while it packed
+    partial.write_bytes(b"\x1f\x8b half a tarball")
+
+    assert chunks.unpark() == []
+    assert sorted(p.name for p in chunks.folder.iterdir()) == sorted([folder.name, f"{folder.name}.yaml",
+                                                                        f"{folder.name}{COMMIT_SUFFIX}"])
+    assert chunks.park() == [folder.name]
+    assert sorted(p.name for p in dps.PARKED.parent.iterdir()) == [dps.PARKED.name]
+    assert (tmp_path / "outside" / "keep").read_bytes() == b"keep"  # a planted link removed, not followed
+
+
 @pytest.mark.parametrize("damage", [lambda b: b[: len(b) // 2], lambda b: b"not gzip at all"], ids=["cut", "garbage"])
 def test_a_damaged_tarball_is_one_line_and_puts_nothing_back(chunks, tmp_path, damage):
     a_stopped_sweep(chunks, tmp_path)
