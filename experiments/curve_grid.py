@@ -19,7 +19,7 @@ from typing import Callable
 from core.tool_cli import Parser
 from experiments.launching import sweeper_launch
 from sweeper.cli_types import cpus
-from experiments.record import finished_trials, read_record, write_record
+from experiments.record import append_new, finished_trials, read_record, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = ROOT / "sweeps"
@@ -87,16 +87,10 @@ class CurveGrid:
         data = self.load()
         have = {self.key(r["params"]) for r in data["runs"]}
         planned = {self.key(c) for c in self.cells}
-        added = 0
-        for sweep in sweep_dirs if sweep_dirs is not None else sorted(SWEEPS.glob(f"{self.name}_*")):
-            if not sweep.is_dir():
-                continue
-            for run in self.finished_runs(sweep):
-                k = self.key(run["params"])
-                if k in planned and k not in have:
-                    data["runs"].append(run)
-                    have.add(k)
-                    added += 1
+        sweeps = [p for p in (sweep_dirs if sweep_dirs is not None else sorted(SWEEPS.glob(f"{self.name}_*")))
+                  if p.is_dir()]
+        found = ((self.key(run["params"]), run) for sweep in sweeps for run in self.finished_runs(sweep))
+        added = append_new(data["runs"], have, ((k, run) for k, run in found if k in planned))
         if added:
             self.save(data)
         return added

@@ -12,7 +12,7 @@ import re
 import stat
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from core.errors import ConfigError, cut, short_path
 
@@ -90,6 +90,18 @@ def write_record(path: Path, data: dict) -> None:
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
+
+
+def append_new(runs: list[dict], have: set, found: Iterable[tuple[tuple, dict]]) -> int:
+    """Append to a record's `runs` each run of `found` (key, run) whose key is not in `have` (which
+    grows with them); the number appended."""
+    added = 0
+    for key, run in found:
+        if key not in have:
+            runs.append(run)
+            have.add(key)
+            added += 1
+    return added
 
 
 def config_hash(config: dict) -> str:

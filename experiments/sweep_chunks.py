@@ -18,8 +18,8 @@ from typing import Callable, Protocol
 from core.errors import ConfigError, cut, short_path
 from experiments.launching import sweeper_launch
 from experiments.parking import park, unpark
-from experiments.record import (finished_trials, head_commit, provenance, read_commit, read_record, record_lock,
-                                write_record)
+from experiments.record import (append_new, finished_trials, head_commit, provenance, read_commit, read_record,
+                                record_lock, write_record)
 from trainables.safe_yaml import read_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,15 +94,9 @@ class Chunks:
     def _export(self) -> int:
         """`export`, for a caller that holds the record's lock."""
         data = self.load()
-        have = self.recorded(data)
-        added = 0
-        for sweep in sorted(p for p in self.folder.glob(f"{self.prefix}*") if p.is_dir()):
-            for run in self.finished_runs(sweep):
-                k = self.key(run["budget"], run["params"])
-                if k not in have:
-                    data["runs"].append(run)
-                    have.add(k)
-                    added += 1
+        sweeps = sorted(p for p in self.folder.glob(f"{self.prefix}*") if p.is_dir())
+        added = append_new(data["runs"], self.recorded(data), ((self.key(run["budget"], run["params"]), run)
+                                                             for sweep in sweeps for run in self.finished_runs(sweep)))
         if added:
             self.save(data)
         return added
