@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_LINE = 300  # characters of an error line, at most
+MAX_DEPTH = 20  # levels of nested containers a value's stand-in shows
 
 
 class ConfigError(ValueError):
@@ -23,20 +24,23 @@ class ConfigError(ValueError):
 def brief(value: Any, limit: int = 60) -> str:
     """A short, printable stand-in for `value`: its repr when short, else a cut or a size."""
     if isinstance(value, dict):
-        return f"<mapping of {len(value)} key{'s' * (len(value) != 1)}>" if len(repr_cut(value, limit + 1)) > limit else repr(value)
+        text = repr_cut(value, limit + 1)
+        return f"<mapping of {len(value)} key{'s' * (len(value) != 1)}>" if len(text) > limit else text
     if isinstance(value, (list, tuple, set, frozenset)):
+        text = repr_cut(value, limit + 1)
         kind = type(value).__name__
-        return f"<{kind} of {len(value)} item{'s' * (len(value) != 1)}>" if len(repr_cut(value, limit + 1)) > limit else repr(value)
+        return f"<{kind} of {len(value)} item{'s' * (len(value) != 1)}>" if len(text) > limit else text
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
         return "<integer of more than 1000 digits>" if abs(value) >= 10**1000 else f"<integer of {len(str(abs(value)))} digits>"
     return repr_cut(value, limit)
 
 
-def repr_cut(value: Any, limit: int) -> str:
+def repr_cut(value: Any, limit: int, depth: int = 0) -> str:
     """repr(value), cut to `limit` characters with an ellipsis; never builds a huge string for
-    a container (its items are visited only until the limit is reached)."""
+    a container (its items are visited only until the limit is reached), nor follows one deeper
+    than `MAX_DEPTH` (`[...]` stands for what is below)."""
     if isinstance(value, (dict, list, tuple, set, frozenset)):
-        return _container_repr(value, limit)
+        return _container_repr(value, limit, depth)
     if isinstance(value, str) and len(value) > limit:
         value = value[: limit + 2]
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**1000:
@@ -45,20 +49,24 @@ def repr_cut(value: Any, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 
-def _container_repr(value: Any, limit: int) -> str:
+def _container_repr(value: Any, limit: int, depth: int) -> str:
     brackets = {dict: "{}", list: "[]", tuple: "()"}.get(type(value), "{}")
+    if not value:
+        return repr(value)  # `[]`, `()`, `set()`
+    if depth >= MAX_DEPTH:
+        return f"{brackets[0]}...{brackets[1]}"
     parts, used = [], 2
     items = value.items() if isinstance(value, dict) else value
     for item in items:
         if isinstance(item, tuple) and isinstance(value, dict):
-            part = f"{repr_cut(item[0], limit)}: {repr_cut(item[1], limit)}"
+            part = f"{repr_cut(item[0], limit, depth + 1)}: {repr_cut(item[1], limit, depth + 1)}"
         else:
-            part = repr_cut(item, limit)
+            part = repr_cut(item, limit, depth + 1)
         used += len(part) + 2
         parts.append(part)
         if used > limit:
             break
-    text = brackets[0] + ", ".join(parts) + brackets[1]
+    text = brackets[0] + ", ".join(parts) + ("," if isinstance(value, tuple) and len(value) == 1 else "") + brackets[1]
     return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 

@@ -256,7 +256,7 @@ def read_reuse(path: str) -> list[dict]:
         at = f"{where}: results[{i}]"
         if not isinstance(r, dict):
             raise ConfigError(f"{at}: must be a mapping, got {brief(r, 40)}")
-        if r.get("system") not in SYSTEMS:
+        if not isinstance(r.get("system"), str) or r["system"] not in SYSTEMS:
             raise ConfigError(f"{at}.system: must be one of {', '.join(SYSTEMS)}, got {brief(r.get('system'), 40)}")
         if not isinstance(r.get("seed"), int) or isinstance(r.get("seed"), bool) or not 0 <= r["seed"] <= MAX_SEED:
             raise ConfigError(f"{at}.seed: must be a whole number in [0, {MAX_SEED}], got {brief(r.get('seed'), 40)}")

@@ -302,6 +302,14 @@ def test_the_socket_answers_its_user_only_and_bad_requests_get_one_line(tmp_path
             s.sendall(json.dumps({"verb": "launch", "code": "0" * 16, "root": str(ROOT), **here, **fields}).encode() + b"\n")
             answer = next(iter(Messages(s)))
         assert expected in answer["error"] and "\x1b" not in answer["error"] and len(answer["error"]) < 400, answer
+    deep = json.loads("[" * 600 + "]" * 600)  # JSON reads it; a value's stand-in in the answer must not recurse
+    for fields in ({"verb": deep}, {"verb": "launch", "code": "0" * 16, "root": str(ROOT), **here, "umask": deep},
+                   {"verb": "launch", "code": "0" * 16, "root": str(ROOT), **here, "zzz": deep}):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(sock))
+            s.sendall(json.dumps(fields).encode() + b"\n")
+            answer = next(iter(Messages(s)))
+        assert "failed on this request" not in answer["error"] and len(answer["error"]) < 400, answer
     with socket.socket(socket.AF_UNIX) as s:  # a made-up code: the checkout on disk is the service's, so no restart
         s.connect(str(sock))
         s.sendall(json.dumps({"verb": "launch", "code": "f" * 16, "root": str(ROOT), **here,
