@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import Callable
 
 from core.errors import ConfigError, cut, short_path
+from experiments.record import git_restore
 
 LEFT_OUT = ("ray_processes.json", "status.json", "summary.json")  # the driver's processes, and views the
 VIEW_SUFFIX = ".png"  # resumed launch writes again (its plots too)
 MAX_BYTES = 4 * 2**30  # what a parked tarball may hold, packed or unpacked
+MAX_MEMBERS = 100_000  # files, folders and links in it (a sweep of 1,000 trials holds about 10,000)
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")  # every part of a member's name
 BESIDE = (".yaml", ".commit")  # a sweep's files beside its folder
 SCRATCH = ".unpark-"  # where a tarball is unpacked whole before its sweeps are moved into place
@@ -42,7 +44,7 @@ def park(folder: Path, prefix: str, unfinished: Callable[[Path], bool], dest: Pa
     parked is lost. A sweep whose driver runs, or anything a tarball may not hold, is a ConfigError."""
     from sweeper.lock import lock_held, sweep_lock_path
 
-    _check_parked_file(dest)
+    check_places(dest, folder)
     unpark(dest, folder, prefix)
     _clear_leftovers(dest.parent, f".{dest.name}.")
     sweeps = []
@@ -105,8 +107,12 @@ def _refused(info: tarfile.TarInfo, top: str | None = None) -> str | None:
     return "a link to a path" if info.issym() else "neither a folder, a regular file nor a link to a sibling"
 
 
-def _check_parked_file(dest: Path) -> None:
-    """`dest` absent, or a regular file of a size a parked tarball may have."""
+def check_places(dest: Path, folder: Path) -> None:
+    """The parked tarball `dest` absent, or a regular file of a size a parked tarball may have; the
+    sweeps' `folder` absent, or a folder (or a link to one)."""
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise ConfigError(f"{short_path(folder, 100)}: not a folder (a file, or a link to none), where the experiment's "
+                          "sweeps go; move it away")
     try:
         st = os.lstat(dest)
     except FileNotFoundError:
@@ -124,16 +130,21 @@ def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
     """Put the sweeps parked in `dest` back into `folder`, each (with its files beside it) only where
     nothing of its name is (a sweep there is the same one, or newer); the sweeps put back. A damaged
     tarball, or a member it may not hold, is one ConfigError line and puts nothing back."""
-    _check_parked_file(dest)
+    check_places(dest, folder)
     _clear_leftovers(folder, SCRATCH)
     if not os.path.lexists(dest):
         return []
-    advice = f"restore it with `git checkout -- {dest.name}`, or remove it to train those runs afresh"
+    advice = f"restore it with {git_restore(dest)}, or remove it to train those runs afresh"
     top = re.compile(rf"{re.escape(prefix)}[A-Za-z0-9_-]+")
     scratch = None
     try:
         with open(dest, "rb") as f, tarfile.open(fileobj=f, mode="r:gz") as tar:
-            members = tar.getmembers()
+            members = []
+            for m in tar:  # headers read one by one, so a tarball of a million members stops at the bound
+                if len(members) == MAX_MEMBERS:
+                    raise ConfigError(f"{short_path(dest, 100)}: holds more than {MAX_MEMBERS:,} members, more than a "
+                                      f"parked sweep may; {advice}")
+                members.append(m)
             for m in members:
                 sweep = _sweep_of(m.name)
                 why = _refused(m) or (None if top.fullmatch(sweep) else f"not a sweep of this experiment ({prefix}*)")
@@ -141,8 +152,11 @@ def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
                     why = "a sweep's folder or file of another kind"
                 if why is not None:
                     raise ConfigError(f"{short_path(dest, 100)}: holds `{cut(m.name, 60)}`: {why}; {advice}")
-            if len({m.name for m in members}) != len(members):
+            if len(names := {m.name for m in members}) != len(members):
                 raise ConfigError(f"{short_path(dest, 100)}: names a member twice; {advice}")
+            if bare := sorted(m.name for m in members if m.isdir() and "/" not in m.name and f"{m.name}.yaml" not in names):
+                raise ConfigError(f"{short_path(dest, 100)}: holds sweep {cut(bare[0], 60)} without its sweep file "
+                                  f"{cut(bare[0], 60)}.yaml; {advice}")
             if (size := sum(m.size for m in members)) > MAX_BYTES:
                 raise ConfigError(f"{short_path(dest, 100)}: unpacks to {size:,} bytes, more than a parked sweep may; {advice}")
             missing = sorted({m.name for m in members if m.isdir() and "/" not in m.name
@@ -156,6 +170,11 @@ def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
                 os.rename(scratch / m.name, folder / m.name)
     except ConfigError:
         raise
+    except OSError as err:
+        if err.errno is None or err.filename == str(dest):  # gzip's own (a bad CRC) carry no errno; a full disk does
+            raise ConfigError(f"{short_path(dest, 100)}: not a readable parked sweep ({cut(str(err), 80)}); {advice}") from None
+        raise ConfigError(f"{short_path(folder, 100)}: cannot put the parked sweeps back ({err.strerror}); "
+                          f"{short_path(dest, 100)} is kept") from None
     except BAD_TAR as err:
         raise ConfigError(f"{short_path(dest, 100)}: not a readable parked sweep ({cut(str(err), 80)}); {advice}") from None
     finally:

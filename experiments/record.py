@@ -20,6 +20,17 @@ from core.errors import ConfigError, cut, short_path
 MAX_PACKED, MAX_TEXT = 256 * 2**20, 2**30  # a record's bytes on disk, and as JSON text
 
 
+def git_restore(path: Path) -> str:
+    """The command that puts a committed file back, run from the repository's root (where the
+    experiments run): its path from there, or as given when it lies elsewhere."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        shown = cut(str(Path(path).resolve().relative_to(root)), 120)
+    except ValueError:
+        shown = short_path(path, 40)
+    return f"`git checkout -- {shown}`"
+
+
 def read_record(path: Path, empty: Callable[[], dict]) -> dict:
     """The record at `path`, or `empty()` where there is none yet; a record that is not a regular
     file of gzipped JSON holding an object (its `runs`, where there are, a list of objects) is one
@@ -33,7 +44,7 @@ def read_record(path: Path, empty: Callable[[], dict]) -> dict:
     if not os.path.lexists(path):
         return empty()
     raw = read_limited(path, "record", MAX_PACKED)
-    advice = f"restore it with `git checkout -- {path.name}`"
+    advice = f"restore it with {git_restore(path)}"
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(raw)) as f:
             text = f.read(MAX_TEXT + 1)

@@ -18,7 +18,7 @@ from typing import Callable, Protocol
 from core.errors import ConfigError, cut, short_path
 from experiments.launching import sweeper_launch
 from experiments.parking import park, unpark
-from experiments.record import (append_new, finished_trials, head_commit, provenance, read_commit, read_record,
+from experiments.record import (append_new, finished_trials, git_restore, head_commit, provenance, read_commit, read_record,
                                 record_lock, write_record)
 from trainables.safe_yaml import read_yaml
 
@@ -60,7 +60,7 @@ class Chunks:
         for i, r in enumerate(data.get("runs", [])):
             if not (type(r.get("budget")) is int and isinstance(r.get("params"), dict) and isinstance(r.get("reports"), list)):
                 raise ConfigError(f"{short_path(self.record, 100)}: run {i} is not a recorded run (an integer `budget`, "
-                                  f"`params` an object, `reports` a list); restore it with `git checkout -- {self.record.name}`")
+                                  f"`params` an object, `reports` a list); restore it with {git_restore(self.record)}")
         return data
 
     def save(self, data: dict) -> None:
@@ -94,12 +94,16 @@ class Chunks:
     def _export(self) -> int:
         """`export`, for a caller that holds the record's lock."""
         data = self.load()
-        sweeps = sorted(p for p in self.folder.glob(f"{self.prefix}*") if p.is_dir())
-        added = append_new(data["runs"], self.recorded(data), ((self.key(run["budget"], run["params"]), run)
-                                                             for sweep in sweeps for run in self.finished_runs(sweep)))
+        added = self._collect(data)
         if added:
             self.save(data)
         return added
+
+    def _collect(self, data: dict) -> int:
+        """Add to the record `data` (in memory) the finished runs of the sweeps it lacks; how many."""
+        sweeps = sorted(p for p in self.folder.glob(f"{self.prefix}*") if p.is_dir())
+        return append_new(data["runs"], self.recorded(data), ((self.key(run["budget"], run["params"]), run)
+                                                            for sweep in sweeps for run in self.finished_runs(sweep)))
 
     def unfinished(self, sweep: Path, recorded: set[tuple] | None = None) -> bool:
         """Whether a sweep folder's runs are not all in the record (`recorded`: its keys, read when
@@ -119,9 +123,13 @@ class Chunks:
         if self.parked is None:
             raise ConfigError(f"{self.label}: keeps no parked sweeps")
         with record_lock(self.record):  # one park or unpark at a time (parking.py)
-            self._export()
-            recorded = self.recorded(self.load())  # read once, not once per sweep
-            return park(self.folder, self.prefix, lambda sweep: self.unfinished(sweep, recorded), self.parked)
+            data = self.load()
+            added = self._collect(data)  # finished runs are recorded, not parked: written once the park is done
+            recorded = self.recorded(data)
+            names = park(self.folder, self.prefix, lambda sweep: self.unfinished(sweep, recorded), self.parked)
+            if added:
+                self.save(data)
+            return names
 
     def unpark(self) -> list[str]:
         """Put the parked sweeps back where no sweep of their name is; their names."""

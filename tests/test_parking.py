@@ -139,7 +139,8 @@ DB = ("dat_plain_a/optuna.db", b"db")
     ([DB, ("dat_plain_a/f", None, None, tarfile.FIFOTYPE)], "neither a folder"),
     ([DB, ("x", b"", None, None, {"path": "dat_plain_a/x\x00y"})], "a name other than plain"),
     ([DB, ("dat_plain_a\n\x1b[2Jx/optuna.db", b"x")], "a name other than plain"),
-    ([("dat_plain_a", None, None, tarfile.DIRTYPE), ("dat_plain_a/t", b"x", None, None, {"mtime": "1e400"})],
+    ([("dat_plain_a.yaml", b"x"), ("dat_plain_a", None, None, tarfile.DIRTYPE),
+      ("dat_plain_a/t", b"x", None, None, {"mtime": "1e400"})],
      "not a readable parked sweep"),
     ([DB, DB], "names a member twice"),
 ], ids=["dotdot", "absolute", "foreign", "link-absolute", "link-outside", "link-to-another-sweep", "top-link-dot",
@@ -222,6 +223,60 @@ def test_what_a_park_or_unpark_killed_midway_left_is_cleared_by_the_next(chunks,
     assert chunks.park() == [folder.name]
     assert sorted(p.name for p in dps.PARKED.parent.iterdir()) == [dps.PARKED.name]
     assert (tmp_path / "outside" / "keep").read_bytes() == b"keep"  # a planted link removed, not followed
+
+
+def test_a_refused_park_records_nothing(chunks, tmp_path):
+    from experiments import packs
+
+    folder = a_stopped_sweep(chunks, tmp_path)
+    config = {**packs.trial_config(chunks, dps.plan(chunks.load()), dps.plan(chunks.load()).todo[0]), "steps": 500}
+    (folder / "trials" / "t0000" / "checkpoint" / "config.yaml").write_text(yaml.safe_dump(config))  # a finished run
+    dps.PARKED.parent.mkdir(parents=True)
+    os.mkfifo(dps.PARKED)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        chunks.park()
+    assert not dps.DATA.exists()  # the finished run is recorded by a park that is done, not by one refused
+    os.unlink(dps.PARKED)
+    assert chunks.park() == [folder.name] and len(chunks.load()["runs"]) == 1
+
+
+@pytest.mark.parametrize("kind", ["file", "dangling-link"])
+def test_a_sweeps_folder_that_is_no_folder_is_named_not_the_sound_tarball(chunks, tmp_path, kind):
+    a_stopped_sweep(chunks, tmp_path)
+    chunks.park()
+    parked = dps.PARKED.read_bytes()
+    os.rename(chunks.folder, tmp_path / "gone")
+    if kind == "file":
+        chunks.folder.write_text("hi")
+    else:
+        chunks.folder.symlink_to(tmp_path / "nowhere")
+    for call in (chunks.unpark, chunks.park):
+        with pytest.raises(ConfigError, match="not a folder") as err:
+            call()
+        assert str(err.value).startswith(str(chunks.folder)[-100:]) and "git checkout" not in str(err.value)
+    assert dps.PARKED.read_bytes() == parked
+
+
+def test_a_tarball_of_too_many_members_or_a_sweep_without_its_file_is_one_line_before_unpacking(chunks, tmp_path,
+                                                                                                monkeypatch):
+    from experiments import parking
+
+    monkeypatch.setattr(parking, "MAX_MEMBERS", 50)
+    _tarball(dps.PARKED, ("dat_plain_a.yaml", b"x: 1"), ("dat_plain_a", None, None, tarfile.DIRTYPE),
+             *((f"dat_plain_a/d{i}", None, None, tarfile.DIRTYPE) for i in range(60)))
+    with pytest.raises(ConfigError, match="more than 50 members"):
+        chunks.unpark()
+    _tarball(dps.PARKED, ("dat_plain_a", None, None, tarfile.DIRTYPE), DB)
+    with pytest.raises(ConfigError, match="without its sweep file dat_plain_a.yaml"):
+        chunks.unpark()
+    assert not chunks.folder.exists() or list(chunks.folder.iterdir()) == []
+
+
+def test_the_advice_to_restore_a_committed_file_names_it_as_git_takes_it_from_the_repository_s_root():
+    from experiments.record import git_restore
+
+    assert git_restore(dps.ROOT / "experiments" / "parked" / "x.tar.gz") == "`git checkout -- experiments/parked/x.tar.gz`"
+    assert git_restore(dps.DATA) == "`git checkout -- docs/results/dat_plain_switch_runs.json.gz`"
 
 
 @pytest.mark.parametrize("damage", [lambda b: b[: len(b) // 2], lambda b: b"not gzip at all"], ids=["cut", "garbage"])
