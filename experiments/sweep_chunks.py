@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
-from core.errors import ConfigError, cut, short_path
+from core.errors import ConfigError, brief, cut, short_path
 from experiments.launching import sweeper_launch
 from experiments.parking import park, unpark
 from experiments.record import (append_new, finished_trials, git_restore, head_commit, provenance, read_commit, read_record,
@@ -57,11 +58,32 @@ class Chunks:
     def load(self) -> dict:
         """The record; one ConfigError line when a run of it is not one this experiment records."""
         data = read_record(self.record, self.new_record)
+        seen: dict[tuple, int] = {}
         for i, r in enumerate(data.get("runs", [])):
-            if not (type(r.get("budget")) is int and isinstance(r.get("params"), dict) and isinstance(r.get("reports"), list)):
-                raise ConfigError(f"{short_path(self.record, 100)}: run {i} is not a recorded run (an integer `budget`, "
-                                  f"`params` an object, `reports` a list); restore it with {git_restore(self.record)}")
+            if (why := self._not_a_run(r)) is None and (first := seen.setdefault(self.key(r["budget"], r["params"]), i)) != i:
+                why = f"the same run as run {first}"
+            if why is not None:
+                raise ConfigError(f"{short_path(self.record, 100)}: run {i}: {why}; restore it with {git_restore(self.record)}")
         return data
+
+    def _not_a_run(self, r: dict) -> str | None:
+        """Why a run of the record is not one this experiment records, or None: an integer `budget`,
+        `params` of plain values that name every axis, `reports` a non-empty list of numbers by step."""
+        if not (type(r.get("budget")) is int and isinstance(r.get("params"), dict) and isinstance(r.get("reports"), list)):
+            return "not a recorded run (an integer `budget`, `params` an object, `reports` a list)"
+        if any(not isinstance(v, (str, int, float)) for v in r["params"].values()):
+            return "params: every value must be a text or a number"
+        try:
+            self.key(r["budget"], r["params"])
+        except KeyError as err:
+            return f"params: lacks {cut(str(err), 60)}"
+        if not r["reports"]:
+            return "reports: none"
+        for report in r["reports"]:
+            if not isinstance(report, dict) or type(report.get("step")) is not int or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in report.values()):
+                return f"reports: {brief(report, 40)} is not a report (a whole `step` and finite numbers)"
+        return None
 
     def save(self, data: dict) -> None:
         data["runs"].sort(key=lambda r: self.key(r["budget"], r["params"]))

@@ -5,6 +5,7 @@ planted where the record or its lock is written is not written through."""
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import threading
 
@@ -32,11 +33,40 @@ def verbs_refuse(match: str) -> None:
     (gzip.compress(b"[" * 100_000), "not a readable record"),
     (gzip.compress(b"[1, 2]"), "not a record"),
     (gzip.compress(b'{"runs": [1]}'), "not a record"),
-    (gzip.compress(b'{"runs": [{"budget": 100, "reports": []}]}'), "run 0 is not a recorded run"),
+    (gzip.compress(b'{"runs": [{"budget": 100, "reports": []}]}'), "run 0: not a recorded run"),
 ], ids=["not-gzip", "cut", "not-json", "deep", "a-list", "run-not-object", "run-without-params"])
 def test_a_damaged_record_is_one_line_for_every_verb(chunks, content, expect):  # noqa: F811
     dps.DATA.write_bytes(content)
     verbs_refuse(expect)
+
+
+RUN = {"budget": 24000, "params": {"dat.mode": "none", "dat.switch_step": 0, "curriculum.state_only_steps": 0,
+                                    "seed": 5301, "optim.lr": 0.001, "eval.seed": 20261128},
+       "reports": [{"step": 250, "acc_1x": 0.5}, {"step": 24000, "acc_1x": 0.9, "ood_acc_3x": 0.4}]}
+
+
+def _with(**changes) -> dict:
+    return {**RUN, **changes}
+
+
+@pytest.mark.parametrize("run, expect", [
+    (_with(params={}), "run 0: params: lacks 'dat.mode'"),
+    (_with(params={**RUN["params"], "seed": [1]}), "run 0: params: every value must be a text or a number"),
+    (_with(reports=[]), "run 0: reports: none"),
+    (_with(reports=[1, 2]), "run 0: reports: 1 is not a report"),
+    (_with(reports=[{"step": 24000, "ood_acc_3x": "x"}]), "run 0: reports: .* is not a report"),
+    (_with(reports=[{"step": "24000", "ood_acc_3x": 0.5}]), "run 0: reports: .* is not a report"),
+], ids=["params-empty", "seed-a-list", "no-reports", "reports-not-objects", "metric-text", "step-text"])
+def test_a_record_run_of_the_wrong_inner_kind_is_one_line_for_every_verb(chunks, run, expect):  # noqa: F811
+    dps.DATA.write_bytes(gzip.compress(json.dumps({"runs": [run]}).encode(), mtime=0))
+    verbs_refuse(expect)
+
+
+def test_a_run_recorded_twice_is_one_line_not_counted_twice(chunks):  # noqa: F811
+    dps.DATA.write_bytes(gzip.compress(json.dumps({"runs": [RUN, RUN]}).encode(), mtime=0))
+    verbs_refuse("run 1: the same run as run 0")
+    dps.DATA.write_bytes(gzip.compress(json.dumps({"runs": [RUN]}).encode(), mtime=0))
+    assert len(chunks.load()["runs"]) == 1
 
 
 def test_a_record_that_is_a_fifo_is_one_line_not_a_hang(chunks):  # noqa: F811
