@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -100,18 +101,20 @@ def shortest_names(names: list[str]) -> list[str]:
     """Each parameter's shortest dotted tail that is no other parameter's tail: optim.lr -> lr,
     while model.dropout and attn.dropout keep their first part. A name with a condition
     (`path|parent=value`) stays whole."""
+    tails = Counter(t for name in set(names) for t in _tails(name))  # how many names end in each tail
     short = []
     for name in names:
-        parts = name.split(".")
-        if "|" in name or len(parts) == 1:
+        if "|" in name or "." not in name:
             short.append(name)
             continue
-        for k in range(1, len(parts) + 1):
-            tail = ".".join(parts[-k:])
-            if not any(other != name and (other == tail or other.endswith("." + tail)) for other in names):
-                break
-        short.append(tail)
+        short.append(next((t for t in _tails(name) if tails[t] == 1), name))
     return short
+
+
+def _tails(name: str) -> list[str]:
+    """A dotted name's tails, the shortest first: a.b.c -> c, b.c, a.b.c."""
+    parts = name.split(".")
+    return [".".join(parts[-k:]) for k in range(1, len(parts) + 1)]
 
 
 TRIAL_NAME = re.compile(r"t\d{4,}")  # what trial_name gives

@@ -189,18 +189,22 @@ def format_table(records: list[TrialRecord], metric: str, mode: str, top: int = 
     drops = [*(m for m in lengths if m != metric), "status", "steps", *(f"p:{k}" for k in reversed(param_keys))]
     hidden: list[str] = []
 
-    def wide(shown: list[str]) -> int:
-        return sum(max(len(labels[k]), *(len(c) for c in cells[k])) for k in shown) + 2 * (len(shown) - 1)
+    def column(k: str) -> int:
+        return max(len(labels[k]), *(len(c) for c in cells[k]))
 
-    shown = list(keys)
-    if width is not None and wide(shown) > width:
+    total = sum(map(column, keys)) + 2 * (len(keys) - 1)  # kept as columns go, so fitting is linear in their number
+    shown = set(keys)
+    if width is not None and total > width:
         labels.update(zip((f"p:{k}" for k in param_keys), (cut(n, MAX_CELL) for n in shortest_names(param_keys))))
-        while wide(shown) > width and drops:
-            key = drops.pop(0)
-            if key in shown:
-                shown.remove(key)
-                hidden.append(labels[key])
-    widths = [max(len(labels[k]), *(len(c) for c in cells[k])) for k in shown]
+        total = sum(map(column, keys)) + 2 * (len(keys) - 1)
+        for key in drops:
+            if total <= width:
+                break
+            shown.discard(key)
+            hidden.append(labels[key])
+            total -= column(key) + 2
+    shown = [k for k in keys if k in shown]
+    widths = [column(k) for k in shown]
     line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
     out = [line([labels[k] for k in shown]), line(["-" * w for w in widths])]
     out += [line([cells[k][i] for k in shown]) for i in range(len(rows))]

@@ -113,6 +113,17 @@ def test_the_final_table_fits_the_terminal_and_says_what_it_hid(width):
         assert lines[-1].startswith(f"hidden to fit {width} columns: acc_1x")
 
 
+def test_a_table_of_thousands_of_parameters_keeps_the_first_and_hides_the_rest_in_order():
+    # a status.json anyone can write: fitting its table drops a column at a time, each drop a
+    # constant cost (it once summed every column again: minutes for 20,000 parameters)
+    params = {f"model.p{i:05d}": i for i in range(20_000)}
+    rs = [TrialRecord("t0000", params, "completed", 10, {"acc_3x": 0.5})]
+    lines = format_table(rs, "acc_3x", "max", width=100).splitlines()
+    assert lines[0].split()[:3] == ["trial", "p00000", "p00001"] and "acc_3x" in lines[0].split()
+    assert max(map(len, lines)) <= 100
+    assert lines[-1].startswith("hidden to fit 100 columns: acc_1x, acc_2x, acc_4x, status, steps, p19999, p19998")
+
+
 def test_a_dead_driver_is_detected():
     import socket
 
