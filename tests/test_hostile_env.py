@@ -57,6 +57,13 @@ def test_a_database_password_is_not_shown_from_the_environment_either(tmp_path):
     assert PASSWORD not in line
 
 
+@pytest.mark.parametrize("uri", ["sqlite:///{tmp}/x\ny.db", "http://127.0.0.1:5000/\x1b[2J"], ids=["newline", "escape"])
+def test_a_tracking_uri_with_a_control_character_from_the_environment_is_one_line_as_from_the_flag(tmp_path, uri):
+    # the store (`x<newline>y.db`) would be made in tmp_path: refused_before_ray sees nothing written
+    refused_before_ray(tmp_path, "launch", SMOKE, env={"MLFLOW_TRACKING_URI": uri.format(tmp=tmp_path)},
+                       expect=("$MLFLOW_TRACKING_URI", "control character"))
+
+
 REFUSED = 'connection to server at "127.0.0.1", port 5 failed: Connection refused'
 
 
