@@ -144,7 +144,6 @@ class Sweep:
 
         req, spec, sweep_dir = self.request, self.spec, self.sweep_dir
         ledger = Ledger(sqlite_url(sweep_dir / OPTUNA_DB), spec, create=not resuming)  # checked by check_resume
-        ledger.set_attr("sweeper.tracking_uri", hide_password(req.tracking_uri))  # a password never goes into the study
         if closed := ledger.close_decided():
             self.say.note(f"ended {len(closed)} trials whose end the study held before the last driver stopped")
         self.trials_root = Path(sweep_dir) / TRIALS_DIR
@@ -190,7 +189,11 @@ class Sweep:
             tracking_started = pool.submit(start_tracking)
             if self.host is None:
                 ray_tune.init_ray(req.address)
-            if made := tracking_started.result():
+            made = tracking_started.result()
+            # the store the sweep logs to, once it took the parent run (a store that failed holds no run of it);
+            # a password never goes into the study
+            self.ledger.set_attr("sweeper.tracking_uri", hide_password(uri))
+            if made:
                 self.say.info(f"MLflow: {made} calls logged what the last run of this sweep left out (from the "
                               "trials' folders)")
         self.say.info(f"tracking: {hide_password(uri)} (experiment {self.tracker.experiment}); `sweeper ui` opens it")
