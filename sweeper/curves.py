@@ -16,6 +16,7 @@ not one of the choices); the count of those is kept for the caller to say.
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,12 @@ def load_curves(sources: list[str], spec: SearchSpace, storage: str | None) -> C
     from sweeper.adapters.optuna_search import walk
     from sweeper.space import param_names
 
+    seen: dict[str, int] = {}
+    for i, source in enumerate(sources):  # curves counted twice would weigh their point twice
+        where = os.path.realpath(source) if os.path.exists(source) else f"sweep {source}"
+        if (first := seen.setdefault(where, i)) != i:
+            raise ConfigError(f"--curves {cut(source, 80)}: the same curves as --curves {cut(sources[first], 80)}; "
+                              "name each once")
     params_of = {name: (param, cond) for _, param, name, cond in walk(spec.space, param_names(spec.space))}
     axes = tuple(sorted(params_of))
     runs: dict[tuple, list[list[dict]]] = {}

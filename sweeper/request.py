@@ -73,6 +73,13 @@ class SweepRequest(BaseModel):
     def an_absolute_path(cls, value: str) -> str:
         return absolute_path(value)
 
+    @field_validator("cwd")
+    @classmethod
+    def an_existing_folder(cls, value: str) -> str:
+        if not os.path.isdir(value):  # relative paths, the default store and its artifacts are made against it
+            raise ValueError("must be an existing folder")
+        return value
+
     @field_validator("storage")
     @classmethod
     def storage_absolute_unless_a_uri(cls, value: str) -> str:

@@ -185,6 +185,8 @@ def test_the_trials_of_a_sweep_are_read_from_its_study_and_folders_and_left_as_t
     ("a FIFO", ["--curves", "{tmp}/fifo.json"], "not a regular file"),
     ("a damaged sweep study", ["--curves", "{tmp}/sweeps/tiny"], "optuna.db: not a readable sweep study"),
     ("a gzip bomb", ["--curves", "{tmp}/bomb.json.gz"], "more than 256 MiB of text"),
+    ("the same curves twice", ["--curves", "{tmp}/curves.json.gz", "--curves", "{tmp}/./curves.json.gz"],
+     "the same curves as --curves"),
     ("zero replays", ["--curves", "{tmp}/curves.json.gz", "--replays", "0"], "--replays: must be >= 1"),
     ("too many replays", ["--curves", "{tmp}/curves.json.gz", "--replays", "10001"], "at most 10,000"),
     ("a tolerance not a number", ["--curves", "{tmp}/curves.json.gz", "--tolerance", "nan"], "finite number >= 0"),

@@ -296,7 +296,8 @@ def test_the_socket_answers_its_user_only_and_bad_requests_get_one_line(tmp_path
                              ({"code": "0" * 16, "root": ["/"]}, "root: must be a non-empty text"),
                              ({"tracking_source": "\x1b[2J" + "x" * 100_000}, "tracking_source"),
                              ({"file": "/x\ud800.yaml"}, "file: holds '\\ud800', a character no file name can hold"),
-                             ({"storage": str(tmp_path / "\udfff")}, "storage: holds")):
+                             ({"storage": str(tmp_path / "\udfff")}, "storage: holds"),
+                             ({"cwd": str(tmp_path / "gone")}, "cwd: must be an existing folder")):
         with socket.socket(socket.AF_UNIX) as s:
             s.connect(str(sock))
             s.sendall(json.dumps({"verb": "launch", "code": "0" * 16, "root": str(ROOT), **here, **fields}).encode() + b"\n")
