@@ -19,8 +19,8 @@ from typing import Callable, Protocol
 from core.errors import ConfigError, brief, cut, short_path
 from experiments.launching import sweeper_launch
 from experiments.parking import park, unpark
-from experiments.record import (append_new, finished_trials, git_restore, head_commit, provenance, read_commit, read_record,
-                                record_lock, write_record)
+from experiments.record import (append_new, finished_trials, git_restore, head_commit, provenance, read_commit,
+                                read_record, record_lock, write_record)
 from trainables.safe_yaml import read_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,15 +111,10 @@ class Chunks:
     def export(self) -> int:
         """Copy every finished run of this experiment's sweeps into the record; the number added."""
         with record_lock(self.record):
-            return self._export()
-
-    def _export(self) -> int:
-        """`export`, for a caller that holds the record's lock."""
-        data = self.load()
-        added = self._collect(data)
-        if added:
-            self.save(data)
-        return added
+            data = self.load()
+            if added := self._collect(data):
+                self.save(data)
+            return added
 
     def _collect(self, data: dict) -> int:
         """Add to the record `data` (in memory) the finished runs of the sweeps it lacks; how many."""
