@@ -170,12 +170,11 @@ def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
                 os.rename(scratch / m.name, folder / m.name)
     except ConfigError:
         raise
-    except OSError as err:
-        if err.errno is None or err.filename == str(dest):  # gzip's own (a bad CRC) carry no errno; a full disk does
-            raise ConfigError(f"{short_path(dest, 100)}: not a readable parked sweep ({cut(str(err), 80)}); {advice}") from None
-        raise ConfigError(f"{short_path(folder, 100)}: cannot put the parked sweeps back ({err.strerror}); "
-                          f"{short_path(dest, 100)} is kept") from None
     except BAD_TAR as err:
+        # the system's error (a full disk) carries an errno and names no tarball; gzip's own (a bad CRC) carry none
+        if isinstance(err, OSError) and err.errno is not None and err.filename != str(dest):
+            raise ConfigError(f"{short_path(folder, 100)}: cannot put the parked sweeps back ({err.strerror}); "
+                              f"{short_path(dest, 100)} is kept") from None
         raise ConfigError(f"{short_path(dest, 100)}: not a readable parked sweep ({cut(str(err), 80)}); {advice}") from None
     finally:
         if scratch is not None:

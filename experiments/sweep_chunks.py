@@ -122,10 +122,10 @@ class Chunks:
         return append_new(data["runs"], self.recorded(data), ((self.key(run["budget"], run["params"]), run)
                                                             for sweep in sweeps for run in self.finished_runs(sweep)))
 
-    def unfinished(self, sweep: Path, recorded: set[tuple] | None = None) -> bool:
-        """Whether a sweep folder's runs are not all in the record (`recorded`: its keys, read when
-        not given), as its sweep file beside it names them; one ConfigError line when that file is
-        missing or not one this experiment wrote."""
+    def unfinished(self, sweep: Path, recorded: set[tuple]) -> bool:
+        """Whether a sweep folder's runs are not all in the record (`recorded`: its keys), as its
+        sweep file beside it names them; one ConfigError line when that file is missing or not one
+        this experiment wrote."""
         path = sweep.parent / f"{sweep.name}.yaml"
         space = read_yaml(path)
         try:
@@ -133,7 +133,7 @@ class Chunks:
         except (KeyError, TypeError, AttributeError):
             raise ConfigError(f"{short_path(path, 100)}: not a sweep file of {self.label} (no budget.max_steps and "
                               "searcher.baseline cells); put it back, or move the sweep's folder away") from None
-        return not wanted <= (self.recorded(self.load()) if recorded is None else recorded)
+        return not wanted <= recorded
 
     def park(self) -> list[str]:
         """Pack the stopped, unfinished sweeps into `parked` (removed when there is none); their names."""

@@ -230,7 +230,8 @@ def test_a_refused_park_records_nothing(chunks, tmp_path):
     from experiments import packs
 
     folder = a_stopped_sweep(chunks, tmp_path)
-    config = {**packs.trial_config(chunks, dps.plan(chunks.load()), dps.plan(chunks.load()).todo[0]), "steps": 500}
+    p = dps.plan(chunks.load())
+    config = {**packs.trial_config(chunks, p, p.todo[0]), "steps": 500}
     (folder / "trials" / "t0000" / "checkpoint" / "config.yaml").write_text(yaml.safe_dump(config))  # a finished run
     dps.PARKED.parent.mkdir(parents=True)
     os.mkfifo(dps.PARKED)
