@@ -132,6 +132,41 @@ def test_serve_status_and_stop_refuse_an_answer_outside_the_protocol(tmp_path, s
     assert "\x1b" not in r.stderr + r.stdout
 
 
+SOUND_STATUS = {"pid": 4242, "started": 1.0, "code": "0123456789abcdef", "workers": 1,
+                "worker_info": [{"pid": 4243, "trained": 2, "busy": False}],
+                "sweeps": [{"name": "a", "since": 1.0, "client_pid": 7, "sweep_dir": "/tmp/sweeps/a"}]}
+
+
+@pytest.mark.parametrize("field,value,named", [
+    ("workers", float("nan"), "workers: input should be a valid integer, got nan"),
+    ("workers", "3", "workers: input should be a valid integer"),
+    ("started", 1e300, "started: input should be less than"),
+    ("pid", -4, "pid: input should be greater than 0"),
+    ("code", None, "code: input should be a valid string"),
+    ("worker_info", [{"pid": 4243, "trained": "many", "busy": False}], "worker_info.0.trained"),
+    ("worker_info", [{"pid": 4243, "trained": 2, "busy": "yes"}], "worker_info.0.busy"),
+    ("sweeps", [{"name": ["a"], "since": 1.0, "client_pid": 7, "sweep_dir": None}], "sweeps.0.name"),
+    ("sweeps", [{"name": "a", "since": float("inf"), "client_pid": 7, "sweep_dir": None}], "sweeps.0.since"),
+    ("sweeps", [{"name": "a", "since": 1.0, "client_pid": 7}], "sweeps.0.sweep_dir: field required"),
+])
+def test_a_status_field_of_the_wrong_kind_is_one_line_not_shown_as_sent(tmp_path, stand_in, field, value, named):
+    """`nan warm workers`, `up 0m00s` for a start of 1e300: every field is checked before it is shown."""
+    stand = stand_in(json.dumps({**SOUND_STATUS, field: value}).encode() + b"\n")
+    for args in (("serve", "--status"), ("status",)):
+        before = snapshot(tmp_path)
+        r = sweeper(*args, cwd=tmp_path, env=_env(stand), timeout=120)
+        assert_refused(r, "answered a status that is not a service's", named, root=tmp_path, before=before)
+        assert r.stdout == "", r.stdout
+
+
+def test_a_sound_status_is_shown_whole(tmp_path, stand_in):
+    stand = stand_in(json.dumps(SOUND_STATUS).encode() + b"\n")
+    r = sweeper("serve", "--status", cwd=tmp_path, env=_env(stand), timeout=120)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout.splitlines()[0].startswith("sweep service: pid 4242, up ") and "1 warm workers" in r.stdout
+    assert "pid 4243 (2 trials)" in r.stdout and "a: running" in r.stdout and "launch pid 7 (/tmp/sweeps/a)" in r.stdout
+
+
 def test_the_list_of_sweeps_is_not_printed_before_a_service_s_refusal(tmp_path, stand_in):
     (tmp_path / "sweeps" / "a").mkdir(parents=True)
     (tmp_path / "sweeps" / "a" / "space.yaml").write_text("name: a\n")  # a sweep the list would show

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from sweeper.local_ray import check_socket_room
 from sweeper.lock import lock_held
 from sweeper.service_link import LOCK, LOG, START_S, a_pid, check_entries, ensure_private_dir, request, service_dir
@@ -51,42 +53,76 @@ def status() -> int:
     return show_status(service_status())
 
 
-def service_status() -> dict | None:
+Pid = Field(gt=0, lt=1 << 31)
+Seconds = Field(ge=0, lt=1e12)  # a time since the epoch
+
+
+class WarmWorker(BaseModel):
+    """One warm trial worker, as the service's status gives it."""
+
+    model_config = ConfigDict(frozen=True, strict=True, allow_inf_nan=False)
+
+    pid: int = Pid
+    trained: int = Field(ge=0, lt=1 << 31)
+    busy: bool
+
+
+class ServedSweep(BaseModel):
+    """One sweep the service runs, as its status gives it."""
+
+    model_config = ConfigDict(frozen=True, strict=True, allow_inf_nan=False)
+
+    name: str = Field(max_length=4096)
+    sweep_dir: str | None = Field(max_length=4096)  # None while the sweep starts
+    since: float = Seconds
+    client_pid: int = Pid
+
+
+class ServiceStatus(BaseModel):
+    """The service's answer to `status`, every field checked before it is shown (sweeper/service_host.py)."""
+
+    model_config = ConfigDict(frozen=True, strict=True, allow_inf_nan=False)
+
+    pid: int = Pid
+    started: float = Seconds
+    code: str = Field(max_length=64)
+    workers: int = Field(ge=0, lt=1 << 31)
+    worker_info: list[WarmWorker] = Field(max_length=1 << 16)
+    sweeps: list[ServedSweep] = Field(max_length=1 << 16)
+
+
+def service_status() -> ServiceStatus | None:
     """The service's answer to `status`, checked (one line for one that is not a service's); None
     when no service runs."""
     answer = request({"verb": "status"})
     if answer is None:
         return None
-    workers, sweeps = answer.get("worker_info") or [], answer.get("sweeps") or []
-    if not isinstance(workers, list) or not isinstance(sweeps, list) or a_pid(answer.get("pid")) is None or \
-            not all(isinstance(x, dict) for x in workers + sweeps):
-        raise ConfigError(f"the sweep service at {service_dir()} answered a status that is not a service's "
-                          "(`sweeper serve --stop`, then start it again)")
-    return answer
+    try:
+        return ServiceStatus.model_validate(answer)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "answer"
+        raise ConfigError(f"the sweep service at {cut(str(service_dir()), 120)} answered a status that is not a "
+                          f"service's ({where}: {first['msg'].lower()}, got {_shown(first.get('input'), 40)}); "
+                          "`sweeper serve --stop`, then start it again") from None
 
 
-def show_status(answer: dict | None) -> int:
+def show_status(answer: ServiceStatus | None) -> int:
     if answer is None:
         print(f"no sweep service runs for this user ({cut(str(service_dir()), 120)})")
         return 1
-    workers, sweeps = answer.get("worker_info") or [], answer.get("sweeps") or []
-    up = time.time() - _number(answer.get("started"), time.time())
-    print(f"sweep service: pid {_shown(answer.get('pid'))}, up {_duration(up)}, {_shown(answer.get('workers'))} warm "
-          f"workers, code {_shown(answer.get('code'))}; log {service_dir() / LOG}")
-    if workers:
-        print("warm workers: " + ", ".join(f"pid {_shown(w.get('pid'))} ({_shown(w.get('trained'))} trials"
-                                           f"{', busy' if w.get('busy') is True else ''})" for w in workers[:64]))
-    if not sweeps:
+    now = time.time()
+    print(f"sweep service: pid {answer.pid}, up {_duration(now - answer.started)}, {answer.workers} warm "
+          f"workers, code {_shown(answer.code)}; log {service_dir() / LOG}")
+    if answer.worker_info:
+        print("warm workers: " + ", ".join(f"pid {w.pid} ({w.trained} trials{', busy' if w.busy else ''})"
+                                           for w in answer.worker_info[:64]))
+    if not answer.sweeps:
         print("no sweep running")
-    for s in sweeps[:256]:
-        print(f"  {_shown(s.get('name'))}: running {_duration(time.time() - _number(s.get('since'), time.time()))} for "
-              f"launch pid {_shown(s.get('client_pid'))} ({_shown(s.get('sweep_dir') or 'starting', 120)})")
+    for s in answer.sweeps[:256]:
+        print(f"  {_shown(s.name)}: running {_duration(now - s.since)} for launch pid {s.client_pid} "
+              f"({_shown(s.sweep_dir or 'starting', 120)})")
     return 0
-
-
-def _number(value, default: float) -> float:
-    """A time the service sent, or `default` where it sent something else."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e12 else default
 
 
 def _shown(value, limit: int = 40) -> str:
