@@ -84,6 +84,16 @@ def ray_left_running(sweep_dir: Path) -> list[str]:
     return out
 
 
+def empty_mlflow_store(folder: Path) -> Path:
+    """An MLflow store with its tables and no run, `folder/mlflow.db`: what `sweeper ui` serves
+    before any sweep (it never makes a store itself)."""
+    import mlflow
+
+    path = folder / "mlflow.db"
+    mlflow.MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments(max_results=1)
+    return path
+
+
 def free_port() -> int:
     import socket
 

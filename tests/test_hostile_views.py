@@ -43,6 +43,19 @@ def test_a_markdown_file_name_too_long_for_the_file_system_is_one_line(tmp_path,
     assert_refused(sweeper("report", "s", "--markdown", markdown, cwd=tmp_path), "--markdown", root=tmp_path, before=before)
 
 
+@pytest.mark.parametrize("args,env,named", [
+    (["ui"], {}, "the default tracking URI sqlite:///"),
+    (["ui", "smoke"], {}, "the default tracking URI sqlite:///"),
+    (["ui", "--tracking-uri", "sqlite:///store.db"], {}, "--tracking-uri sqlite:///"),
+    (["ui"], {"MLFLOW_TRACKING_URI": "sqlite:///elsewhere.db"}, "$MLFLOW_TRACKING_URI sqlite:///"),
+])
+def test_the_ui_of_a_store_that_is_not_there_yet_is_one_line_and_makes_none(tmp_path, args, env, named):
+    """MLflow's server would create the database, its tables and a folder for it in the user's folder."""
+    before = snapshot(tmp_path)
+    assert_refused(sweeper(*args, cwd=tmp_path, env=env, timeout=120), named, "no tracking store there yet",
+                   root=tmp_path, before=before)
+
+
 @pytest.mark.parametrize("host", ["", " ", "[]"])
 def test_an_empty_host_is_one_line_not_every_interface(tmp_path, host):
     before = snapshot(tmp_path)

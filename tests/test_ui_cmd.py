@@ -12,13 +12,14 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import ROOT, free_port, sweeper_cmd
+from tests.conftest import ROOT, empty_mlflow_store, free_port, sweeper_cmd
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.mark.long  # `make test-long`; `make test` stops the same server with Ctrl-C (test_views_serve.py)
 def test_sigterm_stops_the_ui_and_its_server(tmp_path):
+    empty_mlflow_store(tmp_path)
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("MLFLOW_TRACKING_URI", None)

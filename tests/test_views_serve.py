@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from sweeper.commands.web_server import exposure_warning, is_loopback, url_of
-from tests.conftest import free_port, sweeper_cmd, sweeper_env
+from tests.conftest import empty_mlflow_store, free_port, sweeper_cmd, sweeper_env
 
 STARTUP_S = 180  # what a server may take to start on a loaded machine before the test calls it hung
 
@@ -110,6 +110,7 @@ def test_a_port_another_server_holds_is_one_line_and_exit_2(tmp_path, verb):
 
 @pytest.mark.integration
 def test_ui_prints_its_address_at_once_to_a_file_and_stops_on_ctrl_c_without_a_traceback(tmp_path):
+    empty_mlflow_store(tmp_path)
     port = free_port()
     proc, out, err = start(tmp_path, "ui", "--port", port)
     try:
@@ -131,6 +132,7 @@ def test_ui_prints_its_address_at_once_to_a_file_and_stops_on_ctrl_c_without_a_t
 @pytest.mark.integration
 @pytest.mark.long  # `make test-long`; the warning itself is checked without a server above
 def test_a_host_beyond_loopback_is_warned_about_and_ctrl_c_while_starting_is_clean(tmp_path):
+    empty_mlflow_store(tmp_path)
     port = free_port()
     proc, out, err = start(tmp_path, "ui", "--host", "0.0.0.0", "--port", port)
     try:
@@ -166,6 +168,7 @@ def test_ui_killed_outright_takes_its_server_and_every_worker_with_it(tmp_path):
     """SIGKILL leaves the verb no moment to stop its server: the guard does (sweeper/server_guard.py)."""
     import psutil
 
+    empty_mlflow_store(tmp_path)
     port = free_port()
     proc, out, err = start(tmp_path, "ui", "--port", port)
     try:

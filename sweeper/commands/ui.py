@@ -1,7 +1,8 @@
 """`sweeper ui [NAME]`: the MLflow UI on the tracking store in use, at the sweep's runs.
 
-A local store is served by `mlflow ui` started here (sweeper/serve.py): its address is printed at
-once, the sweep's page when the server answers; Ctrl-C or SIGTERM stops it with all its workers.
+A local store is served by `mlflow ui` started here (sweeper/commands/web_server.py): its address is
+printed at once, the sweep's page when the server answers; Ctrl-C or SIGTERM stops it with all its
+workers. A store that is not there yet is one line: a view never makes the store it shows.
 A tracking server (http://...) is already serving: its page is printed and nothing starts.
 """
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 import sys
 
+from core.errors import ConfigError, cut
 from sweeper.commands.web_server import Server, check_address, exposure_warning, url_of
 
 
@@ -38,6 +40,7 @@ def run(options: Options) -> int:
         return 0
     check_address(options.host, options.port)  # a held port, a foreign host: one line before anything starts
     preflight(uri, source=uri_source(options.tracking_uri))
+    check_store_exists(uri, uri_source(options.tracking_uri))
     store.check_sqlite_store(uri, uri_source(options.tracking_uri))  # the server would migrate another program's database
     if warning := exposure_warning(options.host, options.port, "the MLflow UI"):
         print(warning, file=sys.stderr, flush=True)
@@ -46,6 +49,17 @@ def run(options: Options) -> int:
                      "--port", str(options.port), "--workers", "1"], "mlflow ui")  # one user: one worker starts soonest
     return server.serve(address, f"{address}/health", f"MLflow UI on {hide_password(uri)}: {address}  (starting; Ctrl-C to stop)",
                         lambda: ready(uri, options.name, address))
+
+
+def check_store_exists(uri: str, source: str) -> None:
+    """A view shows a store, it never makes one: MLflow's server would create the database (and its
+    tables) where none is, in the user's folder."""
+    from sweeper.tracking_uri import hide_password, sqlite_path
+
+    path = sqlite_path(uri)
+    if path is not None and not path.exists():
+        raise ConfigError(f"{source} {cut(hide_password(uri), 120)}: no tracking store there yet; a sweep makes it "
+                          "(`sweeper launch FILE` here), or name an existing one with --tracking-uri")
 
 
 def ready(uri: str, name: str | None, address: str) -> str:
