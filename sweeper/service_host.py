@@ -149,6 +149,9 @@ class Service:
                 if (message := first_message(conn, messages)) is None:  # a client that says nothing holds no thread
                     return
                 verb = message.get("verb")
+                if verb in ("status", "stop") and (extra := sorted(map(str, set(message) - {"verb"}))):
+                    raise ConfigError(f"{verb} request: takes no field but `verb`, got {brief(extra, 60)} "
+                                      f"(`{verb}` is of the whole service, never of one sweep)")
                 if verb == "launch":
                     self._launch(conn, message, messages)
                 elif verb == "status":

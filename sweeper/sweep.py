@@ -32,7 +32,7 @@ from sweeper import orphans
 from sweeper.events import Fitted, Running, Sink, Speaker, TopTrials
 from sweeper.faults import Faults
 from sweeper.fs import first_missing, narrow_modes, roll_back, sqlite_url
-from sweeper.lock import claim_sweep_lock, hold_sweep_lock, release_sweep_lock, sweep_lock_path
+from sweeper.lock import claim_sweep_lock, hold_sweep_lock, lock_held, release_sweep_lock, sweep_lock_path
 from sweeper.request import SweepRequest, current_umask
 from sweeper.status import SPACE_FILE, write_summary
 from sweeper.sweep_checks import check_request, check_resume, check_sweep_dir, prepare_sweep_dir
@@ -88,7 +88,7 @@ class Sweep:
                 self.say.note(f"note: --address {hide_password(req.address)} with the storage path {checked.sweep_dir}: on a "
                               "multi-node cluster every node must see it (NFS, a shared volume; pass --shared-storage "
                               "to confirm it is shared)")
-        if not req.restart and roll_back(sweep_dir / OPTUNA_DB):  # what any writer of the study would do first
+        if not req.restart and self._rolled_back_a_killed_write(sweep_dir):
             self.say.note("note: rolled back the write to the sweep's study that a killed driver left half-done")
         if not os.path.lexists(sweep_lock_path(sweep_dir)):  # checked before the lock file is made: a refusal
             if check_sweep_dir(spec, req.file, sweep_dir, req.restart):  # leaves the storage as it was
@@ -135,6 +135,14 @@ class Sweep:
         self._resources.callback(ray_tune.remove_scratch, scratch)
         self.tuner = ray_tune.build_tuner(spec, self.ledger, self.views, str(self.trials_root), scratch,
                                           stop=host.stop if host else None, workers=host.workers if host else None)
+
+    @staticmethod
+    def _rolled_back_a_killed_write(sweep_dir: Path) -> bool:
+        """What a killed driver left half-done in the study rolled back, as any writer of it would do
+        first. A journal beside the study while another driver holds the sweep's lock is that
+        driver's write in progress, not a killed one's: it is waited on by SQLite, and not reported."""
+        lock = sweep_lock_path(sweep_dir)
+        return not lock_held(lock) and roll_back(sweep_dir / OPTUNA_DB) and not lock_held(lock)
 
     def _open_records(self, resuming: bool):
         """The ledger (the sweep's Optuna study), its MLflow tracker and its views."""

@@ -101,3 +101,42 @@ def test_a_sweep_held_by_the_service_is_refused_without_naming_the_service_s_pid
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_second_launch_beside_a_live_driver_s_write_reports_no_killed_driver(tmp_path):
+    """A journal beside the study while a driver holds the sweep's lock is that driver's write in
+    progress: the second launch is refused as running, with no note of a killed driver's write."""
+    import json
+    import sqlite3
+    import subprocess
+    import sys
+
+    from sweeper.adapters.optuna_ledger import Ledger
+    from sweeper.space_file import load_space
+
+    space = tmp_path / "smoke.yaml"
+    space.write_bytes(SMOKE.read_bytes())
+    folder = tmp_path / "sweeps" / "smoke"
+    folder.mkdir(parents=True)
+    (folder / "space.yaml").write_bytes(space.read_bytes())
+    Ledger(f"sqlite:///{folder / 'optuna.db'}", load_space(space), create=True).new_trial()
+    record = json.dumps({"pid": 4242, "host": "vm", "service": False})
+    # the live driver: the sweep's lock held, a write to its study begun (the journal on disk), rolled back 20 s later
+    code = ("import sys, fcntl, sqlite3, time; f = open(sys.argv[1], 'w'); f.write(sys.argv[2]); f.flush(); "
+            "fcntl.flock(f, fcntl.LOCK_EX); db = sqlite3.connect(sys.argv[3], isolation_level=None); "
+            "db.execute('pragma cache_size = 1'); db.execute('begin exclusive'); "
+            "db.execute('create table half_done (x)'); db.executemany('insert into half_done values (?)', [(i,) for i in range(50000)]); "
+            "print('writing', flush=True); time.sleep(20); db.execute('rollback'); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(sweep_lock_path(folder)), record,
+                               str(folder / "optuna.db")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "writing"
+        assert (folder / "optuna.db-journal").exists()
+        r = sweeper("launch", space, cwd=tmp_path)
+        assert_refused(r, "already running")
+        assert "rolled back" not in r.stderr + r.stdout, r.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    with sqlite3.connect(folder / "optuna.db") as db:  # the live write was the driver's to end: nothing of it kept
+        assert not db.execute("select name from sqlite_master where name = 'half_done'").fetchall()
