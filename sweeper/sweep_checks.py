@@ -45,7 +45,7 @@ def check_request(request: SweepRequest) -> Checked:
     spec = load_space(request.file, shown=shown_path(request.file, request.cwd))  # every mistake in the file, before Ray
     sweep_dir = sweep_dir_for(spec.name, request.storage)  # any `://` refused: never a folder of the service's own
     default = request.storage == os.path.join(request.cwd, DEFAULT_STORAGE)
-    check_outside_service(sweep_dir, "the sweep directory" if default else "--storage")
+    check_outside_service(sweep_dir, f"{'the sweep directory' if default else '--storage'} {short_path(sweep_dir.parent, 100)}")
     check_writable(sweep_dir, "the sweep directory" if default else "--storage")
     check_writable(key_path().parent, "the sweeper's state folder" + (" ($XDG_STATE_HOME)" if os.path.isabs(os.environ.get("XDG_STATE_HOME", "")) else ""))
     if request.address is None:
@@ -58,8 +58,14 @@ def check_request(request: SweepRequest) -> Checked:
     preflight(request.tracking_uri, source=request.tracking_source)
     check_lock_file(sweep_lock_path(sweep_dir))  # what the launch would refuse later, once it had changed things
     if (store := sqlite_path(request.tracking_uri)) is not None:
+        shown = f"{request.tracking_source} {short_path(store, 100)}"
+        if store.name.endswith(".lock"):  # the sweep's own lock, the service's, a store's: never a database
+            raise SpaceError(f"{shown}: a lock file's name (the sweeper's locks end in .lock, and a store's lock is made "
+                             "beside it); name the store's database, sqlite:///PATH/mlflow.db")
+        check_outside_service(store, shown)
         check_lock_file(Path(f"{store}.lock"))
     if (artifacts := artifacts_folder(request.tracking_uri, request.cwd)) is not None:
+        check_outside_service(artifacts, f"the tracking store's artifacts {short_path(artifacts, 100)}")
         check_artifacts_folder(artifacts)
     from sweeper.adapters.mlflow_store import check_sqlite_store
 
@@ -67,17 +73,19 @@ def check_request(request: SweepRequest) -> Checked:
     return Checked(spec, sweep_dir)
 
 
-def check_outside_service(sweep_dir: Path, what: str) -> None:
-    """A sweep never lives in the sweep service's own folder (its socket, lock, log and records)."""
+def check_outside_service(path: Path, what: str) -> None:
+    """Nothing of a sweep (its folder, its tracking store and artifacts) lives in the sweep service's
+    own folder (its socket, lock, log and records). `what` names the place as the user gave it."""
     from sweeper.service_link import service_dir
 
     try:
         service = service_dir()
     except ConfigError:
         return  # an unusable SWEEPER_SERVICE_DIR is said where the service is looked for
-    if sweep_dir.parent == service or service in sweep_dir.parents:
-        raise SpaceError(f"{what} {short_path(sweep_dir.parent, 100)}: inside the sweep service's own folder "
-                         f"({short_path(service, 80)}); keep sweeps elsewhere (the default is ./sweeps)")
+    path, service = Path(os.path.realpath(path)), Path(os.path.realpath(service))  # a link or `..` leads nowhere else
+    if path == service or service in path.parents:
+        raise SpaceError(f"{what}: inside the sweep service's own folder ({short_path(service, 80)}); keep sweeps and "
+                         "their stores elsewhere (the defaults are ./sweeps and ./mlflow.db)")
 
 
 def shown_path(path: str, cwd: str) -> str:

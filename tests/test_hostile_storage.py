@@ -143,6 +143,26 @@ def test_a_storage_inside_the_sweep_service_s_own_folder_is_one_line_before_anyt
     assert_refused(r, "--storage", "inside the sweep service's own folder", root=tmp_path, before=before)
 
 
+@pytest.mark.parametrize("store, said", [
+    ("service/m.db", "inside the sweep service's own folder"),
+    ("to-service/m.db", "inside the sweep service's own folder"),  # a link to it
+    ("service/service.lock", "a lock file's name"),  # the service's own lock, flocked while it runs
+    ("sw/.smoke.lock", "a lock file's name"),  # the sweep's own lock: made by the launch, then opened as the store
+    ("mlflow.db.lock", "a lock file's name"),
+])
+def test_a_tracking_store_in_the_service_s_folder_or_at_a_lock_s_name_is_one_line_before_anything_is_written(
+        tmp_path, store, said):
+    service = tmp_path / "service"
+    service.mkdir(mode=0o700)
+    (service / "service.lock").touch()
+    (tmp_path / "to-service").symlink_to(service)
+    (tmp_path / "sw").mkdir()
+    before = snapshot(tmp_path)
+    r = sweeper("launch", ROOT / "search_spaces" / "smoke.yaml", "--storage", tmp_path / "sw", "--in-process",
+                "--tracking-uri", f"sqlite:///{tmp_path / store}", cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(service)})
+    assert_refused(r, "--tracking-uri", said, root=tmp_path, before=before)
+
+
 @pytest.mark.parametrize("planted, said", [("dangling", "a dangling link"), ("file", "a file"), ("fifo", "not a folder")])
 def test_what_stands_where_the_store_keeps_its_artifacts_is_one_line_before_anything_is_written(tmp_path, planted, said):
     import os
