@@ -119,6 +119,12 @@ def check_sweep_dir(spec: SearchSpace, space_file: str, sweep_dir: Path, restart
     """Read-only: whether the sweep's folder resumes (True), or is new (False); a folder that is
     not a sweep's, lost its study, or was started from another file is one SpaceError line."""
     kind = folder_kind(sweep_dir)
+    if kind == "link":
+        target = os.readlink(sweep_dir)
+        dangling = "" if os.path.exists(sweep_dir) else ", which does not exist"
+        raise SpaceError(f"{short_path(sweep_dir, 100)}: a link (to {short_path(target, 80)}{dangling}), not the sweep's "
+                         "own folder; a sweep's folder is never reached through a link. Remove the link, or choose "
+                         "another `name` or --storage")
     if kind == "foreign":
         raise SpaceError(f"{sweep_dir}: holds files that are not a sweep's; nothing there was touched. Choose another "
                          "`name` or --storage, or move that folder away")

@@ -49,12 +49,14 @@ def find_sweep_dir(name: str, storage: str | None, marker: str, missing: str | N
 def folder_kind(sweep_dir: Path) -> str:
     """What sits at a sweep's path: `none` (nothing, or an empty folder), `sweep` (a sweep: its study
     is there; `check_ledger` tells its format), `started` (a start killed before its study was made:
-    only its space file), `lost` (a sweep whose study is gone), or `foreign` (anything else, never
-    ours to delete)."""
+    only its space file), `lost` (a sweep whose study is gone), `link` (a symbolic link, dangling or
+    not: never followed, never ours to delete), or `foreign` (anything else, never ours to delete)."""
     path = Path(sweep_dir)
+    if path.is_symlink():
+        return "link"
     if not path.exists():
         return "none"
-    if not path.is_dir() or path.is_symlink():
+    if not path.is_dir():
         return "foreign"
     names = {p.name for p in path.iterdir()}
     if not names:

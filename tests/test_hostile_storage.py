@@ -182,3 +182,20 @@ def test_a_storage_uri_for_a_reading_verb_is_one_line_not_the_working_folder_s_s
     before = snapshot(tmp_path)
     r = sweeper(verb, "smoke", "--storage", "s3://bucket/sweeps", cwd=tmp_path)
     assert_refused(r, "--storage s3://bucket/sweeps", "not a URI", root=tmp_path, before=before)
+
+
+@pytest.mark.parametrize("target", ["nowhere", "empty", "other-sweep"])
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_link_at_the_sweep_s_name_is_named_as_a_link_before_anything_is_written(tmp_path, target, restart):
+    """A dangling link was "File exists" after the sweep's lock was made; a link to an empty folder or
+    to another sound sweep was said to hold files that are not a sweep's."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "other-sweep").mkdir()
+    (tmp_path / "other-sweep" / "optuna.db").write_bytes(b"")
+    (tmp_path / "sw").mkdir()
+    (tmp_path / "sw" / "smoke").symlink_to(tmp_path / target)
+    before = snapshot(tmp_path)
+    r = sweeper("launch", ROOT / "search_spaces" / "smoke.yaml", "--storage", tmp_path / "sw", "--in-process",
+                *(["--restart"] if restart else []), cwd=tmp_path)
+    line = assert_refused(r, "sw/smoke: a link (to ", target, "never reached through a link", root=tmp_path, before=before)
+    assert ("which does not exist" in line) == (target == "nowhere"), line
