@@ -41,6 +41,22 @@ def test_a_set_value_yaml_would_read_as_another_number_is_refused_not_read_as_te
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("item", ["model.d_model=\udcff", "model.mixer=lstm\udcff", "seed=[\udcff]"])
+def test_a_set_value_with_a_byte_that_is_not_utf8_is_one_line(tmp_path, item):
+    """The byte reaches Python as a surrogate, which the YAML reader could not encode (a traceback)."""
+    r = sweeper("trial", "tiny", "--set", item, "--out", "run", cwd=tmp_path, env={"LC_ALL": "C.UTF-8"})
+    assert_refused(r, "--set", item.partition("=")[0], "\\udcff")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_space_file_whose_size_says_nothing_is_read_no_further_than_the_limit(tmp_path):
+    """/proc's files say size 0 whatever they hold (here over 5 MB): the read stops past the limit."""
+    if not os.access("/proc/kallsyms", os.R_OK):
+        pytest.skip("no /proc/kallsyms to read")
+    r = sweeper("validate", "/proc/kallsyms", cwd=tmp_path)
+    assert_refused(r, "/proc/kallsyms", "over 262,144 bytes")
+
+
 def test_paths_the_system_refuses_are_one_line_naming_them(tmp_path):
     (tmp_path / "loop1").symlink_to("loop2")
     (tmp_path / "loop2").symlink_to("loop1")

@@ -70,7 +70,10 @@ def read_yaml(path: str | Path, *, root_mapping: bool = True, shown: str | None 
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise ConfigError(f"{name}: file is {size:,} bytes; a config file may have at most {MAX_BYTES:,}")
-        raw = path.read_bytes()
+        with open(path, "rb") as f:  # a file whose size says 0 (/proc, a growing file) is read no further either
+            raw = f.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            raise ConfigError(f"{name}: file is over {MAX_BYTES:,} bytes; a config file may have at most {MAX_BYTES:,}")
     except OSError as err:
         raise ConfigError(f"{name}: cannot read: {err.strerror or err}") from None
     try:
@@ -83,6 +86,11 @@ def read_yaml(path: str | Path, *, root_mapping: bool = True, shown: str | None 
 def load_yaml_text(text: str, source: str, *, root_mapping: bool = True) -> Any:
     """Safe-load YAML text under the limits; `source` names it in error lines. With
     `root_mapping`, an empty document is `{}` and anything but a mapping is refused."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:  # a command-line value with a byte that is not UTF-8 reaches Python as a surrogate
+        raise ConfigError(f"{source}: holds {err.object[err.start]!a}, a byte that is not UTF-8 text; give the value "
+                          "as UTF-8") from None
     try:
         check_events(text, source)
         data = yaml.load(text, Loader=_Loader)
