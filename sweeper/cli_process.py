@@ -7,16 +7,22 @@ import contextlib
 import os
 import sys
 
-from core.errors import ConfigError
+from core.errors import ConfigError, brief
 
 
 def check_working_dir() -> None:
-    """A working folder removed under the shell is one line, before any verb resolves a path."""
+    """A working folder removed under the shell is one line, before any verb resolves a path; so
+    is a relative $HOME, under which the sweeper, Ray and MLflow keep their files (a signing key,
+    a token, settings): relative, they would land in whatever folder a command runs from."""
     try:
         os.getcwd()
     except FileNotFoundError:
         raise ConfigError("the working folder no longer exists (removed or moved away); cd to one that "
                           "does and run the command again") from None
+    home = os.environ.get("HOME")
+    if home is not None and not os.path.isabs(home):
+        raise ConfigError(f"$HOME {brief(home, 60)}: not an absolute path (the sweeper, Ray and MLflow keep files "
+                          "under it); set it to your home folder, or unset it")
 
 
 PR_SET_CHILD_SUBREAPER = 36  # Linux prctl(2)

@@ -57,6 +57,15 @@ def test_a_database_password_is_not_shown_from_the_environment_either(tmp_path):
     assert PASSWORD not in line
 
 
+@pytest.mark.parametrize("home", ["rel/home", ""])
+@pytest.mark.parametrize("verb", [["launch", str(ROOT / "search_spaces" / "smoke.yaml"), "--in-process"], ["serve", "--status"]])
+def test_a_relative_home_is_one_line_before_anything_is_written_under_the_working_folder(tmp_path, home, verb):
+    """The signing key of Ray records, Ray's token and MLflow's settings went under ./rel/home."""
+    before = snapshot(tmp_path)
+    r = sweeper(*verb, cwd=tmp_path, env={"HOME": home})
+    assert_refused(r, "$HOME", "not an absolute path", root=tmp_path, before=before)
+
+
 @pytest.mark.parametrize("uri", ["sqlite:///{tmp}/x\ny.db", "http://127.0.0.1:5000/\x1b[2J"], ids=["newline", "escape"])
 def test_a_tracking_uri_with_a_control_character_from_the_environment_is_one_line_as_from_the_flag(tmp_path, uri):
     # the store (`x<newline>y.db`) would be made in tmp_path: refused_before_ray sees nothing written
