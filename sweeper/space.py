@@ -48,7 +48,7 @@ def check_name(value: str) -> str:
                          f"got {len(value):,}: {brief(value, 40)}")
     bad = next((c for c in value if c not in NAME_CHARS), None)
     if bad is not None:
-        raise ValueError(f"may hold only letters, digits, `_`, `-` and `.`, got {bad!r} in {brief(value, 40)}")
+        raise ValueError(f"may hold only ASCII letters and digits, `_`, `-` and `.`, got {bad!a} in {brief(value, 40)}")
     if value[0] in ".-":
         raise ValueError(f"must start with a letter, a digit or `_`, got {brief(value, 40)}")
     return value

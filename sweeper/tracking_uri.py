@@ -81,6 +81,9 @@ def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") 
     if uri != uri.strip() or not uri:
         raise ConfigError(f"{source} {brief(hide_password(uri), 60)}: blank or with spaces around it; name a store "
                           f"(http(s)://HOST:PORT, sqlite:///PATH), or unset it to log to ./{DEFAULT_DB}")
+    if any("\udc80" <= c <= "\udcff" for c in uri):  # a byte that is not UTF-8, as Python reads it from the environment
+        raise ConfigError(f"{source} {brief(hide_password(uri), 60)}: holds a byte that is not UTF-8; the stores need "
+                          "UTF-8 names: name the store in UTF-8")
     if not uri.isprintable():  # as `--tracking-uri` refuses it: a store made with it would have a name no one typed
         raise ConfigError(f"{source} {brief(hide_password(uri), 60)}: holds a control character (a line break, an "
                           "escape); name the store as typed")

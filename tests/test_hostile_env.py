@@ -57,6 +57,17 @@ def test_a_database_password_is_not_shown_from_the_environment_either(tmp_path):
     assert PASSWORD not in line
 
 
+@pytest.mark.parametrize("where", ["flag", "environment"])
+def test_a_tracking_uri_with_a_byte_that_is_not_utf8_is_named_so_not_a_control_character(tmp_path, where):
+    uri = "sqlite:///" + str(tmp_path) + "/\udcff.db"
+    args, env = (["--tracking-uri", uri], {"LC_ALL": "C.UTF-8"}) if where == "flag" else \
+        ([], {"MLFLOW_TRACKING_URI": uri, "LC_ALL": "C.UTF-8"})
+    before = snapshot(tmp_path)
+    for verb in (["ui"], ["launch", str(ROOT / "search_spaces" / "smoke.yaml"), "--in-process"]):
+        r = sweeper(*verb, *args, cwd=tmp_path, env=env)
+        assert_refused(r, "a byte that is not UTF-8", root=tmp_path, before=before)
+
+
 @pytest.mark.parametrize("home", ["rel/home", ""])
 @pytest.mark.parametrize("verb", [["launch", str(ROOT / "search_spaces" / "smoke.yaml"), "--in-process"], ["serve", "--status"]])
 def test_a_relative_home_is_one_line_before_anything_is_written_under_the_working_folder(tmp_path, home, verb):
