@@ -216,7 +216,8 @@ class Sweep:
         """The trials, until every one has ended or the sweep is stopped."""
         self.say(Running(self.sweep_dir))  # the live view draws from the sweep's folder from now on
         try:
-            self.tuner.fit()
+            if self.ledger.unfinished() or self.ledger.counted() < self.spec.budget.num_samples:
+                self.tuner.fit()  # a finished sweep launched again has nothing to train: Tune is not run for it
         finally:
             self.say(Fitted())
 

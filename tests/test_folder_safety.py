@@ -127,6 +127,7 @@ def test_planted_pickles_in_a_sweep_folder_never_run(smoke_sweep, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert not mark.exists(), "a pickle planted in the sweep folder was loaded"
     assert _tree(sweep_dir / "trials") == trials  # a finished sweep: nothing trained again
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]  # nor a Tune run started for it (its state files raced)
 
 
 def test_processes_making_the_first_signing_key_at_the_same_moment_agree_on_it(tmp_path):
