@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import sweeper_cmd, sweeper_env, tiny_space
+from tests.conftest import ray_left_running, sweeper_cmd, sweeper_env, tiny_space
 from tests.hostile import kill_mid_write
 
 pytestmark = pytest.mark.integration
@@ -73,6 +75,33 @@ def _in_run_folder(name: str, make):
     return change
 
 
+def _trial_0_running_with(change):
+    """Trial 0 left running, and `change(t0000, t0001)` made to the two trials' folders."""
+    def damage(sweep: Path) -> None:
+        _sql("update trials set state = 'RUNNING', datetime_complete = NULL where number = 0")(sweep)
+        change(sweep / "trials" / "t0000", sweep / "trials" / "t0001")
+    return damage
+
+
+def _state_of_the_other_trial(t0: Path, t1: Path) -> None:
+    # t0001's weights, optimizer and switch under t0000's own config.yaml: only the report it was taken with tells
+    shutil.copy((t1 / "checkpoint").resolve() / "state.pt", (t0 / "checkpoint").resolve() / "state.pt")
+
+
+def _reports_linked_to_the_other_trial_s(t0: Path, t1: Path) -> None:
+    (t0 / "metrics.jsonl").unlink()
+    os.link(t1 / "metrics.jsonl", t0 / "metrics.jsonl")  # both trials would append to one file
+
+
+def _metric_renamed(trial: str, name: str):
+    def damage(sweep: Path) -> None:
+        if trial == "t0000":
+            _sql("update trials set state = 'RUNNING', datetime_complete = NULL where number = 0")(sweep)
+        reports = sweep / "trials" / trial / "metrics.jsonl"
+        reports.write_text(reports.read_text().replace('"loss"', f'"{name}"', 1))
+    return damage
+
+
 def _ray_record_a_folder(sweep: Path) -> None:
     (sweep / "ray_processes.json").unlink(missing_ok=True)
     (sweep / "ray_processes.json").mkdir()
@@ -97,6 +126,14 @@ DAMAGES = {
     "its_reports_a_folder": (_running_with(_in_run_folder("metrics.jsonl", Path.mkdir)), "metrics.jsonl: a folder"),
     "the_saved_space_emptied": (lambda sweep: (sweep / "space.yaml").write_text(""), "space.yaml: empty: the saved copy"),
     "the_ray_record_a_folder": (_ray_record_a_folder, "not a file this sweeper wrote (the record of the sweep's local Ray)"),
+    "a_checkpoint_state_of_another_trial": (_trial_0_running_with(_state_of_the_other_trial), "another run's"),
+    "its_reports_hard_linked_with_another_trial_s": (_trial_0_running_with(_reports_linked_to_the_other_trial_s),
+                                                     "metrics.jsonl: hard-linked with another file (2 links)"),
+    # the resume logs every trial's reports to MLflow: a name it refuses failed the store, after writing to it
+    "a_metric_name_mlflow_refuses_in_a_finished_trial": (_metric_renamed("t0001", "lo*ss"),
+                                                         "t0001/metrics.jsonl line 1: lo*ss: not a metric name MLflow takes"),
+    "a_metric_name_too_long_in_a_running_trial": (_metric_renamed("t0000", "l" * 600),
+                                                  "t0000/metrics.jsonl line 1: " + "l" * 37 + "...: a metric name of 600 characters"),
 }
 
 
@@ -178,3 +215,33 @@ def _tables(sweep: Path) -> list[str]:
 def _sql_rows(sweep: Path) -> list[str]:
     with sqlite3.connect(f"file:{sweep / 'optuna.db'}?mode=ro", uri=True) as db:
         return [key for (key,) in db.execute("select key from study_user_attributes")]
+
+
+def test_a_metric_name_mlflow_refuses_in_an_interrupted_sweep_is_one_line_and_the_store_untouched(tmp_path):
+    # a killed driver leaves reports MLflow may not have heard of: the resume logs them from the trials' folders,
+    # where a name MLflow refuses failed the store ("the tracking store failed") after the resume had written to
+    # it, or, when the report was logged already, was taken silently
+    space = tmp_path / "dmg.yaml"
+    space.write_text(SPACE)
+    cmd = sweeper_cmd("launch", space, "--progress", "none")
+    killed = subprocess.run(cmd, cwd=tmp_path, env={**ENV, "SWEEPER_FAULT": "report:3:KILL"}, capture_output=True,
+                            text=True, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    deadline = time.monotonic() + 120  # the killed driver's trials train on a moment, writing their folders
+    while any("Agent" not in name for name in ray_left_running(tmp_path / "sweeps" / "dmg")) and time.monotonic() < deadline:
+        time.sleep(1)
+    reports = min((tmp_path / "sweeps" / "dmg" / "trials").glob("t*/metrics.jsonl"))  # the trial that reported first
+    sound = reports.read_text()
+    try:
+        reports.write_text(sound.replace('"loss"', '"lo*ss"', 1))
+        before = _files(tmp_path)
+        r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+        lines = [line for line in r.stderr.strip().splitlines() if not line.startswith("ended ")]  # the killed Ray's, ended first
+        must = f"{reports.parent.name}/metrics.jsonl line 1: lo*ss: not a metric name MLflow takes"
+        assert r.returncode == 2 and len(lines) == 1 and must in lines[0], r.stderr[-2000:]
+        assert _files(tmp_path) == before, "the refused resume changed the sweep or the tracking store"
+    finally:  # mended: the sweep resumes, and ends what the killed driver's Ray left running
+        reports.write_text(sound)
+        again = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert ray_left_running(tmp_path / "sweeps" / "dmg") == []

@@ -138,8 +138,11 @@ def _group(state, **change):
     (lambda s: s["dat"].update(switch_step="abc"), "dat.switch_step"),  # a ValueError once training
     (lambda s: s["dat"].update(switch_step=-10**9), "dat.switch_step"),  # trained on, "attention on@-1000000000"
     (lambda s: s["dat"].update(switch_step=10**6), "after the checkpoint's step"),
+    # another run's switch: tiny switches at 20 (fixed), so at step 40 attention is on from step 20
+    (lambda s: s["dat"].update(switch_step=0), "attention on from step 0 at its step 40"),
+    (lambda s: s["dat"].update(switch_step=None), "attention off at its step 40"),
 ], ids=["moment-shape", "moment-text", "lr-text", "lr-nan", "betas", "served-past-pool", "served-negative",
-        "switch-text", "switch-negative", "switch-later"])
+        "switch-text", "switch-negative", "switch-later", "switch-of-another-run", "switch-not-yet"])
 def test_a_checkpoint_s_optimizer_schedule_or_data_state_of_the_wrong_kind_is_refused(run_dir, tmp_path, damage, expect):
     edit_checkpoint(run_dir, damage)
     refused(tmp_path, "state.pt", "does not fit this config", expect)
@@ -210,6 +213,35 @@ def test_a_stale_swap_link_and_a_fifo_among_old_checkpoints_are_replaced_not_wai
     assert (tmp_path / "run" / "checkpoint" / "state.pt").read_bytes() == b"weights"
 
 
+@pytest.fixture(scope="module")
+def other_run(tmp_path_factory) -> Path:
+    """Another run of the same preset (another seed), as a trial beside it in a sweep would be."""
+    root = tmp_path_factory.mktemp("other")
+    threads = torch.get_num_threads()
+    try:
+        assert sweeper_main(["trial", "tiny", "--steps", "40", "--set", "seed=7", "--out", str(root / "run"),
+                             "--threads", "1"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return root / "run"
+
+
+def test_a_checkpoint_state_of_another_run_copied_in_is_refused(run_dir, other_run, tmp_path):
+    # its config.yaml left as it was: only the report the state was taken with tells it is another run's
+    shutil.copy(other_run / "checkpoint-40" / "state.pt", run_dir / "checkpoint-40" / "state.pt")
+    refused(tmp_path, "checkpoint-40/state.pt: another run's checkpoint", "at step 40", "metrics.jsonl")
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "config.yaml", "times.json", "checkpoint-40/state.pt",
+                                  "checkpoint-40/config.yaml"])
+def test_a_run_file_hard_linked_with_another_run_s_is_refused(run_dir, other_run, tmp_path, name):
+    # both runs would append to one metrics.jsonl, or one resume from the other's state
+    shutil.copytree(other_run, tmp_path / "other", symlinks=True)
+    (run_dir / name).unlink()
+    os.link(tmp_path / "other" / name, run_dir / name)
+    refused(tmp_path, name, "hard-linked with another file (2 links)")
+
+
 # --------------------------------------------------------------------------- metrics.jsonl
 
 
@@ -225,6 +257,29 @@ def test_a_report_of_the_wrong_kind_is_refused(run_dir, tmp_path, line, expect):
     with open(run_dir / "metrics.jsonl", "a") as f:
         f.write(line + "\n")
     refused(tmp_path, "metrics.jsonl line 3", expect)
+
+
+@pytest.mark.parametrize("name, expect", [("lo*ss", "lo*ss: not a metric name MLflow takes"),
+                                          ("l" * 600, "600 characters; MLflow takes at most 250"),
+                                          ("\\ud800", "\\ud800: not a metric name MLflow takes"),
+                                          ("a//b", "a//b: not a metric name MLflow takes")])
+def test_a_metric_name_mlflow_refuses_is_refused_before_anything_is_logged_or_trained(run_dir, tmp_path, name, expect):
+    reports = run_dir / "metrics.jsonl"
+    reports.write_text(reports.read_text().replace('"loss"', f'"{name}"', 1))  # a JSON escape for the surrogate
+    refused(tmp_path, "metrics.jsonl line 1", expect)
+
+
+def test_every_metric_name_a_trial_reports_is_one_mlflow_takes():
+    from trainables.metrics import reported_metrics
+    from trainables.run_dir import metric_name_problem
+
+    presets = sorted(p.stem for p in (Path(__file__).parents[1] / "trainables" / "presets").glob("*.yaml"))
+    for preset in presets:
+        cfg = load_trial_config(preset)
+        curve = {"eval.curve_window": 5} if cfg.task.name not in ("set_complement", "othello") else {}
+        for cfg in (cfg, with_overrides(cfg, {"ema.decay": 0.9, **curve})):  # raw_* and the position curve too
+            assert not [n for n in reported_metrics(cfg) if metric_name_problem(n)], preset
+    assert len(presets) > 5
 
 
 def test_reports_far_past_the_checkpoint_are_not_dropped(run_dir, tmp_path):
@@ -283,7 +338,7 @@ def test_a_report_after_the_checkpoint_is_trained_again(run_dir, tmp_path):
     shutil.copytree(run_dir / "checkpoint-40", run_dir / "checkpoint-20")
     (run_dir / "checkpoint").symlink_to("checkpoint-20")
     shutil.rmtree(run_dir / "checkpoint-40")
-    edit_checkpoint(run_dir, lambda s: s.update(step=20, metrics={}))
+    edit_checkpoint(run_dir, lambda s: s.update(step=20, metrics={}, dat={"switch_step": None}))  # at 20: not yet on
     r = sweeper(*RESUME, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

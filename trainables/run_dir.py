@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import posixpath
+import re
 import shutil
 import stat
 from dataclasses import dataclass
@@ -146,15 +148,26 @@ RUN_FILES = (CONFIG, REPORTS, TIMES, "result.json")  # what a run folder holds b
 
 
 def regular_or_absent(path: Path, what: str) -> bool:
-    """True for a regular file, False when absent; a link, folder, FIFO or device is refused."""
+    """True for a regular file of its own, False when absent; a link, folder, FIFO or device is
+    refused, and so is a file hard-linked with another (another trial's or run's file: both would
+    append to it, or one resume from the other's)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return False
     if stat.S_ISREG(st.st_mode):
+        own_file(path, st, what)
         return True
     kind = "a link" if stat.S_ISLNK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
     raise ConfigError(f"{what} {short_path(path, 120)}: {kind}; a run folder holds regular files there")
+
+
+def own_file(path: Path, st: os.stat_result, what: str) -> None:
+    """A run's regular file is its own: nothing in the sweeper hard-links one (checkpoints are
+    copied, reports appended, the rest replaced whole), so a second name for it is someone else's."""
+    if st.st_nlink > 1:
+        raise ConfigError(f"{what} {short_path(path, 120)}: hard-linked with another file ({st.st_nlink} links); "
+                          "a run's files are its own")
 
 
 def check_run_files(folder: Path, what: str) -> None:
@@ -172,6 +185,14 @@ def check_run_files(folder: Path, what: str) -> None:
         if path.name != SWAP and (stat.S_ISLNK(kind) or not stat.S_ISDIR(kind)):
             raise ConfigError(f"{what} {short_path(path, 120)}: {'a link' if stat.S_ISLNK(kind) else 'not a folder'}; "
                               "a run folder holds its checkpoint folders there")
+        if path.name != SWAP:
+            try:
+                entries = [(entry, os.lstat(entry)) for entry in sorted(path.iterdir())]
+            except OSError as err:
+                raise ConfigError(f"{what} {short_path(path, 120)}: cannot be read ({err.strerror or err})") from None
+            for entry, st in entries:  # state.pt, config.yaml: another run's, linked in, would be resumed
+                if stat.S_ISREG(st.st_mode):
+                    own_file(entry, st, what)
 
 
 def checkpoint_entries(folder: str | Path) -> list[Path]:
@@ -197,17 +218,49 @@ def trial_reports(trial_dir: str | Path) -> list[tuple[int, dict]]:
 
 
 def parse_reports(data: bytes) -> list[dict]:
-    """The reports in the bytes of a metrics.jsonl (a line cut by a kill, or not a report, is skipped)."""
-    out = []
-    for line in data.decode("utf-8", errors="replace").splitlines():
+    """The reports in the bytes of a metrics.jsonl (a line cut by a kill, or not a report, is
+    skipped; so is one with a metric name MLflow refuses, which the trainer never writes)."""
+    return [report for _, report, bad in _lenient_reports(data) if bad is None]
+
+
+def _lenient_reports(data: bytes):
+    """(line number, report, its first metric name MLflow refuses or None) of each line that is a
+    JSON object with a step >= 0."""
+    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
         try:
             report = json_text.loads(line)
         except ValueError:
             continue
         step = report.get("step") if isinstance(report, dict) else None
         if is_number(step) and step >= 0:
-            out.append(report)
-    return out
+            yield number, report, next((k for k in report if metric_name_problem(k)), None)
+
+
+def check_metric_names(data: bytes, source: str) -> None:
+    """The first report the lenient reader would take (and a sweep would log to MLflow) with a
+    metric name MLflow refuses, as one ConfigError line naming the line and the key."""
+    for number, _, bad in _lenient_reports(data):
+        if bad is not None:
+            raise ConfigError(f"{source} line {number}: {cut(bad, 40)}: {metric_name_problem(bad)}")
+
+
+MAX_METRIC_NAME = 250  # MLflow's MAX_ENTITY_KEY_LENGTH
+_METRIC_CHARACTERS = re.compile(r"[/\w.\- :]*")  # what MLflow's validate_param_and_metric_name takes (POSIX)
+
+
+def metric_name_problem(name: str) -> str | None:
+    """Why MLflow would refuse `name` as a metric's name, or None (the rule of its
+    mlflow/utils/validation.py, mirrored: at most 250 characters of letters, digits, `_ - . : /`
+    and spaces, and a plain relative path: not empty, no `.`/`..` parts, no doubled or leading or
+    trailing `/`). Every name the trainer reports passes (trainables/metrics.py)."""
+    if len(name) > MAX_METRIC_NAME:
+        return f"a metric name of {len(name):,} characters; MLflow takes at most {MAX_METRIC_NAME}"
+    if not _METRIC_CHARACTERS.fullmatch(name):
+        return "not a metric name MLflow takes (letters, digits, `_ - . : /` and spaces only)"
+    normal = posixpath.normpath(name)
+    if normal != name or normal == "." or normal.startswith("..") or normal.startswith("/"):
+        return "not a metric name MLflow takes (a plain relative path: no empty, `.` or `..` parts)"
+    return None
 
 
 def is_number(value) -> bool:
@@ -257,6 +310,8 @@ def _report(raw: bytes, where: str, previous: int) -> Report:
     for key, value in obj.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise ConfigError(f"{where}: {cut(key, 40)}: a metric must be a number, got {brief(value, 40)}")
+        if (problem := metric_name_problem(key)) is not None:  # MLflow would refuse it once the run is logged
+            raise ConfigError(f"{where}: {cut(key, 40)}: {problem}")
     if not 0 <= step <= MAX_STEPS:
         raise ConfigError(f"{where}: step: must be within [0, {MAX_STEPS:,}], got {brief(step, 40)}")
     if step <= previous:

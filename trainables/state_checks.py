@@ -5,8 +5,12 @@ while the checkpoint loads, not a crash (or a run trained on it) later."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from trainables.config import DATConfig
 
 ADAM_STATE = frozenset({"step", "exp_avg", "exp_avg_sq"})  # AdamW's per-parameter state (amsgrad adds one)
 
@@ -62,3 +66,28 @@ def check_optimizer(optimizer: torch.optim.Optimizer, fresh_groups: list[dict]) 
                 if not torch.is_tensor(state[key]) or state[key].shape != p.shape:
                     got = tuple(state[key].shape) if torch.is_tensor(state[key]) else type(state[key]).__name__
                     raise ValueError(f"{where}.{key}: must have its parameter's shape {tuple(p.shape)}, got {got}")
+
+
+def check_dat_switch(cfg: DATConfig, has_attention: bool, switch_step: int | None, step: int) -> None:
+    """The DAT switch a checkpoint of step `step` holds must be the one a run of `cfg`
+    reaches there. The trainer asks the schedule before each of the steps 0 .. step-1
+    and takes the checkpoint after the last, so attention is on from step s < `step` or still off:
+    without attention never on; `mode: none` on from 0; `fixed` on from `switch_step` once that is
+    below `step`, off before; `adaptive` on from a step in [min_step, max_step], and on by then
+    once `max_step` is below `step`. Another run's switch (a state copied in) is a ValueError."""
+    if switch_step is not None and switch_step >= step:
+        raise ValueError(f"dat.switch_step: {switch_step}: the switch comes after the checkpoint's step {step}")
+    got = "off" if switch_step is None else f"on from step {switch_step}"
+    if not has_attention:
+        ok, rule = switch_step is None, "a model without attention"
+    elif cfg.mode == "none":
+        ok, rule = switch_step == (0 if step > 0 else None), "dat.mode none: on from step 0"
+    elif cfg.mode == "fixed":
+        ok, rule = switch_step == (cfg.switch_step if cfg.switch_step < step else None), \
+            f"dat.mode fixed: on from step {cfg.switch_step}"
+    else:
+        ok = (cfg.min_step <= switch_step <= cfg.max_step) if switch_step is not None else step <= cfg.max_step
+        rule = f"dat.mode adaptive: on from a step in [{cfg.min_step}, {cfg.max_step}]"
+    if not ok:
+        raise ValueError(f"dat.switch_step: the checkpoint has attention {got} at its step {step}, which this "
+                         f"config never gives ({rule}): another run's switch")

@@ -26,7 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, Optional
+from typing import Callable, Literal, Mapping, Optional
 
 import torch
 import yaml
@@ -38,8 +38,8 @@ from trainables.dat import DATSchedule, curriculum_state_only, enable_attention,
 from trainables.memory import release_free_memory
 from trainables.model import HybridLM
 from trainables.objectives import make_objective
-from trainables.run_dir import CONFIG
-from trainables.state_checks import check_optimizer
+from trainables.run_dir import CHECKPOINT as CHECKPOINT_DIR, CONFIG
+from trainables.state_checks import check_dat_switch, check_optimizer
 from trainables.switch import Signals
 
 ReportFn = Callable[[dict, Optional[str]], None]
@@ -197,8 +197,7 @@ def load_checkpoint(directory: str | Path, model, optimizer, dat: DATSchedule, d
         optimizer.load_state_dict(state["optimizer"])
         check_optimizer(optimizer, fresh_groups)  # a moment of another shape crashes AdamW's fused step
         dat.load_state_dict(state["dat"])
-        if (dat.state.switch_step or 0) > state["step"]:
-            raise ValueError(f"dat.switch_step: the switch comes after the checkpoint's step {state['step']}")
+        check_dat_switch(dat.cfg, dat.has_attention, dat.state.switch_step, state["step"])
         data_gen.set_state(state["data_gen"])
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"] is not None and torch.cuda.is_available():
@@ -209,17 +208,27 @@ def load_checkpoint(directory: str | Path, model, optimizer, dat: DATSchedule, d
     return int(state["step"]), state.get("metrics", {})
 
 
-def check_resume(cfg: TrialConfig, directory: str | Path) -> int:
+def check_resume(cfg: TrialConfig, directory: str | Path, reports_file: str | None = None,
+                 reports: Mapping[int, dict] | None = None) -> int:
     """Everything `train(cfg, resume_from=directory)` would load, loaded into throwaway objects on
     the CPU, so that a checkpoint that cannot be resumed is refused before the caller writes
-    anything: the config it was taken with (its config.yaml) must be `cfg` but for `steps`, and its
-    step must lie in [0, cfg.steps]. Returns that step."""
+    anything: the config it was taken with (its config.yaml) must be `cfg` but for `steps`, its
+    step must lie in [0, cfg.steps] (and be its folder's, `checkpoint-STEP`), and with
+    `reports_file` (the run's metrics.jsonl, shown so; `reports`: its reports by step, None when
+    it is absent) the report it was taken with must be the run's (`check_own_report`). Returns that step."""
     path = Path(directory) / CHECKPOINT_FILE
     check_saved_config(cfg, directory)
-    step = int(read_checkpoint(directory, checkpoint_limit(cfg))["step"])
+    state = read_checkpoint(directory, checkpoint_limit(cfg))
+    step = int(state["step"])
     if step > cfg.steps:
         raise ConfigError(f"{path}: step: must be within [0, steps={cfg.steps}], got {brief(step, 40)}; "
                           f"a resumed run continues to a budget at or past its checkpoint")
+    if reports_file is not None:
+        check_own_report(path, state, reports_file, reports)
+    name = Path(directory).name
+    if name.startswith(f"{CHECKPOINT_DIR}-") and name != f"{CHECKPOINT_DIR}-{step}":
+        raise ConfigError(f"{short_path(Path(directory), 100)}: holds a checkpoint of step {step}; a run's "
+                          "checkpoint-STEP folder holds the checkpoint of that step")
     rng = torch.get_rng_state()
     try:
         objective = make_objective(cfg)
@@ -231,6 +240,33 @@ def check_resume(cfg: TrialConfig, directory: str | Path) -> int:
     finally:
         torch.set_rng_state(rng)
     return step
+
+
+def check_own_report(path: Path, state: dict, reports_file: str, reports: Mapping[int, dict] | None) -> None:
+    """A checkpoint is the run's own: every one is kept after its report is written to the run's
+    metrics.jsonl, and holds that report (`save_checkpoint`'s `metrics`), so metrics.jsonl holds a
+    report at the checkpoint's step, and it is the same report, to the last digit of every metric
+    (a trial's steps_per_s alone differs between any two runs). A checkpoint of another trial or
+    run copied or linked in (its config.yaml left as it was) is refused, not resumed on the other's
+    weights, optimizer and switch. A checkpoint that holds no report (`metrics` empty) is compared
+    by its step only."""
+    step, recorded = int(state["step"]), state.get("metrics") or {}
+    shown = short_path(path, 70)
+    if reports is None or step not in reports:
+        held = "is missing" if reports is None else f"holds no report at that step ({len(reports)} report{'s' * (len(reports) != 1)})"
+        raise ConfigError(f"{shown}: the checkpoint is at step {step}, but {reports_file} {held}; the run's reports "
+                          "were lost, or the checkpoint is another run's: refused (resuming would leave them out)")
+    logged = reports[step]
+    for key in [*recorded, *(k for k in logged if k not in recorded)] if recorded else []:
+        if not _same_value(recorded.get(key), logged.get(key)):
+            raise ConfigError(f"{shown}: another run's checkpoint: the report it was taken with has {cut(key, 40)} "
+                              f"{brief(recorded.get(key, 'none'), 24)} at step {step}, {reports_file} "
+                              f"{brief(logged.get(key, 'none'), 24)}")
+
+
+def _same_value(a, b) -> bool:
+    """Two metric values of one report, as written and read back (NaN is NaN)."""
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
 
 
 def check_saved_config(cfg: TrialConfig, directory: str | Path) -> None:

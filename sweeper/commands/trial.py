@@ -10,9 +10,11 @@ With `--out DIR` the run keeps its folder:
 `--resume` continues such a folder. Everything is checked before a byte is written: the
 folder's files are regular files read under size limits and parsed into typed records, the
 saved config must be the requested one (only `steps` may change), and the checkpoint must be
-this run's, hold tensors and plain values only, load into this config's model, and sit at a
-step in [0, steps] whose report metrics.jsonl holds, at most one report behind its end (the one
-a kill between a report and its checkpoint leaves, which the resume trains again). A refusal is one line.
+this run's, hold tensors and plain values only, load into this config's model (its DAT switch
+the one this config reaches at its step), and sit at a step in [0, steps] whose report
+metrics.jsonl holds, the same report the checkpoint was taken with, at most one report behind
+its end (the one a kill between a report and its checkpoint leaves, which the resume trains
+again). No file of the run is hard-linked with another. A refusal is one line.
 """
 
 from __future__ import annotations
@@ -104,20 +106,15 @@ def check_resume(out: Path, cfg: TrialConfig) -> Resume:
         if (data := read_yaml(path)) == {}:  # an empty document (no text, `{}`, `~`, a comment) loads as every default
             raise ConfigError(f"{where}: {name}: an empty document, where the run's config was saved")
         _same_run(trial_config_from_dict(data, source=name), cfg, name)
-    step = check_checkpoint(cfg, folder)
-    if folder.name.startswith(f"{CHECKPOINT}-") and folder.name != f"{CHECKPOINT}-{step}":
-        raise ConfigError(f"{where}: {folder.name}: holds a checkpoint of step {step}; a run's checkpoint-STEP "
-                          "folder holds the checkpoint of that step")
     data, reports, cut_short = b"", [], False
     if (found := regular_or_absent(out / REPORTS, "--resume")):
         data = read_limited(out / REPORTS, "--resume", MAX_REPORTS_BYTES)
         reports, cut_short = strict_reports(data, short_path(out / REPORTS, 100))
+    # the checkpoint's step, its folder's name, and its report: the one metrics.jsonl holds at that step
+    step = check_checkpoint(cfg, folder, short_path(out / REPORTS, 60),
+                            {r.step: r.metrics for r in reports} if found else None)
     kept = [r for r in reports if r.step <= step]
     after = [r.step for r in reports if r.step > step]
-    if step not in {r.step for r in kept}:  # every checkpoint is taken after its report is written
-        held = "is missing" if not found else f"holds no report at that step ({len(reports)} report{'s' * (len(reports) != 1)})"
-        raise ConfigError(f"{where}: the checkpoint is at step {step}, but metrics.jsonl {held}; the run's reports "
-                          "were lost, and resuming would leave them out: refused")
     if len(after) + cut_short > 1:
         raise ConfigError(f"{where}: the checkpoint is at step {step}, but metrics.jsonl goes on to step "
                           f"{after[-1] if after else '?'} ({len(after)} report{'s' * (len(after) != 1)} after it); a run's "
