@@ -252,7 +252,8 @@ def test_a_line_that_is_not_a_report_is_refused(run_dir, tmp_path):
 
 
 @pytest.mark.parametrize("line, expect", [('{"step": "20"}', "whole number"), ('{"step": 10}', "above the line before"),
-                                          ('[1, 2]', "JSON object"), ('{"step": 60, "loss": "low"}', "loss")])
+                                          ('[1, 2]', "JSON object"), ('{"step": 60, "loss": "low"}', "loss"),
+                                          ('{"step": 60, "loss": 1' + "0" * 400 + '}', "loss: a number no float holds")])
 def test_a_report_of_the_wrong_kind_is_refused(run_dir, tmp_path, line, expect):
     with open(run_dir / "metrics.jsonl", "a") as f:
         f.write(line + "\n")
@@ -267,6 +268,14 @@ def test_a_metric_name_mlflow_refuses_is_refused_before_anything_is_logged_or_tr
     reports = run_dir / "metrics.jsonl"
     reports.write_text(reports.read_text().replace('"loss"', f'"{name}"', 1))  # a JSON escape for the surrogate
     refused(tmp_path, "metrics.jsonl line 1", expect)
+
+
+def test_the_lenient_reader_leaves_out_a_line_whose_number_no_float_holds():
+    """What the views and the MLflow sync read: float() of 10**400 was an OverflowError there."""
+    from trainables.run_dir import parse_reports
+
+    data = b'{"step": 1, "loss": 0.5}\n{"step": 2, "loss": 1' + b"0" * 400 + b'}\n{"step": 1' + b"0" * 400 + b'}\n'
+    assert parse_reports(data) == [{"step": 1, "loss": 0.5}]
 
 
 def test_every_metric_name_a_trial_reports_is_one_mlflow_takes():

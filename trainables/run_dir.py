@@ -232,7 +232,7 @@ def _lenient_reports(data: bytes):
         except ValueError:
             continue
         step = report.get("step") if isinstance(report, dict) else None
-        if is_number(step) and step >= 0:
+        if is_number(step) and step >= 0 and not any(map(beyond_float, report.values())):
             yield number, report, next((k for k in report if metric_name_problem(k)), None)
 
 
@@ -264,8 +264,18 @@ def metric_name_problem(name: str) -> str | None:
 
 
 def is_number(value) -> bool:
-    """A finite int or float (not a bool): what a report's metric must be."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite int or float (not a bool) that a float holds: what a report's metric must be."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # a whole number of hundreds of digits (JSON reads it): no float holds it
+        return False
+
+
+def beyond_float(value) -> bool:
+    """A whole number JSON reads that no float holds (10**400): a line with one is no report."""
+    return isinstance(value, int) and not isinstance(value, bool) and not is_number(value)
 
 
 @dataclass(frozen=True)
@@ -310,6 +320,8 @@ def _report(raw: bytes, where: str, previous: int) -> Report:
     for key, value in obj.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise ConfigError(f"{where}: {cut(key, 40)}: a metric must be a number, got {brief(value, 40)}")
+        if beyond_float(value):
+            raise ConfigError(f"{where}: {cut(key, 40)}: a number no float holds, got {brief(value, 40)}")
         if (problem := metric_name_problem(key)) is not None:  # MLflow would refuse it once the run is logged
             raise ConfigError(f"{where}: {cut(key, 40)}: {problem}")
     if not 0 <= step <= MAX_STEPS:
