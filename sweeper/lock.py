@@ -84,6 +84,16 @@ def lock_held(path: Path) -> bool:
         os.close(fd)
 
 
+def roll_back_unheld(sweep_dir: Path, study: Path) -> bool:
+    """What a killed driver left half-done in the sweep's study rolled back (`fs.roll_back`); True
+    when there was a rollback. A journal beside the study while a driver holds the sweep's lock is
+    that driver's write in progress, not a killed one's: SQLite waits for it, and it is not reported."""
+    from sweeper.fs import roll_back
+
+    lock = sweep_lock_path(sweep_dir)
+    return not lock_held(lock) and roll_back(study) and not lock_held(lock)
+
+
 def sweep_lock_path(sweep_dir: Path) -> Path:
     """Beside the sweep's directory, not in it: `--restart` deletes the directory."""
     return Path(sweep_dir).parent / f".{Path(sweep_dir).name}.lock"

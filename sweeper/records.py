@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from trainables.config import MAX_STEPS
@@ -123,3 +124,30 @@ TRIAL_NAME = re.compile(r"t\d{4,}")  # what trial_name gives
 def trial_name(number: int) -> str:
     """A trial's name in every view (status, MLflow, the trial's folder): stable across launches."""
     return f"t{number:04d}"
+
+
+def check_report_names(trials_root: Path) -> None:
+    """Every trial folder's reports, as the resume's MLflow sync reads them (`RunDir.reports`): a
+    metric name MLflow refuses (`lo*ss`, 600 characters, a lone surrogate) is one line naming the
+    file, the line and the key before anything is written, not the tracking store's failure once
+    the sweep's runs were half logged (the trainer never writes one: someone else did)."""
+    from core.errors import cut, short_path
+    from trainables.config import ConfigError
+    from trainables.run_dir import MAX_REPORTS_BYTES, REPORTS, check_metric_names
+
+    if not trials_root.is_dir():
+        return
+    for folder in sorted(trials_root.iterdir()):
+        path = folder / REPORTS
+        if not TRIAL_NAME.fullmatch(folder.name) or not path.is_file():  # what RunDir.reports reads
+            continue
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_REPORTS_BYTES)
+        except OSError as err:
+            raise ConfigError(f"{short_path(path, 100)}: cannot be read ({err.strerror or err}); move "
+                              f"{short_path(folder, 80)} away") from None
+        try:
+            check_metric_names(data, short_path(path, 100))
+        except ConfigError as err:
+            raise ConfigError(f"{cut(str(err), 220)}; mend that line, or move {short_path(folder, 80)} away") from None

@@ -184,3 +184,13 @@ def launch_origin(message: Mapping[str, Any]) -> tuple[str, str]:
         return code, absolute_path(root if isinstance(root, str) else "")
     except ValueError as err:
         raise ConfigError(f"launch request: root: {err} (the launch's checkout), got {brief(root, 60)}") from None
+
+
+def request_verb(message: Mapping[str, Any]) -> Any:
+    """A request's verb; `status` and `stop` are of the whole service and take no other field (a
+    stop naming one sweep would stop every sweep on it)."""
+    verb = message.get("verb")
+    if verb in ("status", "stop") and (extra := sorted(map(str, set(message) - {"verb"}))):
+        raise ConfigError(f"{verb} request: takes no field but `verb`, got {brief(extra, 60)} "
+                          f"(`{verb}` is of the whole service, never of one sweep)")
+    return verb

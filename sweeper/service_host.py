@@ -43,7 +43,7 @@ from sweeper.events import Event, Running, Say
 from sweeper.faults import Faults
 from sweeper.local_ray import LATE_NOTE, check_socket_room, loopback_only
 from sweeper.lock import open_lock_file
-from sweeper.request import SweepRequest, launch_origin
+from sweeper.request import SweepRequest, launch_origin, request_verb
 from sweeper.service_session import LaunchSink, Served, StoreFiles, first_message, reply_error, say_alive, watch_client
 from sweeper.sweep import Sweep, SweepHost
 from sweeper.service_link import (LOCK, LOG, SOCKET, STATE, Messages, a_pid, check_entries, code_hash,
@@ -148,10 +148,7 @@ class Service:
                 messages = iter(Messages(conn))
                 if (message := first_message(conn, messages)) is None:  # a client that says nothing holds no thread
                     return
-                verb = message.get("verb")
-                if verb in ("status", "stop") and (extra := sorted(map(str, set(message) - {"verb"}))):
-                    raise ConfigError(f"{verb} request: takes no field but `verb`, got {brief(extra, 60)} "
-                                      f"(`{verb}` is of the whole service, never of one sweep)")
+                verb = request_verb(message)
                 if verb == "launch":
                     self._launch(conn, message, messages)
                 elif verb == "status":

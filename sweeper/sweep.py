@@ -5,8 +5,8 @@ service both call.
     with sweep:                           close(): the lock, Ray's scratch folder, the MLflow thread
         sweep.open()    checks, the sweep's lock, its folder (new, resumed, --restart), the ledger
                         (its Optuna study), the MLflow tracker, the views, Ray, the plan line
-        sweep.run()     the Tuner: trials until num_samples, or until stopped (Ctrl-C, SIGTERM,
-                        the service's `stop`); Running and Fitted events around it
+        sweep.run()     the Tuner (none for a finished sweep): trials until num_samples, or until stopped
+                        (Ctrl-C, SIGTERM, the service's `stop`); Running and Fitted events around it
         code = sweep.finish()   interrupted trials marked, status.json, summary.json, MLflow's
                         finish, the table; 0 when every trial ended, 130 when it was interrupted
 
@@ -31,8 +31,8 @@ from typing import Callable
 from sweeper import orphans
 from sweeper.events import Fitted, Running, Sink, Speaker, TopTrials
 from sweeper.faults import Faults
-from sweeper.fs import first_missing, narrow_modes, roll_back, sqlite_url
-from sweeper.lock import claim_sweep_lock, hold_sweep_lock, lock_held, release_sweep_lock, sweep_lock_path
+from sweeper.fs import first_missing, narrow_modes, sqlite_url
+from sweeper.lock import claim_sweep_lock, hold_sweep_lock, release_sweep_lock, roll_back_unheld, sweep_lock_path
 from sweeper.request import SweepRequest, current_umask
 from sweeper.status import SPACE_FILE, write_summary
 from sweeper.sweep_checks import check_request, check_resume, check_sweep_dir, prepare_sweep_dir
@@ -88,7 +88,7 @@ class Sweep:
                 self.say.note(f"note: --address {hide_password(req.address)} with the storage path {checked.sweep_dir}: on a "
                               "multi-node cluster every node must see it (NFS, a shared volume; pass --shared-storage "
                               "to confirm it is shared)")
-        if not req.restart and self._rolled_back_a_killed_write(sweep_dir):
+        if not req.restart and roll_back_unheld(sweep_dir, sweep_dir / OPTUNA_DB):  # as any writer of the study would
             self.say.note("note: rolled back the write to the sweep's study that a killed driver left half-done")
         if not os.path.lexists(sweep_lock_path(sweep_dir)):  # checked before the lock file is made: a refusal
             if check_sweep_dir(spec, req.file, sweep_dir, req.restart):  # leaves the storage as it was
@@ -136,14 +136,6 @@ class Sweep:
         self.tuner = ray_tune.build_tuner(spec, self.ledger, self.views, str(self.trials_root), scratch,
                                           stop=host.stop if host else None, workers=host.workers if host else None)
 
-    @staticmethod
-    def _rolled_back_a_killed_write(sweep_dir: Path) -> bool:
-        """What a killed driver left half-done in the study rolled back, as any writer of it would do
-        first. A journal beside the study while another driver holds the sweep's lock is that
-        driver's write in progress, not a killed one's: it is waited on by SQLite, and not reported."""
-        lock = sweep_lock_path(sweep_dir)
-        return not lock_held(lock) and roll_back(sweep_dir / OPTUNA_DB) and not lock_held(lock)
-
     def _open_records(self, resuming: bool):
         """The ledger (the sweep's Optuna study), its MLflow tracker and its views."""
         from sweeper.adapters import mlflow_tracking as tracking
@@ -158,8 +150,7 @@ class Sweep:
         self.tracker = tracking.SweepTracker(req.tracking_uri, spec, sweep_dir, req.experiment, ledger=ledger,
                                              say=self.say.warning, cwd=req.cwd)
         self._resources.callback(self.tracker.drain, 5.0)  # a sweep that failed: its MLflow thread ends too
-        views = SweepViews(sweep_dir, spec, ledger, str(self.trials_root), tracker=self.tracker, say=self.say,
-                           faults=self.faults)
+        views = SweepViews(sweep_dir, spec, ledger, str(self.trials_root), tracker=self.tracker, say=self.say, faults=self.faults)
         return ledger, views, views.records()
 
     def _start_ray(self, records) -> None:
@@ -216,8 +207,8 @@ class Sweep:
         """The trials, until every one has ended or the sweep is stopped."""
         self.say(Running(self.sweep_dir))  # the live view draws from the sweep's folder from now on
         try:
-            if self.ledger.unfinished() or self.ledger.counted() < self.spec.budget.num_samples:
-                self.tuner.fit()  # a finished sweep launched again has nothing to train: Tune is not run for it
+            if self.ledger.unfinished() or self.ledger.counted() < self.spec.budget.num_samples:  # else nothing to train
+                self.tuner.fit()
         finally:
             self.say(Fitted())
 

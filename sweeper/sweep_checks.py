@@ -267,7 +267,7 @@ def check_checkpoints(spec, unfinished: dict[int, dict], trials_root: Path) -> N
     someone else's weights. Then every trial's reports, which the resume logs to MLflow from the
     trials' folders, must be ones MLflow takes (`check_report_names`)."""
     from sweeper.fs import read_limited
-    from sweeper.records import trial_name
+    from sweeper.records import check_report_names, trial_name
     from sweeper.space import trial_config_for
     from trainables.config import ConfigError
     from trainables.run_dir import CHECKPOINT, MAX_REPORTS_BYTES, REPORTS, RunDir, check_run_files, strict_reports
@@ -293,31 +293,5 @@ def check_checkpoints(spec, unfinished: dict[int, dict], trials_root: Path) -> N
             check_resume(trial_config_for(spec, params, f"trial {number}"), checkpoint, REPORTS, reports)
         except ConfigError as err:
             raise ConfigError(f"{cut(str(err), 220)}; move {short_path(folder, 80)} away to train that trial afresh") from None
-    check_report_names(Path(trials_root))
+    check_report_names(Path(trials_root))  # sweeper.records
 
-
-def check_report_names(trials_root: Path) -> None:
-    """Every trial folder's reports, as the resume's MLflow sync reads them (`RunDir.reports`): a
-    metric name MLflow refuses (`lo*ss`, 600 characters, a lone surrogate) is one line naming the
-    file, the line and the key before anything is written, not the tracking store's failure once
-    the sweep's runs were half logged (the trainer never writes one: someone else did)."""
-    from sweeper.records import TRIAL_NAME
-    from trainables.config import ConfigError
-    from trainables.run_dir import MAX_REPORTS_BYTES, REPORTS, check_metric_names
-
-    if not trials_root.is_dir():
-        return
-    for folder in sorted(trials_root.iterdir()):
-        path = folder / REPORTS
-        if not TRIAL_NAME.fullmatch(folder.name) or not path.is_file():  # what RunDir.reports reads
-            continue
-        try:
-            with open(path, "rb") as f:
-                data = f.read(MAX_REPORTS_BYTES)
-        except OSError as err:
-            raise ConfigError(f"{short_path(path, 100)}: cannot be read ({err.strerror or err}); move "
-                              f"{short_path(folder, 80)} away") from None
-        try:
-            check_metric_names(data, short_path(path, 100))
-        except ConfigError as err:
-            raise ConfigError(f"{cut(str(err), 220)}; mend that line, or move {short_path(folder, 80)} away") from None
