@@ -138,16 +138,16 @@ SOUND_STATUS = {"pid": 4242, "started": 1.0, "code": "0123456789abcdef", "worker
 
 
 @pytest.mark.parametrize("field,value,named", [
-    ("workers", float("nan"), "workers: input should be a valid integer, got nan"),
-    ("workers", "3", "workers: input should be a valid integer"),
-    ("started", 1e300, "started: input should be less than"),
-    ("pid", -4, "pid: input should be greater than 0"),
-    ("code", None, "code: input should be a valid string"),
+    ("workers", float("nan"), "status: workers: must be a valid integer, got nan"),
+    ("workers", "3", "status: workers: must be a valid integer"),
+    ("started", 1e300, "status: started: must be less than"),
+    ("pid", -4, "status: pid: must be greater than 0"),
+    ("code", None, "status: code: must be a valid string"),
     ("worker_info", [{"pid": 4243, "trained": "many", "busy": False}], "worker_info.0.trained"),
     ("worker_info", [{"pid": 4243, "trained": 2, "busy": "yes"}], "worker_info.0.busy"),
     ("sweeps", [{"name": ["a"], "since": 1.0, "client_pid": 7, "sweep_dir": None}], "sweeps.0.name"),
     ("sweeps", [{"name": "a", "since": float("inf"), "client_pid": 7, "sweep_dir": None}], "sweeps.0.since"),
-    ("sweeps", [{"name": "a", "since": 1.0, "client_pid": 7}], "sweeps.0.sweep_dir: field required"),
+    ("sweeps", [{"name": "a", "since": 1.0, "client_pid": 7}], "status: sweeps.0.sweep_dir: required"),
 ])
 def test_a_status_field_of_the_wrong_kind_is_one_line_not_shown_as_sent(tmp_path, stand_in, field, value, named):
     """`nan warm workers`, `up 0m00s` for a start of 1e300: every field is checked before it is shown."""

@@ -100,11 +100,11 @@ def service_status() -> ServiceStatus | None:
     try:
         return ServiceStatus.model_validate(answer)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "answer"
+        from trainables.config import format_validation_error
+
         raise ConfigError(f"the sweep service at {cut(str(service_dir()), 120)} answered a status that is not a "
-                          f"service's ({where}: {first['msg'].lower()}, got {_shown(first.get('input'), 40)}); "
-                          "`sweeper serve --stop`, then start it again") from None
+                          f"service's ({visible(format_validation_error(err, 'status'))}); `sweeper serve --stop`, "
+                          "then start it again") from None
 
 
 def show_status(answer: ServiceStatus | None) -> int:
