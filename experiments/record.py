@@ -67,25 +67,29 @@ class RecordBusy(Exception):
 
 @contextlib.contextmanager
 def record_lock(path: Path, wait_s: float | None = None) -> Iterator[None]:
-    """Hold the record's lock (a file beside it) for one read-change-write, so that two writers
-    (a running experiment's export, an import by hand) do not drop each other's runs. With
-    `wait_s`, RecordBusy when another writer holds it longer than that."""
-    from sweeper.lock import open_lock_file
-
-    with open_lock_file(path.with_name(path.name + ".lock")) as f:  # never through a link, never a FIFO
+    """Hold the lock of the record's folder for one read-change-write, so that two writers (a
+    running experiment's export, an import by hand) do not drop each other's runs. The lock is the
+    folder itself (flock on its descriptor): nothing is made beside the record, so a refused verb
+    leaves the folder as it was. With `wait_s`, RecordBusy when another writer holds it longer."""
+    folder = path.parent
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as err:
+        raise ConfigError(f"{short_path(folder, 100)}: the record's folder cannot be opened "
+                          f"({err.strerror or err})") from None
+    try:
         deadline = None if wait_s is None else time.monotonic() + wait_s
         while True:
             try:
-                fcntl.flock(f, fcntl.LOCK_EX | (fcntl.LOCK_NB if deadline is not None else 0))
+                fcntl.flock(fd, fcntl.LOCK_EX | (fcntl.LOCK_NB if deadline is not None else 0))
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     raise RecordBusy(f"{path.name} is being written by another process for over {wait_s:.0f} s") from None
                 time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+        yield  # the kernel drops the lock when the descriptor closes
+    finally:
+        os.close(fd)
 
 
 def write_record(path: Path, data: dict) -> None:
