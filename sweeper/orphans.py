@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 
 from core import json_text
-from core.errors import ConfigError, short_path
+from core.errors import MAX_LINE, ConfigError, cut, short_path
 from core.files import write_atomic
 
 PROCESSES_FILE = "ray_processes.json"
@@ -181,3 +181,21 @@ def end_orphans(sweep_dir: Path, grace_s: float = 5.0) -> list[str]:
             continue
     psutil.wait_procs(left, timeout=grace_s)  # "ended" means gone: their ports and files are free when this returns
     return names  # the record stays: its processes are gone (a pid and start time match no one), and the next Ray's replaces it
+
+
+def ended_note(ended: list[str]) -> str:
+    """The line that says which leftover processes a launch ended."""
+    return f"ended {len(ended)} processes of this sweep's earlier local Ray ({', '.join(sorted(set(ended)))})"
+
+
+@contextlib.contextmanager
+def told_in_refusal(ended: list[str]):
+    """A refusal raised inside names the leftover processes ended before it, in its one line (a
+    refused resume prints nothing else)."""
+    try:
+        yield
+    except ConfigError as err:
+        if not ended:
+            raise
+        told = f" [ended first: {len(ended)} leftover Ray processes of its killed driver]"
+        raise ConfigError(cut(str(err), MAX_LINE - len(told) - len("error: ")) + told) from None

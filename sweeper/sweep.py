@@ -98,13 +98,12 @@ class Sweep:
         lock = hold_sweep_lock(sweep_dir, spec.name, claim=False)  # one driver per sweep
         self._narrow_at_close(sweep_dir)  # runs last: after the trials and the MLflow thread have stopped
         self._resources.callback(release_sweep_lock, lock)
-        if ended := orphans.end_orphans(sweep_dir):  # a SIGKILLed driver's local Ray: ended before its files are read
-            self.say.note(f"ended {len(ended)} processes of this sweep's earlier local Ray ({', '.join(sorted(set(ended)))})")
-        resuming = False
-        if not req.restart:  # a resume's checks only read: a refused one leaves the folder as it was
-            resuming = prepare_sweep_dir(spec, req.file, sweep_dir, False, self.say.info)
-            if resuming:
+        ended = orphans.end_orphans(sweep_dir)  # a SIGKILLed driver's local Ray: ended before its files are read
+        with orphans.told_in_refusal(ended):  # a resume's checks only read: a refused one leaves the folder as it was
+            if resuming := not req.restart and prepare_sweep_dir(spec, req.file, sweep_dir, False, self.say.info):
                 check_resume(sweep_dir, spec, req.tracking_uri, req.tracking_source)
+        if ended:
+            self.say.note(orphans.ended_note(ended))
         claim_sweep_lock(lock, on_service=host is not None)
         if req.restart:
             prepare_sweep_dir(spec, req.file, sweep_dir, True, self.say.info)

@@ -42,3 +42,23 @@ def test_the_next_launch_ends_a_sigkilled_drivers_ray(tmp_path):
     assert "processes of this sweep's earlier local Ray" in r.stderr, r.stderr[-2000:]
     final = json.loads((sweep_dir / "status.json").read_text())
     assert len(final["trials"]) == 2 and all(t["status"] == "completed" for t in final["trials"]), final["trials"]
+
+
+def test_a_refused_resume_after_a_sigkill_is_one_line_that_names_the_leftovers_it_ended(tmp_path):
+    space = tmp_path / "orph.yaml"
+    space.write_text(SPACE)
+    sweep_dir = tmp_path / "sweeps" / "orph"
+    cmd = sweeper_cmd("launch", space, "--progress", "lines")
+    proc = subprocess.run(cmd, cwd=tmp_path, env={**ENV, "SWEEPER_FAULT": "report:3:KILL"}, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    time.sleep(2)
+    assert ray_left_running(sweep_dir), "nothing of the killed driver's Ray was left running: the test's premise no longer holds"
+    (sweep_dir / "space.yaml").write_text("")  # damaged while no driver ran: the resume refuses it
+
+    r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "space.yaml: empty" in lines[0], r.stderr[-2000:]
+    assert lines[0].endswith("leftover Ray processes of its killed driver]"), lines[0]
+    assert ray_left_running(sweep_dir) == []
