@@ -126,11 +126,12 @@ def trial_name(number: int) -> str:
     return f"t{number:04d}"
 
 
-def check_report_names(trials_root: Path) -> None:
+def check_report_names(trials_root: Path, read: dict[Path, bytes] | None = None) -> None:
     """Every trial folder's reports, as the resume's MLflow sync reads them (`RunDir.reports`): a
     metric name MLflow refuses (`lo*ss`, 600 characters, a lone surrogate) is one line naming the
     file, the line and the key before anything is written, not the tracking store's failure once
-    the sweep's runs were half logged (the trainer never writes one: someone else did)."""
+    the sweep's runs were half logged (the trainer never writes one: someone else did). `read`:
+    the bytes of the trial folders' files already read, by folder (not read again)."""
     from core.errors import cut, short_path
     from trainables.config import ConfigError
     from trainables.run_dir import MAX_REPORTS_BYTES, REPORTS, check_metric_names
@@ -142,8 +143,10 @@ def check_report_names(trials_root: Path) -> None:
         if not TRIAL_NAME.fullmatch(folder.name) or not path.is_file():  # what RunDir.reports reads
             continue
         try:
-            with open(path, "rb") as f:
-                data = f.read(MAX_REPORTS_BYTES)
+            data = (read or {}).get(folder)
+            if data is None:
+                with open(path, "rb") as f:
+                    data = f.read(MAX_REPORTS_BYTES)
         except OSError as err:
             raise ConfigError(f"{short_path(path, 100)}: cannot be read ({err.strerror or err}); move "
                               f"{short_path(folder, 80)} away") from None

@@ -273,6 +273,7 @@ def check_checkpoints(spec, unfinished: dict[int, dict], trials_root: Path) -> N
     from trainables.run_dir import CHECKPOINT, MAX_REPORTS_BYTES, REPORTS, RunDir, check_run_files, strict_reports
     from trainables.train import check_resume
 
+    read: dict[Path, bytes] = {}  # each metrics.jsonl read here, checked for names from the same bytes
     for number, params in unfinished.items():
         folder = Path(trials_root) / trial_name(number)
         try:
@@ -288,10 +289,10 @@ def check_checkpoints(spec, unfinished: dict[int, dict], trials_root: Path) -> N
         try:
             reports = None
             if os.path.lexists(folder / REPORTS):  # a regular file of its own (check_run_files)
-                data = read_limited(folder / REPORTS, f"trial {number}:", MAX_REPORTS_BYTES)
+                data = read[folder] = read_limited(folder / REPORTS, f"trial {number}:", MAX_REPORTS_BYTES)
                 reports = {r.step: r.metrics for r in strict_reports(data, short_path(folder / REPORTS, 100))[0]}
             check_resume(trial_config_for(spec, params, f"trial {number}"), checkpoint, REPORTS, reports)
         except ConfigError as err:
             raise ConfigError(f"{cut(str(err), 220)}; move {short_path(folder, 80)} away to train that trial afresh") from None
-    check_report_names(Path(trials_root))  # sweeper.records
+    check_report_names(Path(trials_root), read)  # sweeper.records
 
