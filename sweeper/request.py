@@ -142,11 +142,9 @@ class SweepRequest(BaseModel):
         try:
             return cls(**fields)
         except ValidationError as err:
-            first = err.errors()[0]
-            key = ".".join(str(p) for p in first["loc"]) or "request"
-            rule = first["msg"].removeprefix("Value error, ")
-            got = "" if "got " in rule else f", got {brief(first.get('input'), 60)}"  # said once
-            raise ConfigError(f"{source}: {key}: {rule}{got}") from None
+            from trainables.config import format_validation_error
+
+            raise ConfigError(format_validation_error(err, source, value_shown=True)) from None
         except TypeError as err:  # a message that is not a mapping of names
             raise ConfigError(f"{source}: {err}") from None
 

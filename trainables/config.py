@@ -281,9 +281,12 @@ class TrialConfig(_Frozen):
 # --------------------------------------------------------------------------- loading
 
 
-def format_validation_error(err: ValidationError, source: str, hide: tuple[str, ...] = ()) -> str:
+def format_validation_error(err: ValidationError, source: str, hide: tuple[str, ...] = (),
+                            value_shown: bool = False) -> str:
     """The first error of a pydantic ValidationError as `source: key: rule, got value`;
-    `hide` names location parts to leave out of the key (a union's discriminator tags)."""
+    `hide` names location parts to leave out of the key (a union's discriminator tags). A
+    validator's own rule says its value where it matters; `value_shown` adds it to every rule that
+    does not (a request's fields, where the caller may not see what was sent)."""
     first = err.errors()[0]
     key = ".".join(cut(str(p), 40) for p in first["loc"] if p not in hide)
     msg = first["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
@@ -291,7 +294,8 @@ def format_validation_error(err: ValidationError, source: str, hide: tuple[str, 
         msg = "unknown key"
     elif first["type"] == "missing":  # its input is the mapping around the key: not worth showing
         msg = "required"
-    elif first["type"] not in ("value_error", "number") and "input" in first:  # "number": NumbersOnly's says what it got
+    elif ((first["type"] not in ("value_error", "number") or value_shown and "got " not in msg)
+          and "input" in first):  # "number": NumbersOnly's says what it got
         msg = f"{cut(msg, 120)}, got {brief(first['input'])}"
     more = len(err.errors()) - 1
     tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
