@@ -55,6 +55,35 @@ def check_socket_room() -> None:
                           f"{SOCKET_LIMIT}); set RAY_TMPDIR to a shorter folder")
 
 
+def check_ray_temp() -> None:
+    """Read-only, before anything is written: the folder a local Ray will keep its files in can be
+    used (`private_temp_dir`'s rules: a folder of this user's, or one that can be made) and its
+    socket paths fit (`check_socket_room`); one ConfigError line otherwise."""
+    from sweeper.fs import check_writable
+
+    if chosen := os.environ.get("RAY_TMPDIR"):
+        check_writable(chosen, "$RAY_TMPDIR")
+    else:
+        folder = private_temp_root().parent
+        try:
+            st = os.lstat(folder)
+        except FileNotFoundError:
+            check_writable(folder, "$TMPDIR")  # made by `private_temp_dir` when Ray starts
+        except OSError as err:
+            raise _unusable(folder, err) from None
+        else:
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                what = "a link" if stat.S_ISLNK(st.st_mode) else "not a folder" if not stat.S_ISDIR(st.st_mode) else "another user's"
+                raise _unusable(folder, what)
+    check_socket_room()
+
+
+def _unusable(folder: Path, why) -> ConfigError:
+    why = why if isinstance(why, str) else why.strerror or why
+    return ConfigError(f"{cut(str(folder), 120)}: cannot keep the local Ray's files there ({why}); "
+                       "set RAY_TMPDIR to a folder of your own")
+
+
 def private_temp_dir() -> None:
     """Before a local Ray starts: RAY_TMPDIR a folder only this user can enter (made 0700, or made
     so), unless the caller chose one. A folder of that name owned by another user, or not a
@@ -70,6 +99,5 @@ def private_temp_dir() -> None:
         if stat.S_IMODE(st.st_mode) & 0o077:
             os.chmod(folder, 0o700)
     except OSError as err:
-        raise ConfigError(f"{cut(str(folder), 120)}: cannot keep the local Ray's files there ({err.strerror or err}); "
-                          "set RAY_TMPDIR to a folder of your own") from None
+        raise _unusable(folder, err) from None
     os.environ["RAY_TMPDIR"] = str(folder)

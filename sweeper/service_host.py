@@ -41,7 +41,7 @@ from pathlib import Path
 from sweeper import orphans
 from sweeper.events import Event, Running, Say
 from sweeper.faults import Faults
-from sweeper.local_ray import LATE_NOTE, check_socket_room, loopback_only
+from sweeper.local_ray import LATE_NOTE, check_ray_temp, loopback_only
 from sweeper.lock import open_lock_file
 from sweeper.request import SweepRequest, launch_origin, request_verb
 from sweeper.service_session import LaunchSink, Served, StoreFiles, first_message, reply_error, say_alive, watch_client
@@ -62,9 +62,9 @@ log = logging.getLogger(__name__)
 
 class Service:
     def __init__(self, directory: Path, workers: int):
+        check_ray_temp()  # before its folder is made
         self.dir = ensure_private_dir(directory)
         check_entries(self.dir)  # a folder or link where its socket, state or log goes: one line, before Ray
-        check_socket_room()
         self.lock = self._take_lock()
         (self.dir / STATE).unlink(missing_ok=True)  # a killed service's: until this one listens, none answers
         if ended := orphans.end_orphans(self.dir):  # a SIGKILLed service's Ray: ours to end now

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from sweeper.fs import check_writable
-from sweeper.local_ray import check_socket_room
+from sweeper.local_ray import check_ray_temp
 from sweeper.lock import check_lock_file, sweep_lock_path
 from sweeper.orphans import key_path
 from sweeper.request import SweepRequest
@@ -50,9 +50,7 @@ def check_request(request: SweepRequest) -> Checked:
     check_writable(key_path().parent, "the sweeper's state folder" + (" ($XDG_STATE_HOME)" if os.path.isabs(os.environ.get("XDG_STATE_HOME", "")) else ""))
     if request.address is None:
         check_local_resources(spec, shown_path(request.file, request.cwd))
-        if os.environ.get("RAY_TMPDIR"):  # the local Ray's session folders
-            check_writable(os.environ["RAY_TMPDIR"], "$RAY_TMPDIR")
-        check_socket_room()
+        check_ray_temp()  # the local Ray's session folders
     else:
         check_address(request.address)
     preflight(request.tracking_uri, source=request.tracking_source)

@@ -456,3 +456,22 @@ def test_a_temp_folder_too_long_for_ray_s_sockets_is_one_line_before_anything_is
     before = snapshot(tmp_path)
     r = sweeper(*verb, cwd=tmp_path, env=env)
     assert_refused(r, f"${variable}", "too long for the local Ray's socket paths", root=tmp_path, before=before)
+
+
+@pytest.mark.parametrize("verb", [("launch", SMOKE, "--in-process"), ("serve", "--detach"), ("serve",)])
+@pytest.mark.parametrize("planted", ["file", "link", "dangling link"])
+def test_a_private_ray_folder_that_cannot_be_used_is_one_line_before_anything_is_written(tmp_path, verb, planted):
+    # <TMPDIR>/sweeper-ray-UID, where a local Ray keeps its sockets, a file or a link: a launch had
+    # written its lock, its study and an MLflow run left RUNNING first; a service, its folder and log
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    at = temp / f"sweeper-ray-{os.getuid()}"
+    if planted == "file":
+        at.write_text("x\n")
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        at.symlink_to(tmp_path / ("elsewhere" if planted == "link" else "gone"))
+    env = {"TMPDIR": str(temp), "RAY_TMPDIR": "", "SWEEPER_SERVICE_DIR": str(tmp_path / "svc")}
+    before = snapshot(tmp_path)
+    r = sweeper(*verb, cwd=tmp_path, env=env)
+    assert_refused(r, str(at), "cannot keep the local Ray's files there", root=tmp_path, before=before)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sweeper.local_ray import check_socket_room
+from sweeper.local_ray import check_ray_temp
 from sweeper.lock import lock_held
 from sweeper.service_link import LOCK, LOG, START_S, a_pid, check_entries, ensure_private_dir, request, service_dir
 from core.errors import ConfigError, brief, cut, visible
@@ -150,7 +150,7 @@ def stop() -> int:
 
 
 def detach(workers: int | None) -> int:
-    check_socket_room()  # its Ray's sockets: one line here, before its folder is made, not a traceback in its log
+    check_ray_temp()  # its Ray's folder and sockets: one line here, before its folder is made, not a traceback in its log
     directory = ensure_private_dir(service_dir())
     if (answer := request({"verb": "status"}, directory)) is not None:
         return _already_runs(answer)
