@@ -25,7 +25,7 @@ from sweeper.request import SweepRequest
 from sweeper.space import SearchSpace, SpaceError
 from sweeper.space_file import load_space
 from sweeper.status import SPACE_FILE
-from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, folder_kind, sweep_dir_for
+from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, check_no_sweep_inside, check_not_in_sweep, folder_kind, sweep_dir_for
 from sweeper.tracking_uri import artifacts_folder, hide_password, preflight, sqlite_path
 from core.errors import ConfigError, cut, short_path
 from core.uri_secrets import shown as shown_uri
@@ -46,6 +46,9 @@ def check_request(request: SweepRequest) -> Checked:
     sweep_dir = sweep_dir_for(spec.name, request.storage)  # any `://` refused: never a folder of the service's own
     default = request.storage == os.path.join(request.cwd, DEFAULT_STORAGE)
     check_outside_service(sweep_dir, f"{'the sweep directory' if default else '--storage'} {short_path(sweep_dir.parent, 100)}")
+    check_not_in_sweep(sweep_dir.parent, "the sweep directory" if default else "--storage")
+    if request.restart:  # and again under the sweep's lock, just before the folder is removed
+        check_no_sweep_inside(sweep_dir)
     check_writable(sweep_dir, "the sweep directory" if default else "--storage")
     check_writable(key_path().parent, "the sweeper's state folder" + (" ($XDG_STATE_HOME)" if os.path.isabs(os.environ.get("XDG_STATE_HOME", "")) else ""))
     if request.address is None:
@@ -104,6 +107,7 @@ def prepare_sweep_dir(spec: SearchSpace, space_file: str, sweep_dir: Path, resta
     """Create or check the sweep's folder. Returns True when the sweep resumes. A folder is deleted
     only on --restart and only when it is a sweep's (`say` hears of it); anything else is refused."""
     if restart and folder_kind(sweep_dir) in ("sweep", "started", "lost"):
+        check_no_sweep_inside(sweep_dir)
         say(f"--restart: removing {sweep_dir}")
         shutil.rmtree(sweep_dir)
     elif check_sweep_dir(spec, space_file, sweep_dir, restart):

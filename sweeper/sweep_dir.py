@@ -68,3 +68,32 @@ def folder_kind(sweep_dir: Path) -> str:
     if "space.yaml" in names and names & {"trials", "status.json", "summary.json"}:
         return "lost"
     return "foreign"
+
+
+def enclosing_sweep(path: Path) -> Path | None:
+    """The sweep's folder `path` is or lies in (a folder holding a sweep's study and its space
+    file), or None."""
+    for folder in (path, *path.parents):
+        if (folder / OPTUNA_DB).is_file() and (folder / "space.yaml").is_file():
+            return folder
+    return None
+
+
+def check_not_in_sweep(path: Path, what: str) -> None:
+    """One ConfigError line when `path` (resolved) lies in a sweep's folder: a sweep's folder holds
+    its own files only, and its `--restart` removes everything in it."""
+    if (outer := enclosing_sweep(Path(path))) is not None:
+        raise ConfigError(f"{what} {short_path(path, 100)}: inside the folder of sweep `{cut(outer.name, 60)}` "
+                          f"({short_path(outer, 80)}), which holds that sweep's files only (its --restart removes "
+                          "them all); choose a folder outside it")
+
+
+def check_no_sweep_inside(sweep_dir: Path) -> None:
+    """Before a `--restart` removes a sweep's folder: one ConfigError line when another sweep's
+    folder lies in it (stored there by an earlier version, or moved in by hand)."""
+    import os
+
+    for root, _, files in os.walk(sweep_dir):  # links are not followed
+        if root != str(sweep_dir) and OPTUNA_DB in files:
+            raise ConfigError(f"--restart: {short_path(sweep_dir, 80)} holds another sweep's folder "
+                              f"({short_path(root, 100)}); nothing was removed. Move that sweep out first")

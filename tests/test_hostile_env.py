@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -475,3 +476,37 @@ def test_a_private_ray_folder_that_cannot_be_used_is_one_line_before_anything_is
     before = snapshot(tmp_path)
     r = sweeper(*verb, cwd=tmp_path, env=env)
     assert_refused(r, str(at), "cannot keep the local Ray's files there", root=tmp_path, before=before)
+
+
+@pytest.mark.parametrize("inside", ["", "trials", "trials/t0000"])
+def test_a_storage_inside_a_sweep_s_folder_is_one_line_before_anything_is_written(sweep, tmp_path, inside):
+    # a sweep stored in another's folder: the outer sweep's --restart removed it with its own files
+    shutil.copytree(sweep, tmp_path / "w", symlinks=True)
+    root = tmp_path / "w"
+    inner = root / "inner.yaml"
+    inner.write_text((root / "space.yaml").read_text().replace(f"name: {NAME}", "name: inner"))
+    before = snapshot(root)
+    r = sweeper("launch", "inner.yaml", "--storage", str(root / "sweeps" / NAME / inside), cwd=root)
+    assert_refused(r, "--storage", f"inside the folder of sweep `{NAME}`", root=root, before=before)
+
+
+def test_a_restart_of_a_sweep_that_holds_another_sweep_s_folder_removes_nothing(sweep, tmp_path):
+    shutil.copytree(sweep, tmp_path / "w", symlinks=True)
+    root = tmp_path / "w"
+    outer = root / "sweeps" / NAME
+    shutil.copytree(outer, tmp_path / "inner", symlinks=True)
+    shutil.move(tmp_path / "inner", outer / "trials" / "inner")  # stored there before the storage check, or by hand
+    before = snapshot(root)
+    r = sweeper("launch", "space.yaml", "--restart", cwd=root)
+    assert_refused(r, "--restart", "holds another sweep's folder", "nothing was removed", root=root, before=before)
+
+
+def test_a_trial_run_into_a_sweep_s_trial_folder_is_one_line_and_the_sweep_unchanged(sweep, tmp_path):
+    # `trial --out` a sweep's trial: it trained past the sweep's budget into the sweep's files
+    shutil.copytree(sweep, tmp_path / "w", symlinks=True)
+    root = tmp_path / "w"
+    trial = root / "sweeps" / NAME / "trials" / "t0000"
+    config = next(trial.glob("checkpoint-*/config.yaml"))
+    before = snapshot(root)
+    r = sweeper("trial", str(config), "--out", str(trial), "--resume", "--steps", "30", "--threads", "1", cwd=root)
+    assert_refused(r, "--out", f"inside the folder of sweep `{NAME}`", root=root, before=before)

@@ -154,6 +154,7 @@ def run(options: Options) -> int:
 
     import torch  # heavy: only once the config is known to be good
 
+    from sweeper.sweep_dir import check_not_in_sweep
     from trainables.train import resolve_device, train
 
     resolve_device(cfg.device, source=options.config)  # device: cuda on a machine without one is refused here
@@ -164,6 +165,7 @@ def run(options: Options) -> int:
         if resume is None:
             check_fresh(out)
         check_writable(out, "--out")
+        check_not_in_sweep(out.resolve(), "--out")  # a sweep's trials are its own: resumed by its launch
     if options.threads:
         torch.set_num_threads(options.threads)
 
