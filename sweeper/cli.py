@@ -155,7 +155,7 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
                                            "(exit 1: neither)")
     p.add_argument("--storage", type=folder, help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
     p.add_argument("--watch", action="store_true", help="keep redrawing the live view until the sweep ends (Ctrl-C to stop)")
-    p.add_argument("--every", type=positive_int, default=30, metavar="SECONDS",
+    p.add_argument("--every", type=positive_int, default=None, metavar="SECONDS",
                    help="with --watch away from a terminal: seconds between progress lines (default 30)")
     p.set_defaults(func=verb("sweeper.commands.status"))
 

@@ -203,3 +203,16 @@ def test_a_file_s_unplain_number_is_named_by_its_key_never_quoted(tmp_path, valu
     (tmp_path / "env.yaml").write_text(f"AWS_SECRET_ACCESS_KEY: {value}\n")
     line = assert_refused(sweeper("validate", "env.yaml", cwd=tmp_path), "AWS_SECRET_ACCESS_KEY")
     assert value not in line
+
+
+@pytest.mark.parametrize("args, expect", [
+    (("status", "--every", "5"), "--every 5: only with --watch"),
+    (("serve", "--status", "--workers", "1"), "--workers 1: only when the service starts"),
+    (("serve", "--stop", "--workers", "2"), "--workers 2: only when the service starts"),
+    (("trial", "tiny", "--set", "model=5", "--steps", "1"), "model: must be a mapping of keys, got 5"),
+], ids=["every-without-watch", "workers-with-status", "workers-with-stop", "a-section-given-a-number"])
+def test_an_option_that_would_be_ignored_or_a_section_given_a_value_is_one_line(tmp_path, args, expect):
+    before = snapshot(tmp_path)
+    r = sweeper(*args, cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(tmp_path / "svc")})
+    line = assert_refused(r, expect, root=tmp_path, before=before)
+    assert "Config" not in line  # no class of the code's own

@@ -294,6 +294,8 @@ def format_validation_error(err: ValidationError, source: str, hide: tuple[str, 
         msg = "unknown key"
     elif first["type"] == "missing":  # its input is the mapping around the key: not worth showing
         msg = "required"
+    elif first["type"] in ("model_type", "dict_type"):  # pydantic names its own class: say what the file must hold
+        msg = f"must be a mapping of keys, got {brief(first.get('input'))}"
     elif ((first["type"] not in ("value_error", "number") or value_shown and "got " not in msg)
           and "input" in first):  # "number": NumbersOnly's says what it got
         msg = f"{cut(msg, 120)}, got {brief(first['input'])}"

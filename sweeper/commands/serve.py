@@ -38,6 +38,8 @@ class Options:
 
 
 def run(options: Options) -> int:
+    if options.workers is not None and (options.status or options.stop):
+        raise ConfigError(f"--workers {options.workers}: only when the service starts (not with --status or --stop)")
     if options.status:
         return status()
     if options.stop:

@@ -20,10 +20,12 @@ class Options:
     name: str | None
     storage: str | None
     watch: bool
-    every: int
+    every: int | None  # with --watch only (default 30)
 
 
 def run(options: Options) -> int:
+    if options.every is not None and not options.watch:
+        raise ConfigError(f"--every {options.every}: only with --watch (the seconds between its progress lines)")
     if options.name is None:
         return list_sweeps(options.storage)
     sweep_dir = find_sweep_dir(options.name, options.storage, SPACE_FILE)
@@ -41,7 +43,7 @@ def run(options: Options) -> int:
     from sweeper.live import LiveView
 
     load_records(sweep_dir)  # a damaged status.json is one line here, not a view that never draws
-    return LiveView.of_sweep(sweep_dir, options.every).watch()
+    return LiveView.of_sweep(sweep_dir, options.every or 30).watch()
 
 
 def list_sweeps(storage: str | None) -> int:
