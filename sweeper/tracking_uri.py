@@ -6,6 +6,7 @@ Imports no MLflow: a launch refuses a bad store before Ray or MLflow load.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import os
@@ -87,6 +88,7 @@ def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") 
     if not uri.isprintable():  # as `--tracking-uri` refuses it: a store made with it would have a name no one typed
         raise ConfigError(f"{source} {brief(hide_password(uri), 60)}: holds a control character (a line break, an "
                           "escape); name the store as typed")
+    check_store_settings(uri)  # before the store is touched: MLflow reads them as it opens one
     if uri.startswith(("http://", "https://")):
         check_server(uri, shown, source, timeout_s)
     elif uri == "databricks" or uri.startswith(("databricks://", "databricks-uc")):
@@ -123,6 +125,37 @@ def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") 
 SQL_SCHEMES = ("postgresql", "mysql", "mssql")  # MLflow's SQLAlchemy stores beside SQLite
 FILE_STORE_ENV = "MLFLOW_ALLOW_FILE_STORE"  # MLflow's own switch: a folder store is refused unless it is true
 SEARCH = "/api/2.0/mlflow/experiments/search?max_results=1"  # a read every MLflow server answers with JSON
+STORE_SETTINGS = "MLFLOW_SQLALCHEMYSTORE_"  # MLflow's settings of its SQL store's engine (mlflow/environment_variables.py)
+# the pool classes MLflow names that fit its store, with the sizes SQLAlchemy takes beside each; the others, and why not
+POOLS = {"QueuePool": ("POOL_SIZE", "MAX_OVERFLOW"), "SingletonThreadPool": ("POOL_SIZE",), "NullPool": (), "StaticPool": ()}
+UNFIT = {"AssertionPool": "allows one connection at a time, and MLflow's store holds several",
+         **dict.fromkeys(("AsyncAdaptedQueuePool", "FallbackAsyncAdaptedQueuePool"), "is for asyncio drivers, and MLflow's are not")}
+
+
+def check_store_settings(uri: str, environ: Mapping[str, str] | None = None) -> None:
+    """MLflow's settings of an SQL store's engine as MLflow reads them, held to what SQLAlchemy takes."""
+    if sqlite_path(uri) is None and uri.split("://")[0].split("+")[0] not in SQL_SCHEMES:
+        return
+    given = {k[len(STORE_SETTINGS):]: v for k, v in (os.environ if environ is None else environ).items() if k.startswith(STORE_SETTINGS)}
+
+    def refuse(name: str, rule: str, advice: str = "unset it or set a number") -> ConfigError:
+        return ConfigError(f"${STORE_SETTINGS}{name} {brief(given[name], 40)}: {rule} (MLflow's SQL store setting); {advice}")
+
+    for name, low in (("POOL_SIZE", 1), ("MAX_OVERFLOW", -1), ("POOL_RECYCLE", None)):
+        try:
+            number = int(given.get(name, 0))  # as MLflow converts it (a 0 it leaves unset)
+        except ValueError:
+            number = None
+        if number is None or low is not None and number and number < low:
+            raise refuse(name, "must be a whole number" + (f" >= {low}" if low is not None else ""))
+    if given.get("ECHO", "0").lower() not in ("true", "false", "1", "0"):
+        raise refuse("ECHO", "must be true, false, 1 or 0", "unset it or set one of those")
+    pool, fits = given.get("POOLCLASS") or "QueuePool", ", ".join(POOLS)  # QueuePool: SQLAlchemy's for a file or server
+    if pool not in POOLS:
+        raise refuse("POOLCLASS", UNFIT.get(pool, "must be a pool class MLflow names"), f"unset it or name one of {fits}")
+    if unfit := [n for n in POOLS["QueuePool"] if int(given.get(n, 0)) and n not in POOLS[pool]]:
+        raise refuse("POOLCLASS", f"keeps no pool for ${STORE_SETTINGS}{unfit[0]} {brief(given[unfit[0]], 20)} to size, "
+                     "and SQLAlchemy refuses the two together", "unset one, or name QueuePool")
 
 
 def check_server(uri: str, shown: str, source: str, timeout_s: float) -> None:
@@ -175,10 +208,7 @@ def check_api(url: str, credentials: dict[str, str], shown: str, source: str, ti
 
 def _auth_headers() -> dict[str, str]:
     """The Authorization MLflow's client sends from its environment variables, if any."""
-    import base64
-
-    token = os.environ.get("MLFLOW_TRACKING_TOKEN")
-    if token:
+    if token := os.environ.get("MLFLOW_TRACKING_TOKEN"):
         return {"Authorization": f"Bearer {token}"}
     user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
     if user and password:

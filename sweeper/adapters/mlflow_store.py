@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import queue
+import shlex
 import threading
 import time
 import urllib.parse
@@ -18,6 +20,7 @@ from typing import Callable
 
 from sweeper.fs import sqlite_read_only_url
 from sweeper.tracking_uri import hide_password, sqlite_path, store_failure
+from core.uri_secrets import shown as shown_uri
 from sweeper.records import TrialRecord, is_per_length, length_metrics
 from trainables.config import ConfigError
 from core.errors import cut
@@ -36,15 +39,10 @@ def store_lock(uri: str):
 
 
 def client(uri: str):
-    """An MLflow client of the store. Every client of the process has the same settings (MLflow reads
-    them from the environment, the one public way; a user's own values win): no retries of MLflow's
-    HTTP client, which would retry each call for minutes, since our own retries (BackgroundLog,
-    `retrying`) decide how long to wait for a server, and a 20 s bound on each call.
-    MLflow's own log lines (store creation, migrations, and the errors a failed call logs before
-    it raises: the caller says those in one line) stay out of the user's terminal unless
-    $SWEEPER_VERBOSE is set."""
-    import logging
-
+    """An MLflow client of the store, every one of the process with the settings MLflow reads from the
+    environment (a user's own win): no retries of its HTTP client (ours, BackgroundLog and `retrying`,
+    decide how long to wait), 20 s a call; its log lines (store creation, migrations, the errors a failed
+    call logs: the caller says those in one line) off the terminal unless $SWEEPER_VERBOSE is set."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
     from mlflow import MlflowClient  # (its import sets its loggers' levels: ours come after)
@@ -56,23 +54,25 @@ def client(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
-# what a read-only open of a database MLflow did not make says: it would create its tables, or
-# finds a schema history of another program's
+# what a read-only open of a database MLflow did not make says: it would create its tables, or finds another's schema
 FOREIGN_SIGNS = ("attempt to write a readonly database", "no such table", "Can't locate revision")
 
 
-def check_sqlite_store(uri: str, source: str) -> None:
-    """An existing, non-empty SQLite database named as the store opens read-only as an MLflow store:
-    one ConfigError line where it holds something else (an application's tables, a sweep's Optuna
-    study), which a writable open would add MLflow's tables to, or a schema this MLflow cannot read.
-    A sweep creating the store at this moment holds its lock (`store_lock`): the check waits for it."""
+def check_sqlite_store(uri: str, source: str, experiment: str | None = None) -> None:
+    """An existing, non-empty SQLite database named as the store opens read-only as an MLflow store: one
+    ConfigError line where it holds something else (an application's tables, a sweep's Optuna study), which a
+    writable open would add MLflow's tables to, a schema this MLflow cannot read, or `experiment` (the sweep's)
+    deleted (MLflow refuses its runs). A sweep creating the store now holds its lock (`store_lock`): waited for."""
     path = sqlite_path(uri)
     if path is None or not path.is_file() or path.stat().st_size == 0:
         return
-    url = sqlite_read_only_url(path.resolve())
+    url, deleted = sqlite_read_only_url(path.resolve()), []  # the experiment's id, if deleted
 
     def check() -> None:
-        client(url).search_experiments(max_results=1)
+        c = client(url)
+        c.search_experiments(max_results=1)
+        found = c.get_experiment_by_name(experiment) if experiment else None  # a deleted one too
+        deleted[:] = [found.experiment_id] if found is not None and found.lifecycle_stage == "deleted" else []
 
     try:
         try:
@@ -90,11 +90,18 @@ def check_sqlite_store(uri: str, source: str) -> None:
         first = (str(err).strip().splitlines() or [""])[0]
         raise ConfigError(f"{source} {hide_password(uri)}: a database that is no MLflow store ({type(err).__name__}: "
                           f"{cut(first, 80)}); name an MLflow store's database, or a new file (a store is made there)") from None
+    if deleted:
+        raise ConfigError(f"{source}: experiment `{experiment}` is deleted in the store (id {deleted[0]}); restore it: "
+                          f"{restore_command(uri, 'experiments', '--experiment-id', deleted[0])}; or name another with --experiment")
+
+
+def restore_command(uri: str, noun: str, flag: str, ident: str) -> str:
+    """The MLflow command that restores a deleted experiment or run of the store at `uri` (its password hidden)."""
+    return f"MLFLOW_TRACKING_URI={shlex.quote(shown_uri(uri, 100))} mlflow {noun} restore {flag} {ident}"
 
 
 def unreachable(err: BaseException) -> bool:
-    """Whether a tracking call failed because the store could not be reached (worth retrying),
-    not because MLflow refused the call."""
+    """Whether a tracking call failed because the store could not be reached (worth retrying), not refused."""
     if isinstance(err, (ConnectionError, TimeoutError)):
         return True
     text = f"{type(err).__name__}: {err}"
@@ -120,11 +127,10 @@ def retrying(call, deadline: float, what: str, say: Callable[[str], None] | None
 
 
 class BackgroundLog:
-    """One thread that makes a tracker's calls in order, so a slow or failing tracking server
-    never holds up the driver (and with it every trial). A call that fails because the store is
-    unreachable is retried with backoff, however long, while the sweep runs; one MLflow refuses
-    is tried PERMANENT_TRIES times, then set aside. `drain` waits for the queue to empty, for at
-    most a deadline, and returns what is left and what was set aside: nothing is dropped."""
+    """One thread that makes a tracker's calls in order, so a slow or failing tracking server never holds up
+    the driver (and every trial). A call failing on an unreachable store is retried with backoff while the sweep
+    runs; one MLflow refuses, PERMANENT_TRIES times, then set aside. `drain` waits for the queue to empty, for
+    at most a deadline, and returns what is left and what was set aside: nothing is dropped."""
 
     def __init__(self, apply, say: Callable[[str], None] | None = None):
         self.apply = apply  # apply(method, record): the real call
@@ -140,10 +146,7 @@ class BackgroundLog:
         self.queue.put((method, record))
 
     def _run(self) -> None:
-        while True:
-            item = self.queue.get()
-            if item is None:
-                return
+        while (item := self.queue.get()) is not None:
             self._log(*item)
             self.queue.task_done()
 
@@ -172,8 +175,7 @@ class BackgroundLog:
                 time.sleep(wait)
 
     def drain(self, timeout_s: float) -> list[tuple[str, TrialRecord, str]]:
-        """Wait until every queued call is made or set aside (at most `timeout_s` more for retries);
-        stop the thread; return the calls not made, in order."""
+        """Every queued call made or set aside (at most `timeout_s` more for retries), the thread stopped: the calls not made, in order."""
         self.deadline = time.monotonic() + timeout_s
         self.queue.put(None)
         self.thread.join()
@@ -206,12 +208,11 @@ def trials_view(metric: str, mode: str, searched: list[str]) -> str:
 
 
 def experiment_url(uri: str, experiment: str, ui_address: str | None = None) -> str | None:
-    """The MLflow UI address of a sweep's training runs (the server's, or a local `sweeper ui`'s):
-    the experiment's runs table, not MLflow 3's GenAI overview that the bare experiment address
-    opens, sorted by the sweep's metric, best first, in the saved view the tracker made for the sweep
-    (`trials_view`) where there is one. Sorted by anything but date, the UI lists the trials as rows
-    of their own instead of folding them under the sweep's parent run (MLflow 3.17 ignores a
-    `searchFilter` in the address; tests/test_mlflow_ui.py shows both)."""
+    """The MLflow UI address of a sweep's training runs (the server's, or a local `sweeper ui`'s): the
+    runs table (not MLflow 3's GenAI overview), sorted by the sweep's metric, best first, in the tracker's
+    saved view (`trials_view`) where there is one. Sorted by anything but date, the UI lists the trials as
+    rows of their own, not folded under the parent run (MLflow 3.17 ignores a `searchFilter` in the
+    address; tests/test_mlflow_ui.py shows both)."""
     c = client(uri)
     exp = c.get_experiment_by_name(experiment)
     base = ui_address or (uri if uri.startswith("http") else None)
@@ -236,22 +237,32 @@ def charts_url(runs_url: str) -> str:
     return f"{runs_url}{'&' if '?' in runs_url else '?'}compareRunsMode=CHART"
 
 
-def fetch_trial_runs(uri: str, sweep_name: str, experiment: str | None = None, parent_uid: str | None = None) -> list[dict]:
+def fetch_trial_runs(uri: str, sweep_name: str, experiment: str | None = None, parent_uid: str | None = None,
+                     user_uri: str | None = None) -> list[dict]:
     """The child runs of a sweep: [{run_id, trial_id, status, best, params, metrics}]. Its parent run is
     the one tagged `parent_uid` (what the sweep's study records) when given; else the newest run of a
-    sweep of that name (a store that other folders' sweeps of the same name log to holds several)."""
-    c = client(uri)
-    exp = c.get_experiment_by_name(experiment or sweep_name)
+    sweep of that name (a store that other folders' sweeps of the same name log to holds several).
+    `user_uri`: the store as its user named it, in every line (`uri` may be a read-only URL of it)."""
+    from mlflow.entities import ViewType
+
+    c, named, where = client(uri), experiment or sweep_name, shown_uri(user_uri or uri)
+    exp = c.get_experiment_by_name(named)
     if exp is None:
-        raise ConfigError(f"{sweep_name}: no MLflow experiment `{experiment or sweep_name}` at {hide_password(uri)}")
+        raise ConfigError(f"{sweep_name}: no MLflow experiment `{named}` at {where}")
+    if exp.lifecycle_stage == "deleted":
+        raise ConfigError(f"{sweep_name}: experiment `{named}` is deleted in the store; restore it: "
+                          f"{restore_command(user_uri or uri, 'experiments', '--experiment-id', exp.experiment_id)}")
     which = f" and tags.parent_uid = '{parent_uid}'" if parent_uid else ""
-    parents = c.search_runs([exp.experiment_id], filter_string=f"tags.role = 'sweep' and tags.sweep = '{sweep_name}'{which}",
-                            order_by=["attributes.start_time DESC"], max_results=1)
-    if not parents and parent_uid:
-        raise ConfigError(f"{sweep_name}: the sweep's run (parent_uid {parent_uid}, as its study records) is not in experiment "
-                          f"`{exp.name}` at {hide_password(uri)}; a sweep of that name from another folder logs there")
+    parents = next(filter(None, (c.search_runs([exp.experiment_id], run_view_type=view, max_results=1, order_by=[
+        "attributes.start_time DESC"], filter_string=f"tags.role = 'sweep' and tags.sweep = '{sweep_name}'{which}")
+        for view in (ViewType.ACTIVE_ONLY, ViewType.ALL))), [])  # the newest active one, else a deleted one
+    if parents and parents[0].info.lifecycle_stage == "deleted":
+        raise ConfigError(f"{sweep_name}: the sweep's run {parents[0].info.run_id} is deleted in experiment `{exp.name}`; "
+                          f"restore it: {restore_command(user_uri or uri, 'runs', '--run-id', parents[0].info.run_id)}")
     if not parents:
-        raise ConfigError(f"{sweep_name}: no sweep run in experiment `{exp.name}` at {hide_password(uri)}")
+        raise ConfigError(f"{sweep_name}: the sweep's run (parent_uid {parent_uid}, as its study records) is not in experiment "
+                          f"`{exp.name}` at {where}; a sweep of that name from another folder logs there" if parent_uid
+                          else f"{sweep_name}: no sweep run in experiment `{exp.name}` at {where}")
     parent = parents[0].info.run_id
     runs = c.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'", max_results=10_000)
     return [{

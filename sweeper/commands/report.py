@@ -27,10 +27,10 @@ from sweeper.records import length_metrics
 from sweeper.sweep_dir import OPTUNA_DB
 from sweeper.fs import half_done, journal_left, sqlite_read_only_url
 from sweeper.report_file import REPORT_START, check_markdown
-from sweeper.tracking_uri import sqlite_path
+from sweeper.tracking_uri import check_store_settings, sqlite_path
 from trainables.config import ConfigError
 from core.errors import brief, cut, expand_user, visible
-from core.uri_secrets import shown
+from core.uri_secrets import hide_password, shown
 
 
 @dataclass(frozen=True)
@@ -160,6 +160,7 @@ def readable_store(uri: str, source: str) -> str:
     if (given := sqlite_path(uri)) is None:
         preflight(uri, source=source)
         return uri
+    check_store_settings(uri)  # MLflow's settings of the engine it reads the store with
     path = expand_user(given).resolve()
     if not path.is_file():
         there = "not a regular file" if os.path.lexists(path) else "no file"
@@ -175,7 +176,7 @@ def fetch_runs(uri: str, shown_uri: str, name: str, experiment: str | None, pare
     from sweeper.adapters.mlflow_store import fetch_trial_runs
 
     try:
-        return fetch_trial_runs(uri, name, experiment, parent_uid)
+        return fetch_trial_runs(uri, name, experiment, parent_uid, shown_uri)
     except ConfigError:
         raise
     except Exception as err:  # noqa: BLE001 - whatever the store's library raises: one line
@@ -203,7 +204,8 @@ def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | 
     searched = sorted({p for r in runs for p in r["searched"]})
     lengths = length_metrics(metric)  # the scored metric at every length: acc_{k}x, or tv_{k}x, ...
     header = ["trial", *searched, *lengths, "steps", "status"]
-    lines = [f"{REPORT_START.decode()}{name}`", "", f"{len(runs)} trials in MLflow ({shown_uri}); scored by `{metric}` ({mode}).", "",
+    lines = [f"{REPORT_START.decode()}{name}`", "",
+             f"{len(runs)} trials in MLflow ({hide_password(shown_uri)}); scored by `{metric}` ({mode}).", "",
              f"## Top {min(top, len(ordered))} trials", "", "| " + " | ".join(map(_cell, header)) + " |", "|" + "---|" * len(header)]
     for r in ordered[:top]:
         cells = [_cell(r["trial_id"]) + (" (best)" if r["best"] else "")]
@@ -228,8 +230,6 @@ def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | 
 def report_uri(cli_value: str | None, logged_to: str | None, default: str, study: Path) -> str:
     """The store to read: --tracking-uri, else the one the sweep logged to (kept without its password:
     the default store, $MLFLOW_TRACKING_URI, supplies it when it is that store), else the default."""
-    from sweeper.tracking_uri import hide_password
-
     if cli_value is not None:  # a blank one is the preflight's to refuse
         return cli_value
     if not logged_to:
@@ -252,8 +252,8 @@ def run(options: Options) -> int:
     from sweeper.sweep_dir import find_sweep_dir
     from sweeper.tracking_uri import resolve_uri, uri_source
 
-    markdown = check_markdown(options.markdown) if options.markdown is not None else None
     sweep_dir = find_sweep_dir(options.name, options.storage, SPACE_FILE)
+    markdown = check_markdown(options.markdown, sweep_dir) if options.markdown is not None else None
     name = sweep_dir.name if sweep_dir == Path(options.name) else options.name
     if not sweep_dir.exists() and options.tracking_uri is None:
         raise ConfigError(f"{sweep_dir}: no sweep here; pass --tracking-uri to read `{name}` from an MLflow server")
