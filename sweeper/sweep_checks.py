@@ -70,7 +70,7 @@ def check_request(request: SweepRequest) -> Checked:
         check_artifacts_folder(artifacts)
     from sweeper.adapters.mlflow_store import check_sqlite_store
 
-    check_sqlite_store(request.tracking_uri, request.tracking_source)  # not another program's database
+    check_sqlite_store(request.tracking_uri, request.tracking_source, request.experiment or spec.name)  # not another program's database
     return Checked(spec, sweep_dir)
 
 

@@ -62,7 +62,12 @@ def bad_setting_ids():
     return [f"{name}={value or 'empty'}" for name, value, _ in BAD_SETTINGS]
 
 
-@pytest.mark.parametrize("name, value, rule", BAD_SETTINGS, ids=bad_setting_ids())
+def first_in_make_test(cases: list) -> list:
+    """The first case runs in `make test`, the rest of the matrix in `make test-long`."""
+    return [case if i == 0 else pytest.param(*case, marks=pytest.mark.long) for i, case in enumerate(cases)]
+
+
+@pytest.mark.parametrize("name, value, rule", first_in_make_test(BAD_SETTINGS), ids=bad_setting_ids())
 def test_a_bad_sql_store_setting_refuses_the_launch_before_anything_is_written(tmp_path, name, value, rule):
     (tmp_path / "space.yaml").write_text(small_space())
     before = snapshot(tmp_path)
@@ -84,7 +89,7 @@ def test_sql_store_settings_that_do_not_fit_together_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("verb", ["report", "report-default", "ui"])
-@pytest.mark.parametrize("name, value", [("POOL_SIZE", "abc"), ("MAX_OVERFLOW", "-5"), ("POOLCLASS", "NoSuchPool")])
+@pytest.mark.parametrize("name, value", first_in_make_test([("POOL_SIZE", "abc"), ("MAX_OVERFLOW", "-5"), ("POOLCLASS", "NoSuchPool")]))
 def test_a_bad_sql_store_setting_refuses_report_and_ui_before_anything(tmp_path, verb, name, value):
     store = mlflow_store(tmp_path)
     args = {"report": ("report", NAME, "--tracking-uri", f"sqlite:///{store}", "--markdown", "report.md"),
@@ -191,9 +196,10 @@ def test_a_report_of_a_deleted_run_or_experiment_says_so_with_the_user_s_uri(swe
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("target", [
-    "mlflow.db.lock", "sweeps/.NAME.lock", "notes.lock", "SERVICE/service.lock", "SERVICE/report.md",
-    "sweeps/NAME/report.md", "sweeps/NAME/space.yaml.md", "sweeps/NAME/trials/report.md", "LINK/report.md",
+@pytest.mark.parametrize("target", [  # one of each kind in `make test`, the rest in `make test-long`
+    "mlflow.db.lock", "SERVICE/service.lock", "sweeps/NAME/report.md", "LINK/report.md",
+    *(pytest.param(t, marks=pytest.mark.long) for t in ("sweeps/.NAME.lock", "notes.lock", "SERVICE/report.md",
+                                                         "sweeps/NAME/space.yaml.md", "sweeps/NAME/trials/report.md")),
 ])
 def test_a_markdown_file_in_the_place_of_a_lock_the_service_or_a_sweep_is_refused(sweep, tmp_path, target):
     service = tmp_path / "service"
