@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,15 +22,20 @@ SPACE = tiny_space("orph", switch_high=100, switch_step=50, samples=2, max_steps
                    scheduler="{type: fifo}", seed=1)
 
 
-def test_the_next_launch_ends_a_sigkilled_drivers_ray(tmp_path):
+def killed_at_its_third_report(tmp_path) -> tuple[list[str], Path]:
+    """The sweep's launch command and folder, after a driver that SIGKILLed itself at its 3rd
+    report (SWEEPER_FAULT): Ray and its agents were all up, trials mid-run."""
     space = tmp_path / "orph.yaml"
     space.write_text(SPACE)
-    sweep_dir = tmp_path / "sweeps" / "orph"
     cmd = sweeper_cmd("launch", space, "--progress", "lines")
-    # the driver SIGKILLs itself at its 3rd report (SWEEPER_FAULT): Ray and its agents are all up, trials mid-run
     proc = subprocess.run(cmd, cwd=tmp_path, env={**ENV, "SWEEPER_FAULT": "report:3:KILL"}, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    return cmd, tmp_path / "sweeps" / "orph"
+
+
+def test_the_next_launch_ends_a_sigkilled_drivers_ray(tmp_path):
+    cmd, sweep_dir = killed_at_its_third_report(tmp_path)
     recorded = json.loads((sweep_dir / "ray_processes.json").read_text())["processes"]
     assert any("raylet" in p["name"] for p in recorded) and any("gcs_server" in p["name"] for p in recorded), recorded
     time.sleep(2)
@@ -45,13 +51,7 @@ def test_the_next_launch_ends_a_sigkilled_drivers_ray(tmp_path):
 
 
 def test_a_refused_resume_after_a_sigkill_is_one_line_that_names_the_leftovers_it_ended(tmp_path):
-    space = tmp_path / "orph.yaml"
-    space.write_text(SPACE)
-    sweep_dir = tmp_path / "sweeps" / "orph"
-    cmd = sweeper_cmd("launch", space, "--progress", "lines")
-    proc = subprocess.run(cmd, cwd=tmp_path, env={**ENV, "SWEEPER_FAULT": "report:3:KILL"}, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    cmd, sweep_dir = killed_at_its_third_report(tmp_path)
     time.sleep(2)
     assert ray_left_running(sweep_dir), "nothing of the killed driver's Ray was left running: the test's premise no longer holds"
     (sweep_dir / "space.yaml").write_text("")  # damaged while no driver ran: the resume refuses it
