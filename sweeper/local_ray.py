@@ -72,10 +72,19 @@ def check_ray_temp() -> None:
         except OSError as err:
             raise _unusable(folder, err) from None
         else:
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-                what = "a link" if stat.S_ISLNK(st.st_mode) else "not a folder" if not stat.S_ISDIR(st.st_mode) else "another user's"
-                raise _unusable(folder, what)
+            if why := _not_ours(st):
+                raise _unusable(folder, why)
     check_socket_room()
+
+
+def _not_ours(st: os.stat_result) -> str | None:
+    """Why a folder's `lstat` rules it out for the local Ray's files, or None: it must be a folder
+    (not a link to one) of this user's."""
+    if stat.S_ISLNK(st.st_mode):
+        return "a link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a folder"
+    return "another user's" if st.st_uid != os.getuid() else None
 
 
 def _unusable(folder: Path, why) -> ConfigError:
@@ -94,8 +103,8 @@ def private_temp_dir() -> None:
     try:
         folder.mkdir(mode=0o700, exist_ok=True)
         st = os.lstat(folder)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-            raise PermissionError("not a folder of this user's")
+        if why := _not_ours(st):
+            raise _unusable(folder, why)
         if stat.S_IMODE(st.st_mode) & 0o077:
             os.chmod(folder, 0o700)
     except OSError as err:

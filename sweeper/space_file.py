@@ -19,6 +19,7 @@ from sweeper.space import (CategoricalParam, SearchSpace, SpaceError, base_trial
 from trainables import footprint
 from trainables.config import ConfigError, TrialConfig, flatten, format_validation_error, read_yaml
 from core.errors import brief, cut, short_path
+from sweeper.sweep_dir import SPACE_FILE
 from trainables.metrics import direction, reported_metrics
 
 N_VALIDATION_SAMPLES = 200
@@ -43,7 +44,7 @@ def load_space(path: str | Path, n_samples: int = N_VALIDATION_SAMPLES, shown: s
 def load_saved_space(sweep_dir: str | Path, n_samples: int = N_VALIDATION_SAMPLES) -> SearchSpace:
     """The space a sweep's folder was started with, from the folder's own copy (space.yaml): a file
     there, never a link followed out of the folder (whose text an error line would quote)."""
-    path = Path(sweep_dir) / "space.yaml"
+    path = Path(sweep_dir) / SPACE_FILE
     if path.is_symlink():
         raise SpaceError(f"{short_path(path)}: a link; a sweep's folder holds its own copy of its space file")
     return load_space(path, n_samples)

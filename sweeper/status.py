@@ -25,7 +25,7 @@ from sweeper.records import TrialRecord, is_per_length, length_metrics, ranked, 
 from core.files import write_atomic
 from core.errors import ConfigError, brief, cut
 
-STATUS_FILE, SUMMARY_FILE, SPACE_FILE = "status.json", "summary.json", "space.yaml"
+STATUS_FILE, SUMMARY_FILE = "status.json", "summary.json"
 MAX_STATE_BYTES = 64 * 2**20  # status.json and summary.json: ~2 KB a trial, 30,000 trials
 MAX_CELL = 40  # characters of a table cell: a name or value from a file never makes a line unbounded
 ORDER = ("running", "pending", "interrupted", "completed", "stopped", "diverged", "failed")

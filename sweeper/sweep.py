@@ -34,9 +34,9 @@ from sweeper.faults import Faults
 from sweeper.fs import first_missing, narrow_modes, sqlite_url
 from sweeper.lock import claim_sweep_lock, hold_sweep_lock, release_sweep_lock, roll_back_unheld, sweep_lock_path
 from sweeper.request import SweepRequest, current_umask
-from sweeper.status import SPACE_FILE, write_summary
+from sweeper.status import write_summary
 from sweeper.sweep_checks import check_request, check_resume, check_sweep_dir, prepare_sweep_dir
-from sweeper.sweep_dir import OPTUNA_DB
+from sweeper.sweep_dir import OPTUNA_DB, SPACE_FILE
 from sweeper.tracking_uri import artifacts_folder, hide_password, sqlite_path, store_failure
 from core.errors import ConfigError
 

@@ -24,8 +24,7 @@ from sweeper.orphans import key_path
 from sweeper.request import SweepRequest
 from sweeper.space import SearchSpace, SpaceError
 from sweeper.space_file import load_space
-from sweeper.status import SPACE_FILE
-from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, check_no_sweep_inside, check_not_in_sweep, folder_kind, sweep_dir_for
+from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, SPACE_FILE, check_no_sweep_inside, check_not_in_sweep, folder_kind, sweep_dir_for
 from sweeper.tracking_uri import artifacts_folder, hide_password, preflight, sqlite_path
 from core.errors import ConfigError, cut, short_path
 from core.uri_secrets import shown as shown_uri

@@ -11,6 +11,7 @@ from core.errors import ConfigError, cut, expand_user, short_path
 
 DEFAULT_STORAGE = "sweeps"
 OPTUNA_DB = "optuna.db"  # the sweep's Optuna study (SQLite), in its directory
+SPACE_FILE = "space.yaml"  # the sweep's own copy of its search space, in its directory
 
 
 def is_uri(path: str) -> bool:
@@ -63,18 +64,19 @@ def folder_kind(sweep_dir: Path) -> str:
         return "none"
     if OPTUNA_DB in names:
         return "sweep"
-    if names <= {"space.yaml"}:
+    if names <= {SPACE_FILE}:
         return "started"
-    if "space.yaml" in names and names & {"trials", "status.json", "summary.json"}:
+    if SPACE_FILE in names and names & {"trials", "status.json", "summary.json"}:
         return "lost"
     return "foreign"
 
 
 def enclosing_sweep(path: Path) -> Path | None:
-    """The sweep's folder `path` is or lies in (a folder holding a sweep's study and its space
-    file), or None."""
+    """The sweep's folder `path` is or lies in, or None. Stricter than `folder_kind`'s `sweep`, which
+    judges the folder a sweep's name points at: over the folders above a path, only one holding both a
+    study and a space file counts, so that a user's own `optuna.db` above the storage is not a sweep."""
     for folder in (path, *path.parents):
-        if (folder / OPTUNA_DB).is_file() and (folder / "space.yaml").is_file():
+        if (folder / OPTUNA_DB).is_file() and (folder / SPACE_FILE).is_file():
             return folder
     return None
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from sweeper.events import Speaker, discard
 from sweeper.faults import Faults
 from sweeper.records import TrialRecord, trainer_metrics
-from sweeper.status import (SPACE_FILE, STATUS_FILE, best_line, counts_line, driver_alive, driver_record, format_table,
+from sweeper.sweep_dir import SPACE_FILE
+from sweeper.status import (STATUS_FILE, best_line, counts_line, driver_alive, driver_record, format_table,
                             launch_speed, load_records)
 from core.files import write_atomic
 from core.errors import ConfigError, cut

@@ -188,6 +188,12 @@ def test_the_private_folder_is_made_narrowed_or_refused_and_a_chosen_one_is_kept
     with pytest.raises(ConfigError) as err:
         private_temp_dir()
     assert "\n" not in str(err.value) and "RAY_TMPDIR" in str(err.value) and "RAY_TMPDIR" not in os.environ
+    folder.unlink()
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    folder.symlink_to(tmp_path / "elsewhere")  # a folder of mine behind a link: not taken, as `check_ray_temp` says
+    with pytest.raises(ConfigError, match="a link"):
+        private_temp_dir()
+    assert "RAY_TMPDIR" not in os.environ
     os.environ["RAY_TMPDIR"] = str(tmp_path / "mine")  # the caller's choice is theirs
     private_temp_dir()
     assert os.environ["RAY_TMPDIR"] == str(tmp_path / "mine") and not (tmp_path / "mine").exists()

@@ -24,7 +24,7 @@ from pathlib import Path
 from statistics import mean
 
 from sweeper.records import length_metrics
-from sweeper.sweep_dir import OPTUNA_DB
+from sweeper.sweep_dir import OPTUNA_DB, SPACE_FILE
 from sweeper.fs import half_done, journal_left, sqlite_read_only_url
 from sweeper.report_file import REPORT_START, check_markdown
 from sweeper.tracking_uri import check_store_settings, sqlite_path
@@ -195,7 +195,7 @@ def build_report(name: str, uri: str, sweep_dir: Path | None, experiment: str | 
     shown_uri = shown_uri or uri
     runs = fetch_runs(uri, shown_uri, name, experiment, parent_uid)
     spec = None
-    if sweep_dir is not None and (sweep_dir / "space.yaml").exists():
+    if sweep_dir is not None and (sweep_dir / SPACE_FILE).exists():
         spec = load_saved_space(sweep_dir, n_samples=0)
     metric, mode = (spec.metric, spec.mode) if spec else ("acc_3x", "max")
     ranges, kinds = space_kinds(spec) if spec else ({}, None)
@@ -248,7 +248,6 @@ def report_uri(cli_value: str | None, logged_to: str | None, default: str, study
 def run(options: Options) -> int:
     from sweeper.adapters.mlflow_tracking import PARENT_UID
     from sweeper.adapters.optuna_study import sweep_study
-    from sweeper.status import SPACE_FILE
     from sweeper.sweep_dir import find_sweep_dir
     from sweeper.tracking_uri import resolve_uri, uri_source
 

@@ -7,9 +7,9 @@ import sys
 from dataclasses import dataclass
 
 from sweeper.fs import nearest_existing
-from sweeper.status import SPACE_FILE, STATUS_FILE, load_records
+from sweeper.status import STATUS_FILE, load_records
 from sweeper.views import TABLE_WIDTH, ensure_status, status_lines, sweep_list_lines
-from sweeper.sweep_dir import DEFAULT_STORAGE, find_sweep_dir, is_uri
+from sweeper.sweep_dir import DEFAULT_STORAGE, SPACE_FILE, find_sweep_dir, is_uri
 from core.errors import ConfigError, cut, expand_user
 
 
