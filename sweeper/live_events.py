@@ -20,7 +20,8 @@ class Terminal:
     def __init__(self, progress: str = "auto", every_s: float = 30.0, out: TextIO | None = None,
                  err: TextIO | None = None):
         self.progress, self.every_s = progress, every_s
-        self.out, self.err = out or sys.stdout, err or sys.stderr
+        self.err = err or sys.stderr
+        self.out = ReaderMayLeave(out or sys.stdout, self.err)
         self.view = None
 
     def __call__(self, event: Event) -> None:
@@ -48,6 +49,48 @@ class Terminal:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class ReaderMayLeave:
+    """The sweep's stdout, whose reader may leave (`sweeper launch ... | head`): the sweep goes on,
+    what it would print from then on is dropped, and one note on stderr says so. A pipe's reader is
+    not the sweep's owner: a lost view never abandons trials half-started."""
+
+    NOTE = "note: stdout's reader left; the sweep goes on without printing its progress (`sweeper status` shows it)"
+
+    def __init__(self, stream: TextIO, err: TextIO):
+        import threading
+
+        self.stream, self.err, self.left, self._lock = stream, err, False, threading.Lock()
+
+    def write(self, text: str) -> int:
+        if not self.left:
+            try:
+                self.stream.write(text)
+            except BrokenPipeError:
+                self._leave()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.left:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._leave()
+
+    def _leave(self) -> None:
+        with self._lock:
+            if self.left:
+                return
+            self.left = True
+            if self.stream is sys.stdout:  # what is still buffered is not tried again at exit (a second error)
+                from core.tool_cli import drop_stdout
+
+                drop_stdout()
+            print(self.NOTE, file=self.err, flush=True)
+
+    def __getattr__(self, name: str):  # isatty, fileno, encoding: the stream's own
+        return getattr(self.stream, name)
 
 
 def terminal_width(out: TextIO) -> int | None:

@@ -15,7 +15,6 @@ import contextlib
 import fcntl
 import json
 import os
-import socket
 import stat
 import time
 from pathlib import Path
@@ -121,6 +120,9 @@ def hold_sweep_lock(sweep_dir: Path, name: str, on_service: bool = False, claim:
         if holder.get("service") is True:  # the pid is the service's: a signal there stops every sweep on it
             raise ConfigError(f"sweep {name} is already running on the sweep service (on {host}); wait "
                               "for it, or stop it (Ctrl-C in the launch that started it) and run this again") from None
+        if not _recorded_holder(holder):  # the lock's taker has not written itself yet: the record is an ended one's
+            raise ConfigError(f"sweep {name} is already running or starting in another launch (its lock names no live "
+                              "driver to stop yet); wait for it (`sweeper status`) and run this again") from None
         raise ConfigError(f"sweep {name} is already running (driver pid {pid} on {host}); "
                           f"wait for it, or stop it (Ctrl-C there, or kill -INT {pid}) and run this again") from None
     if claim:
@@ -130,10 +132,23 @@ def hold_sweep_lock(sweep_dir: Path, name: str, on_service: bool = False, claim:
 
 def claim_sweep_lock(handle: IO, on_service: bool) -> None:
     """Write this driver into the lock it holds: the pid and host a second launch names."""
+    from sweeper.status import driver_record
+
+    text = json.dumps({**driver_record(), "since": time.time(), "service": on_service})
     handle.seek(0)
+    handle.write(text)  # then cut to its length: a second launch never reads an empty file in between
     handle.truncate()
-    handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "service": on_service}))
     handle.flush()
+
+
+def _recorded_holder(holder: dict) -> bool:
+    """Whether the lock file names the process that holds the lock: alive, and started when its record
+    says (a record of a driver that has ended, or none yet, names no one to stop)."""
+    from sweeper.status import driver_alive
+
+    if not isinstance(holder.get("pid"), int) or isinstance(holder.get("pid"), bool):
+        return False
+    return driver_alive({"driver": holder, "updated": holder.get("since")})
 
 
 def release_sweep_lock(handle: IO) -> None:

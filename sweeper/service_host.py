@@ -49,7 +49,7 @@ from sweeper.sweep import Sweep, SweepHost
 from sweeper.service_link import (LOCK, LOG, SOCKET, STATE, Messages, a_pid, check_entries, code_hash,
                                   ensure_private_dir, listen, peer, project_root, read_state, send, service_dir)
 from core.files import write_atomic
-from core.errors import ConfigError, brief, cut, error_line, one_line, path_refusal
+from core.errors import ConfigError, brief, cut, error_line, one_line, path_refusal, visible
 from core.uri_secrets import shown
 from core.tool_cli import Parser, run_tool
 from sweeper.cli_types import cpus
@@ -202,7 +202,7 @@ class Service:
             self.ending.set()
             return
         send(conn, {"accepted": True})  # at once: a launch that hears nothing knows the service is not answering
-        served = Served(Path(request.file).name, peer(conn)[0])
+        served = Served(visible(cut(Path(request.file).name, 80)), peer(conn)[0])  # a name for the log: one line
         sink = LaunchSink(conn)
         reader = threading.Thread(target=watch_client, args=(rest, served.stop), name="sweeper-service-client", daemon=True)
         me = threading.get_ident()

@@ -103,6 +103,44 @@ def test_a_sweep_held_by_the_service_is_refused_without_naming_the_service_s_pid
         holder.wait()
 
 
+@pytest.mark.parametrize("record", ["an_ended_driver_s", "a_live_process_started_at_another_time", "the_holder_s_own"])
+def test_a_refusal_names_a_pid_to_stop_only_when_the_lock_s_record_is_its_holder_s(tmp_path, record):
+    # a launch holds the lock before it writes itself into it (its checks first): until then the file holds
+    # the last driver's record, whose pid may be gone or reused, and `kill -INT` of it would hit a stranger
+    import json
+    import subprocess
+    import sys
+
+    sweep = tmp_path / "sweeps" / "s"
+    code = ("import sys, fcntl, json, os, time, psutil; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "r = json.loads(sys.argv[2]) or {'pid': os.getpid(), 'host': sys.argv[3], "
+            "'started': psutil.Process().create_time(), 'service': False}; "
+            "f.write(json.dumps(r)); f.flush(); print('held', flush=True); time.sleep(60)")
+    import socket
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stranger = {"an_ended_driver_s": {"pid": int(ended.stdout), "host": socket.gethostname(), "started": 1.0e9, "service": False},
+                "a_live_process_started_at_another_time": {"pid": os.getpid(), "host": socket.gethostname(), "started": 1.0e9,
+                                                           "service": False},
+                "the_holder_s_own": {}}[record]
+    sweep.parent.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", code, str(sweep_lock_path(sweep)), json.dumps(stranger),
+                               socket.gethostname()], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError) as err:
+            hold_sweep_lock(sweep, "s")
+        line = str(err.value)
+        assert "already running" in line and "\n" not in line and len(line) < 300, line
+        if record == "the_holder_s_own":
+            assert f"kill -INT {holder.pid}" in line, line
+        else:
+            assert "kill" not in line and str(stranger["pid"]) not in line, line
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_second_launch_beside_a_live_driver_s_write_reports_no_killed_driver(tmp_path):
     """A journal beside the study while a driver holds the sweep's lock is that driver's write in
     progress: the second launch is refused as running, with no note of a killed driver's write."""

@@ -171,3 +171,23 @@ def test_status_and_replay_lines_stay_bounded_whatever_the_files_hold(tmp_path):
     r = sweeper("replay", "r.yaml", "--curves", "rec.json", "--replays", "2", cwd=tmp_path, env=NO_SERVICE)
     assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert max(map(len, (r.stdout + r.stderr).splitlines())) <= 1000
+
+
+@pytest.mark.integration
+def test_a_launch_whose_stdout_reader_leaves_runs_its_sweep_to_the_end_and_says_so_once(tmp_path):
+    # `sweeper launch ... | head -c1`: the reader is no owner of the sweep; the sweep used to stop at its first
+    # line with exit 0 and no word, its study, folder and a RUNNING MLflow run left for a resume nobody knew of
+    from tests.conftest import tiny_space
+
+    (tmp_path / "pipe.yaml").write_text(tiny_space("pipe", switch_high=20, switch_step=10, samples=2, max_steps=20,
+                                                   eval_every=10, scheduler="{type: fifo}", seed=0))
+    cmd = [str(SWEEPER)] if SWEEPER.exists() else [sys.executable, "-m", "sweeper.cli"]
+    launch = subprocess.Popen([*cmd, "launch", "pipe.yaml", "--in-process", "--progress", "lines"], cwd=tmp_path,
+                              env={**ENV, **NO_SERVICE}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert launch.stdout.read(1)
+    launch.stdout.close()  # the reader leaves
+    err = launch.stderr.read().decode()
+    assert launch.wait(timeout=600) == 0, err
+    assert err.count("stdout's reader left") == 1 and "Traceback" not in err, err
+    status = json.loads((tmp_path / "sweeps" / "pipe" / "status.json").read_text())
+    assert status["state"] == "finished" and [t["status"] for t in status["trials"]] == ["completed"] * 2, status

@@ -299,12 +299,14 @@ def test_the_socket_answers_its_user_only_and_bad_requests_get_one_line(tmp_path
                              ({"tracking_source": "\x1b[2J" + "x" * 100_000}, "tracking_source"),
                              ({"file": "/x\ud800.yaml"}, "file: holds '\\ud800', a character no file name can hold"),
                              ({"storage": str(tmp_path / "\udfff")}, "storage: holds"),
+                             ({"file": "/x\nsweep service: stopped\n\x1b]0;owned\x07.yaml"}, "file: holds '\\n', a control"),
                              ({"cwd": str(tmp_path / "gone")}, "cwd: must be an existing folder")):
         with socket.socket(socket.AF_UNIX) as s:
             s.connect(str(sock))
             s.sendall(json.dumps({"verb": "launch", "code": "0" * 16, "root": str(ROOT), **here, **fields}).encode() + b"\n")
             answer = next(iter(Messages(s)))
         assert expected in answer["error"] and "\x1b" not in answer["error"] and len(answer["error"]) < 400, answer
+    assert "owned" not in (service_dir / "service.log").read_text()  # no forged line, no escape in the log
     deep = json.loads("[" * 600 + "]" * 600)  # JSON reads it; a value's stand-in in the answer must not recurse
     for fields in ({"verb": deep}, {"verb": "launch", "code": "0" * 16, "root": str(ROOT), **here, "umask": deep},
                    {"verb": "launch", "code": "0" * 16, "root": str(ROOT), **here, "zzz": deep}):
@@ -456,3 +458,20 @@ def test_a_store_removed_under_the_service_is_not_written_through_its_old_connec
     assert "removed or replaced since" in again.stderr and "runs in its own process" in again.stderr, again.stderr
     assert json.loads((tmp_path / "sweeps" / "gone" / "status.json").read_text())["state"] == "finished"
     assert (tmp_path / "mlflow.db").stat().st_size > 0
+
+
+@pytest.mark.long
+def test_an_attached_launch_whose_stdout_reader_leaves_keeps_its_sweep_running_to_the_end(tmp_path, service_dir):
+    # the launch is the service's client: a reader that leaves its stdout (`| head -c1`) used to drop the
+    # connection, and the service stopped the sweep (exit 130 in its log) while the launch exited 0
+    env = env_of(service_dir)
+    start_service(service_dir, tmp_path, env)
+    attached = subprocess.Popen(sweeper_cmd("launch", write_space(tmp_path, "piped", 100), "--progress", "lines"),
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert attached.stdout.read(1)
+    attached.stdout.close()
+    err = attached.stderr.read().decode()
+    assert attached.wait(timeout=400) == 0 and err.count("stdout's reader left") == 1, err
+    assert "sweep piped: ended with 0" in (service_dir / "service.log").read_text()
+    status = json.loads((tmp_path / "sweeps" / "piped" / "status.json").read_text())
+    assert [t["status"] for t in status["trials"]] == ["completed"] * 2, status
