@@ -77,12 +77,34 @@ class Chunks:
             self.key(r["budget"], r["params"])
         except KeyError as err:
             return f"params: lacks {cut(str(err), 60)}"
+        if (why := self._not_a_config(r["budget"], r["params"])) is not None:
+            return why
         if not r["reports"]:
             return "reports: none"
         for report in r["reports"]:
             if not isinstance(report, dict) or type(report.get("step")) is not int or not all(
                     isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in report.values()):
                 return f"reports: {brief(report, 40)} is not a report (a whole `step` and finite numbers)"
+        return None
+
+    def _not_a_config(self, budget: int, params: dict) -> str | None:
+        """Why a run's budget and cell make no trial config of this experiment, or None: each value of
+        the kind and range the trainer takes, as it is (a text `'3000'` would be read as 3000 by the
+        trainer, but names another run here, and the plan would train that cell again)."""
+        import copy
+
+        from trainables.config import flatten, set_dotted, trial_config_from_dict
+
+        data = copy.deepcopy(self.fixed)
+        try:
+            for dotted, value in {"steps": budget, **params}.items():
+                set_dotted(data, dotted, value, "run")
+            config = flatten(trial_config_from_dict(data, "run").model_dump())
+        except ConfigError as err:
+            return cut(str(err).removeprefix("run: "), 160)
+        for dotted, value in {"steps": budget, **params}.items():
+            if type(config.get(dotted)) is not type(value) or config.get(dotted) != value:
+                return f"{cut(dotted, 40)}: {brief(value, 30)} is not the trainer's own value ({brief(config.get(dotted), 30)})"
         return None
 
     def save(self, data: dict) -> None:

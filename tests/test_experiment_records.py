@@ -65,7 +65,13 @@ def _with(**changes) -> dict:
     (_with(reports=[1, 2]), "run 0: reports: 1 is not a report"),
     (_with(reports=[{"step": 24000, "ood_acc_3x": "x"}]), "run 0: reports: .* is not a report"),
     (_with(reports=[{"step": "24000", "ood_acc_3x": 0.5}]), "run 0: reports: .* is not a report"),
-], ids=["params-empty", "seed-a-list", "no-reports", "reports-not-objects", "metric-text", "step-text"])
+    # values of the right outer kind that no trial config holds as they are: the plan read them as other cells
+    (_with(params={**RUN["params"], "dat.switch_step": "3000"}), "run 0: dat.switch_step: '3000' is not the trainer's own value \\(3000\\)"),
+    (_with(params={**RUN["params"], "optim.lr": float("nan")}), "run 0: optim.lr: .*finite"),
+    (_with(params={**RUN["params"], "seed": -1}), "run 0: seed: .*greater than or equal to 0"),
+    (_with(budget=10**400), "run 0: steps: .*less than or equal to"),
+], ids=["params-empty", "seed-a-list", "no-reports", "reports-not-objects", "metric-text", "step-text",
+        "switch-a-text", "lr-nan", "seed-negative", "budget-huge"])
 def test_a_record_run_of_the_wrong_inner_kind_is_one_line_for_every_verb(chunks, run, expect):  # noqa: F811
     dps.DATA.write_bytes(gzip.compress(json.dumps({"runs": [run]}).encode(), mtime=0))
     verbs_refuse(expect)
