@@ -88,6 +88,16 @@ def plain(text: str) -> str:
     refusal that named it would show another value, and a file made with it a name no one typed)."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"must not be empty or blank, got {brief(text, 40)}")
+    if undecoded := [c for c in text if "\udc80" <= c <= "\udcff"]:  # a byte the locale's encoding does not decode
+        import codecs
+        import locale
+
+        byte, encoding = chr(ord(undecoded[0]) - 0xDC00), locale.getpreferredencoding(False)
+        if codecs.lookup(encoding).name == "utf-8":
+            raise argparse.ArgumentTypeError(f"holds the byte {byte!a}, not UTF-8 (a name in another encoding: the "
+                                             f"sweep's stores need UTF-8 names), got {brief(text, 40)}")
+        raise argparse.ArgumentTypeError(f"holds the byte {byte!a}, which this locale's encoding ({encoding}) does not "
+                                         f"read; under a UTF-8 locale (LANG=C.UTF-8) it is read, got {brief(text, 40)}")
     if text != text.strip() or not text.isprintable():
         raise argparse.ArgumentTypeError(f"must have no spaces around it and no control characters, got {brief(text, 40)}")
     return text

@@ -59,3 +59,25 @@ def test_a_name_either_is_refused_or_is_a_safe_folder_and_filter_value(name):
     assert set(name) <= set(string.ascii_letters + string.digits + "_-.")
     assert name[0] not in ".-" and name not in (".", "..")
     assert len(f".{name}.lock".encode()) <= 255
+
+
+@pytest.mark.parametrize("locale_env, name, said", [
+    ({"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}, "sp\u00e5ce.yaml", "LANG=C.UTF-8"),
+    ({}, "sp\udcffce.yaml", "not UTF-8"),
+], ids=["utf8-name-under-a-c-locale", "latin1-byte-under-utf8"])
+def test_a_path_the_locale_cannot_read_is_named_by_its_byte_not_called_a_control_character(tmp_path, locale_env, name, said):
+    # under a strict C locale a UTF-8 name reaches Python as undecoded bytes; the refusal used to say
+    # "no spaces around it and no control characters", which the name has neither of
+    import os
+    import subprocess
+
+    from tests.hostile import ENV, SWEEPER
+
+    path = tmp_path / name
+    path.write_text(SPACE.format(name="fine"))
+    before = snapshot(tmp_path)
+    for args in (["validate", os.fsencode(path)], ["status", "--storage", os.fsencode(path)]):
+        r = subprocess.run([str(SWEEPER), *args], cwd=tmp_path, env={**ENV, **locale_env}, capture_output=True,
+                           text=True, errors="backslashreplace", timeout=120)
+        assert_refused(r, said, root=tmp_path, before=before)
+        assert "control characters" not in r.stderr, r.stderr
