@@ -236,9 +236,11 @@ class Messages:
             yield message
 
 
-def request(message: dict, directory: Path | None = None, timeout_s: float = ANSWER_S) -> dict | None:
+def request(message: dict, directory: Path | None = None, timeout_s: float = ANSWER_S,
+            then: str | None = None) -> dict | None:
     """One question, one answer (status, stop); None when no service runs; a ConfigError when one
-    runs and does not answer within `timeout_s`."""
+    runs and does not answer within `timeout_s`, ending with `then` (what to run again; by default
+    the `serve` flag of the question)."""
     conn = connect(directory)
     if conn is None:
         return None
@@ -248,7 +250,7 @@ def request(message: dict, directory: Path | None = None, timeout_s: float = ANS
             send(conn, message)
             answer = next(iter(Messages(conn, timeout_is_error=True)), None)
         except TimeoutError:
-            then = f"`sweeper serve --{message.get('verb')}` again once it answers"  # a launch asks through `attach`
+            then = then or f"`sweeper serve --{message.get('verb')}` again once it answers"  # a launch asks through `attach`
             raise unresponsive(directory or service_dir(), "does not answer", timeout_s, then) from None
         except ConfigError as err:  # something answers on the socket, but not in the service's words
             raise ConfigError(f"the sweep service at {cut(str(directory or service_dir()), 120)} answered what is not "

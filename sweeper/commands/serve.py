@@ -93,10 +93,10 @@ class ServiceStatus(BaseModel):
     sweeps: list[ServedSweep] = Field(max_length=1 << 16)
 
 
-def service_status() -> ServiceStatus | None:
+def service_status(then: str | None = None) -> ServiceStatus | None:
     """The service's answer to `status`, checked (one line for one that is not a service's); None
-    when no service runs."""
-    answer = request({"verb": "status"})
+    when no service runs. `then`: what to run again if it does not answer."""
+    answer = request({"verb": "status"}, then=then)
     if answer is None:
         return None
     try:
