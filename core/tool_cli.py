@@ -25,6 +25,11 @@ from core.errors import ConfigError, cut, error_line, one_line, path_refusal
 OUTPUT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
 
 
+def summary(doc: str | None) -> str:
+    """A module docstring's first paragraph as one line: a command's --help description."""
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line and exit 2 (not usage + message)."""
 

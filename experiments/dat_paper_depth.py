@@ -35,7 +35,7 @@ from pathlib import Path
 
 from experiments import packs
 from experiments.sweep_chunks import Chunks, status_command
-from core.tool_cli import Parser, run_tool
+from core.tool_cli import Parser, run_tool, summary
 from sweeper.cli_types import Distinct, count
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -423,7 +423,7 @@ def write_preset() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m experiments.dat_paper_depth", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m experiments.dat_paper_depth", description=summary(__doc__))
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("run", help="explore, apply the rules, confirm; resumes what was interrupted")
     sub.add_parser("export", help="copy finished runs of sweeps/dat_depth_* into the record")

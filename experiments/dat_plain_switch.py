@@ -24,7 +24,7 @@ from experiments import dat_paper_depth as depth
 from experiments import packs
 from experiments.dat_paper_depth import IN_RANGE, Plan, Run, in_range_misses
 from experiments.sweep_chunks import Chunks, park_command, status_command
-from core.tool_cli import Parser, run_tool
+from core.tool_cli import Parser, run_tool, summary
 from sweeper.cli_types import Distinct, count
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -195,10 +195,12 @@ def run() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m experiments.dat_plain_switch", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m experiments.dat_plain_switch", description=summary(__doc__))
     sub = parser.add_subparsers(dest="verb", required=True)
-    for verb in ("run", "status", "export", "report"):
-        sub.add_parser(verb)
+    sub.add_parser("run", help="explore, apply the rules, confirm; resumes what was interrupted")
+    sub.add_parser("status", help="where the plan stands")
+    sub.add_parser("export", help="copy finished runs of sweeps/dat_plain_* into the record")
+    sub.add_parser("report", help="rebuild docs/results/dat_plain_switch.md's results from the record")
     sub.add_parser("park", help="pack the stopped, unfinished sweeps into experiments/parked/, to commit")
     c = sub.add_parser("configs", help="the missing cells of SEEDS as trial configs, for experiments/device_runs.py")
     c.add_argument("folder", type=Path)

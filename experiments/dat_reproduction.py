@@ -27,7 +27,7 @@ from statistics import mean, stdev
 from experiments.launching import sweeper_launch
 from core.errors import ConfigError, brief, cut, one_line, short_path
 from trainables.run_dir import is_number
-from core.tool_cli import run_tool
+from core.tool_cli import run_tool, summary
 from sweeper.cli_types import Distinct
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -546,7 +546,7 @@ def run(groups: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     from sweeper.cli import Parser
 
-    ap = Parser(prog="python -m experiments.dat_reproduction", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m experiments.dat_reproduction", description=summary(__doc__))
     sub = ap.add_subparsers(dest="verb", required=True)
     r = sub.add_parser("run", help="launch or resume the groups' sweeps, one after another")
     r.add_argument("--groups", nargs="+", choices=GROUPS, default=list(GROUPS), action=Distinct)

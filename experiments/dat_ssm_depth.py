@@ -29,7 +29,7 @@ from experiments import dat_paper_depth as depth
 from experiments import packs
 from experiments.dat_paper_depth import ARMS, OFF, Plan, Run, cell, explore, missing_from, premise_misses, runs_of
 from experiments.sweep_chunks import Chunks, park_command, status_command
-from core.tool_cli import Parser, run_tool
+from core.tool_cli import Parser, run_tool, summary
 from sweeper.cli_types import Distinct, count
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -213,7 +213,7 @@ def report(data: dict, p: Plan, out: Path = RESULTS) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m experiments.dat_ssm_depth", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m experiments.dat_ssm_depth", description=summary(__doc__))
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("run", help="explore, apply the rules, confirm; resumes what was interrupted")
     sub.add_parser("export", help="copy finished runs of sweeps/dat_ssm_* into the record")

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainables.run_dir import RunDir, parse_reports
-from core.tool_cli import Parser, run_tool
+from core.tool_cli import Parser, run_tool, summary as doc_summary
 from sweeper.cli_types import positive_int, positive_number
 
 MACHINE = "machine.json"
@@ -344,7 +344,7 @@ def summary(runs: list[Run]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m experiments.device_runs", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m experiments.device_runs", description=doc_summary(__doc__))
     sub = parser.add_subparsers(dest="verb", required=True)
     t = sub.add_parser("train", help="train every config of a folder at once, against a deadline")
     t.add_argument("configs", type=Path, help="a folder of trial configs (*.yaml), grouped by the name before its first _")

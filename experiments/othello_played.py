@@ -24,7 +24,7 @@ import yaml
 
 from experiments.pages import DamagedSection, replace_section
 from experiments.record import finished_trials, read_record, write_record
-from core.tool_cli import Parser, run_tool
+from core.tool_cli import Parser, run_tool, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACE = ROOT / "experiments" / "othello_spaces" / "played_targets.yaml"
@@ -174,7 +174,7 @@ def run() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m experiments.othello_played", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m experiments.othello_played", description=summary(__doc__))
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("run", help="train the sweep (resumable), export, rebuild the section")
     sub.add_parser("export", help="copy finished runs into the record")

@@ -31,7 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from core import json_text
 from core.errors import ConfigError, cut, short_path
-from core.tool_cli import Parser, run_tool
+from core.tool_cli import Parser, run_tool, summary
 
 KS = (1, 2, 3)
 NAMES = ("acc", "tv", "illegal_mass")
@@ -254,7 +254,7 @@ def plot(g: dict, rec: dict, path: Path) -> None:
 
 
 def main() -> None:
-    parser = Parser(description=__doc__.splitlines()[0])
+    parser = Parser(description=summary(__doc__))
     parser.add_argument("inputs", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, default=Path("docs/results/othello"))
     parser.add_argument("--paired-only", action="store_true", help="print the paired comparisons only; write nothing")

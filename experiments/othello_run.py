@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from core import json_text
 from core.errors import ConfigError, cut, short_path
-from core.tool_cli import Parser, run_tool
+from core.tool_cli import Parser, run_tool, summary
 from sweeper.cli_types import cpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -47,7 +47,7 @@ def run_one(name: str, overrides: dict, out_dir: str) -> str:
 
 
 def main() -> int:
-    parser = Parser(description=__doc__.splitlines()[0])
+    parser = Parser(description=summary(__doc__))
     parser.add_argument("runs", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--jobs", type=cpus, default=1)

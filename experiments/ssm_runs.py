@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.errors import ConfigError, brief  # noqa: E402
 from core.files import write_atomic  # noqa: E402
-from core.tool_cli import Parser, run_tool  # noqa: E402
+from core.tool_cli import Parser, run_tool, summary  # noqa: E402
 from trainables.config import load_trial_config, with_overrides  # noqa: E402
 from trainables.train import train  # noqa: E402
 
@@ -203,7 +203,7 @@ def gap_table(results: dict, metric: str = "ood_acc_3x") -> None:
 
 
 def main() -> int:
-    parser = Parser(prog="python -m experiments.ssm_runs", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m experiments.ssm_runs", description=summary(__doc__))
     parser.add_argument("action", choices=("run", "table"))
     parser.add_argument("plan", choices=PLANS, help="the runs' plan")
     args = parser.parse_args()

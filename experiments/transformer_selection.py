@@ -23,7 +23,7 @@ import torch
 
 from trainables.config import TrialConfig
 from trainables.train import train
-from core.tool_cli import Parser, run_tool
+from core.tool_cli import Parser, run_tool, summary
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "results" / "transformer_baseline.json"
 SEEDS = (100, 101)  # exploration seeds: never the confirmation's
@@ -47,7 +47,7 @@ def candidate(positional: str, n_layers: int, lr: float, seed: int) -> TrialConf
 
 
 def main() -> None:
-    ap = Parser(description=__doc__.splitlines()[0])
+    ap = Parser(description=summary(__doc__))
     ap.parse_args()
     torch.set_num_threads(1)
     done = json.loads(OUT.read_text()) if OUT.exists() else []

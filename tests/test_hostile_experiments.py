@@ -295,3 +295,17 @@ def test_search_replay_writes_each_result_at_out_with_its_suffix_never_beside_it
     assert (tmp_path / "res.md").read_text() == "someone's notes\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["res.md", "res.v2.json", "res.v2.md", "res.v2.png"]
     assert "(res.v2.png)" in (tmp_path / "res.v2.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["dat_plain_switch", "dat_paper_depth", "dat_ssm_depth", "device_runs"])
+def test_an_experiment_s_help_says_what_it_is_in_whole_sentences_and_every_verb_has_a_line(tmp_path, name):
+    import re
+
+    r = module(f"experiments.{name}", "--help", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    description = " ".join(r.stdout.split("\n\n")[1].split())
+    assert description.endswith("."), description  # the docstring's first paragraph, not its first line
+    if (verbs := re.search(r"\{([a-z,-]+)\}", r.stdout)) is not None:
+        listed = r.stdout.split("positional arguments:")[1]
+        for verb in verbs.group(1).split(","):
+            assert re.search(rf"^\s+{verb}\s+\S", listed, re.M), (verb, listed)  # a help line beside it

@@ -125,6 +125,25 @@ def test_a_damaged_mlflow_store_is_one_line_and_stays_byte_identical(tmp_path):
     assert digest(damaged) == before
 
 
+def test_a_store_missing_a_table_of_mlflow_s_schema_is_said_so_not_called_read_only(tmp_path):
+    import sqlite3
+
+    sweep_dir = tmp_path / "sweeps" / "smoke"
+    sweep_dir.mkdir(parents=True)
+    (sweep_dir / "space.yaml").write_text(SPACE)
+    store = tmp_path / "mlflow.db"
+    import mlflow
+
+    mlflow.MlflowClient(f"sqlite:///{store}").search_experiments()  # a real store, then a table of it dropped
+    with sqlite3.connect(store) as db:
+        db.execute("drop table metrics")
+    before = digest(store)
+    r = sweeper(tmp_path, "report", "smoke", "--tracking-uri", f"sqlite:///{store}")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "tables of MLflow's schema are missing" in r.stderr and "readonly" not in r.stderr, r.stderr
+    assert digest(store) == before
+
+
 @pytest.mark.parametrize("target, rule", [
     ("{tmp}", "is a folder"),
     ("{tmp}/no/such/folder/report.md", "does not exist"),

@@ -183,6 +183,8 @@ def fetch_runs(uri: str, shown_uri: str, name: str, experiment: str | None, pare
         if (path := sqlite_path(shown_uri)) is not None and journal_left(path):
             raise half_done(shown(shown_uri), "the next `sweeper launch` or `sweeper ui` on it") from None
         first = (str(err).strip().splitlines() or [""])[0]
+        if "readonly database" in first:  # read only, MLflow found tables of its schema missing and would make them
+            first = "tables of MLflow's schema are missing: another application's database, or one damaged"
         raise ConfigError(f"{shown(shown_uri)}: not a readable MLflow store ({type(err).__name__}: {cut(first, 100)})") from None
 
 
