@@ -236,11 +236,9 @@ class Messages:
             yield message
 
 
-def request(message: dict, directory: Path | None = None, timeout_s: float = ANSWER_S,
-            then: str | None = None) -> dict | None:
-    """One question, one answer (status, stop); None when no service runs; a ConfigError when one
-    runs and does not answer within `timeout_s`, ending with `then` (what to run again; by default
-    the `serve` flag of the question)."""
+def request(message: dict, directory: Path | None = None, timeout_s: float = ANSWER_S, then: str | None = None) -> dict | None:
+    """One question, one answer (status, stop); None when no service runs; a ConfigError when one runs and
+    does not answer within `timeout_s`, ending with `then` (what to run again; by default `serve --VERB`)."""
     conn = connect(directory)
     if conn is None:
         return None

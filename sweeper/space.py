@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from sweeper.asha import milestones
 from sweeper.space_scheduler import Scheduler
+from sweeper.sweep_dir import MAX_NAME, check_name  # noqa: F401 - a sweep name's rule, read by the space's `name`
 from trainables.config import MAX_SEED, MAX_STEPS, ConfigError, TrialConfig, set_dotted, trial_config_from_dict
 from core.errors import brief
 from core.numbers_only import NumbersOnly
@@ -35,25 +36,6 @@ MAX_INT = 10**15  # ends of an int range; beyond any sensible setting, within a 
 MAX_GRID_POINTS = 10**15  # values a stepped float range may hold: Optuna works its grid out in 28-digit decimals
 # A sweep's name becomes a folder, a lock file beside it, an MLflow experiment and run name, a Ray job id and a
 # quoted value in MLflow's search filters: letters, digits, `_`, `-`, `.`, not first a dot or dash, and short
-NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
-MAX_NAME = 80
-
-
-def check_name(value: str) -> str:
-    """`value` if it is a safe sweep name, else ValueError stating the rule and a cut value."""
-    if not isinstance(value, str):
-        raise ValueError(f"must be a string, got {brief(value, 40)}")
-    if not value or len(value) > MAX_NAME:
-        raise ValueError(f"must be 1 to {MAX_NAME} characters (it names a folder and MLflow runs), "
-                         f"got {len(value):,}: {brief(value, 40)}")
-    bad = next((c for c in value if c not in NAME_CHARS), None)
-    if bad is not None:
-        raise ValueError(f"may hold only ASCII letters and digits, `_`, `-` and `.`, got {bad!a} in {brief(value, 40)}")
-    if value[0] in ".-":
-        raise ValueError(f"must start with a letter, a digit or `_`, got {brief(value, 40)}")
-    return value
-
-
 class SpaceError(ConfigError):
     """A mistake in a search-space file; one line naming the file, key and rule."""
 

@@ -7,11 +7,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.errors import ConfigError, cut, expand_user, short_path
+from core.errors import ConfigError, brief, cut, expand_user, short_path
 
 DEFAULT_STORAGE = "sweeps"
 OPTUNA_DB = "optuna.db"  # the sweep's Optuna study (SQLite), in its directory
 SPACE_FILE = "space.yaml"  # the sweep's own copy of its search space, in its directory
+NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+MAX_NAME = 80
+
+
+def check_name(value: str) -> str:
+    """`value` if it is a safe sweep name, else ValueError stating the rule and a cut value."""
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, got {brief(value, 40)}")
+    if not value or len(value) > MAX_NAME:
+        raise ValueError(f"must be 1 to {MAX_NAME} characters (it names a folder and MLflow runs), "
+                         f"got {len(value):,}: {brief(value, 40)}")
+    bad = next((c for c in value if c not in NAME_CHARS), None)
+    if bad is not None:
+        raise ValueError(f"may hold only ASCII letters and digits, `_`, `-` and `.`, got {bad!a} in {brief(value, 40)}")
+    if value[0] in ".-":
+        raise ValueError(f"must start with a letter, a digit or `_`, got {brief(value, 40)}")
+    return value
 
 
 def is_uri(path: str) -> bool:
@@ -42,6 +59,11 @@ def find_sweep_dir(name: str, storage: str | None, marker: str, missing: str | N
     except (OSError, ValueError) as err:  # a name too long for the file system, a NUL in it
         raise ConfigError(f"{short_path(name, 80)}: not a sweep's name or folder "
                           f"({getattr(err, 'strerror', None) or err})") from None
+    if not there and "/" not in name and not direct.is_symlink() and not direct.exists():
+        try:  # nothing of that name here: a name no sweep can have is said so, not looked up (in MLflow, a storage)
+            check_name(name)
+        except ValueError as err:
+            raise ConfigError(f"{short_path(name, 60)}: no sweep of that name or folder here (a sweep's name {err})") from None
     if missing is not None and not there:
         raise ConfigError(f"{short_path(sweep_dir, 120)}: {missing}")
     return sweep_dir

@@ -81,3 +81,13 @@ def test_a_path_the_locale_cannot_read_is_named_by_its_byte_not_called_a_control
                            text=True, errors="backslashreplace", timeout=120)
         assert_refused(r, said, root=tmp_path, before=before)
         assert "control characters" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("name", ["\u00e9" * 127, "a b", "-flag"], ids=["254-bytes-of-accents", "a-space", "a-dash-first"])
+def test_a_name_no_sweep_can_have_is_said_so_by_every_view_not_looked_up(tmp_path, name):
+    # `report` advised reading such a name from an MLflow server, and `dashboard`'s line lost its advice to the cut
+    before = snapshot(tmp_path)
+    for verb in ("status", "report", "dashboard"):
+        r = sweeper(verb, "--", name, cwd=tmp_path)
+        assert_refused(r, "no sweep of that name or folder here (a sweep's name", root=tmp_path, before=before)
+        assert "--tracking-uri" not in r.stderr, r.stderr
