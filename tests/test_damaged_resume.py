@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import ray_left_running, sweeper_cmd, sweeper_env, tiny_space
-from tests.hostile import kill_mid_write
+from tests.hostile import kill_mid_write, sweeper  # refusals: forked from a warm CLI (tests/forked_cli.py)
 
 pytestmark = pytest.mark.integration
 ENV = sweeper_env()
@@ -163,8 +163,7 @@ def test_a_damaged_sweep_folder_is_refused_in_one_line_and_left_as_it_was(tmp_pa
         damage(storage / "dmg")
         (storage / ".dmg.lock").unlink()  # a copy without its lock file: the refusal must not make one
         before = _files(storage)
-        r = subprocess.run(sweeper_cmd("launch", space, "--storage", storage, "--progress", "none"), cwd=tmp_path,
-                           env=ENV, capture_output=True, text=True, timeout=300)
+        r = sweeper("launch", space, "--storage", storage, "--progress", "none", cwd=tmp_path, timeout=300)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and must in lines[0], (name, r.stderr[-2000:])
         assert "Traceback" not in r.stderr and r.stdout == "", (name, r.stdout[-500:])
@@ -185,8 +184,7 @@ def test_a_bad_store_lock_is_refused_before_a_restart_removes_the_sweep(tmp_path
             lock.rmdir() if lock.is_dir() and not lock.is_symlink() else lock.unlink(missing_ok=True)
             damage(lock)
             before = _files(tmp_path)
-            r = subprocess.run(sweeper_cmd("launch", space, "--progress", "none", *restart), cwd=tmp_path, env=ENV,
-                               capture_output=True, text=True, timeout=300)
+            r = sweeper("launch", space, "--progress", "none", *restart, cwd=tmp_path, timeout=300)
             lines = r.stderr.strip().splitlines()
             case = (name, restart, r.stderr[-2000:])
             assert r.returncode == 2 and len(lines) == 1 and "mlflow.db.lock" in lines[0], case
