@@ -20,7 +20,7 @@ class Terminal:
     def __init__(self, progress: str = "auto", every_s: float = 30.0, out: TextIO | None = None,
                  err: TextIO | None = None):
         self.progress, self.every_s = progress, every_s
-        self.err = err or sys.stderr
+        self.err = ReaderMayLeave(err or sys.stderr, None)
         self.out = ReaderMayLeave(out or sys.stdout, self.err)
         self.view = None
 
@@ -52,13 +52,14 @@ class Terminal:
 
 
 class ReaderMayLeave:
-    """The sweep's stdout, whose reader may leave (`sweeper launch ... | head`): the sweep goes on,
-    what it would print from then on is dropped, and one note on stderr says so. A pipe's reader is
-    not the sweep's owner: a lost view never abandons trials half-started."""
+    """The sweep's stdout or stderr, whose reader may leave (`sweeper launch ... | head`): the sweep
+    goes on, what it would print there from then on is dropped, and one note on `err` says so (None:
+    no note, the stream is stderr itself). A pipe's reader is not the sweep's owner: a lost view never
+    abandons trials half-started."""
 
     NOTE = "note: stdout's reader left; the sweep goes on without printing its progress (`sweeper status` shows it)"
 
-    def __init__(self, stream: TextIO, err: TextIO):
+    def __init__(self, stream: TextIO, err: "TextIO | None"):
         import threading
 
         self.stream, self.err, self.left, self._lock = stream, err, False, threading.Lock()
@@ -83,11 +84,12 @@ class ReaderMayLeave:
             if self.left:
                 return
             self.left = True
-            if self.stream is sys.stdout:  # what is still buffered is not tried again at exit (a second error)
-                from core.tool_cli import drop_stdout
+            if self.stream in (sys.stdout, sys.stderr):  # what is still buffered is not tried again at exit (a second error)
+                import os
 
-                drop_stdout()
-            print(self.NOTE, file=self.err, flush=True)
+                os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+            if self.err is not None:
+                print(self.NOTE, file=self.err, flush=True)
 
     def __getattr__(self, name: str):  # isatty, fileno, encoding: the stream's own
         return getattr(self.stream, name)

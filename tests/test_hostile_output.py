@@ -174,7 +174,8 @@ def test_status_and_replay_lines_stay_bounded_whatever_the_files_hold(tmp_path):
 
 
 @pytest.mark.integration
-def test_a_launch_whose_stdout_reader_leaves_runs_its_sweep_to_the_end_and_says_so_once(tmp_path):
+@pytest.mark.parametrize("stderr_too", [False, pytest.param(True, marks=pytest.mark.long)], ids=["stdout", "stdout-and-stderr"])
+def test_a_launch_whose_stdout_reader_leaves_runs_its_sweep_to_the_end_and_says_so_once(tmp_path, stderr_too):
     # `sweeper launch ... | head -c1`: the reader is no owner of the sweep; the sweep used to stop at its first
     # line with exit 0 and no word, its study, folder and a RUNNING MLflow run left for a resume nobody knew of
     from tests.conftest import tiny_space
@@ -183,11 +184,12 @@ def test_a_launch_whose_stdout_reader_leaves_runs_its_sweep_to_the_end_and_says_
                                                    eval_every=10, scheduler="{type: fifo}", seed=0))
     cmd = [str(SWEEPER)] if SWEEPER.exists() else [sys.executable, "-m", "sweeper.cli"]
     launch = subprocess.Popen([*cmd, "launch", "pipe.yaml", "--in-process", "--progress", "lines"], cwd=tmp_path,
-                              env={**ENV, **NO_SERVICE}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                              env={**ENV, **NO_SERVICE}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT if stderr_too else subprocess.PIPE)  # `2>&1 | head -c1`: both go
     assert launch.stdout.read(1)
     launch.stdout.close()  # the reader leaves
-    err = launch.stderr.read().decode()
+    err = "" if stderr_too else launch.stderr.read().decode()
     assert launch.wait(timeout=600) == 0, err
-    assert err.count("stdout's reader left") == 1 and "Traceback" not in err, err
+    assert stderr_too or (err.count("stdout's reader left") == 1 and "Traceback" not in err), err
     status = json.loads((tmp_path / "sweeps" / "pipe" / "status.json").read_text())
     assert status["state"] == "finished" and [t["status"] for t in status["trials"]] == ["completed"] * 2, status
