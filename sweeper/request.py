@@ -24,8 +24,8 @@ TrackingSource = Literal["--tracking-uri", "$MLFLOW_TRACKING_URI", "the default 
 
 
 def path_text(value: str) -> str:
-    """A path or URI a request may carry: not empty, not huge, no NUL, UTF-8 text with no control
-    character, as the command line's (ValueError otherwise). A folder named with a byte that is not UTF-8 reaches Python as a surrogate
+    """A path or URI a request may carry: not empty, not huge, no NUL, UTF-8 text (ValueError
+    otherwise). A folder named with a byte that is not UTF-8 reaches Python as a surrogate
     (`os.fsdecode`); MLflow's and SQLite's URIs and every file the sweep writes its paths into
     need UTF-8, so such a path is refused here, named, not failed on later."""
     if not value or len(value) > MAX_FIELD or "\0" in value:
@@ -37,7 +37,13 @@ def path_text(value: str) -> str:
         what = ("a byte that is not UTF-8 in a file name; the sweep's stores need UTF-8 names: rename it"
                 if "\udc80" <= char <= "\udcff" else "a character no file name can hold")
         raise ValueError(f"holds {char!a}, {what}") from None
-    if not value.isprintable():  # a line break or a terminal escape: a refusal or a log line would show another value
+    return value
+
+
+def printable_path(value: str) -> str:
+    """A path with no control character, as the command line takes it: a line break or a terminal
+    escape would make a refusal or a log line show another value (ValueError otherwise)."""
+    if not path_text(value).isprintable():
         char = next(c for c in value if not c.isprintable())
         raise ValueError(f"holds {char!a}, a control character; the command line takes no such name either")
     return value
@@ -70,6 +76,11 @@ class SweepRequest(BaseModel):
     @classmethod
     def no_empty_or_huge_text(cls, value: str) -> str:
         return path_text(value)
+
+    @field_validator("file", "storage", "cwd")  # the tracking URI's own check names where it came from
+    @classmethod
+    def no_control_character(cls, value: str) -> str:
+        return printable_path(value)
 
     @field_validator("file", "cwd")
     @classmethod

@@ -63,11 +63,12 @@ def list_sweeps(storage: str | None) -> int:
         raise ConfigError(f"--storage {cut(folder, 80)}: not a folder ({err.strerror})") from None
     if not_a_folder:
         raise ConfigError(f"--storage {cut(folder, 80)}: not a folder" + (f" ({cut(str(first), 80)} is a file)" if first != path else ""))
+    # a service that cannot answer is said before anything is listed: one line, as every refusal
+    service = service_status(then="`sweeper status` again once it answers (`sweeper status NAME` reads a sweep without it)")
     lines = sweep_list_lines(path)
     print(f"{'sweeps' if lines else 'no sweep'} in {cut(str(path.resolve()), 120)}{':' * bool(lines)}")
     if lines:
-        print("\n".join(lines), flush=True)
-    # read from their folders, the sweeps above need no service; one that does not answer is the one line after them
-    served = show_status(service_status(then="`sweeper status` again once it answers")) == 0
+        print("\n".join(lines))
+    served = show_status(service) == 0
     return 0 if lines or served else 1
 
