@@ -34,7 +34,8 @@ def wait_for(path, text: str, proc: subprocess.Popen, timeout_s: float) -> None:
     """Wait until `text` is in the file; fail if the process ends first or it seems hung."""
     t0 = time.monotonic()
     while text not in path.read_text():
-        assert proc.poll() is None, f"ended (exit {proc.returncode}) before {text!r}: {path.read_text()[-500:]}"
+        assert proc.poll() is None, (f"ended (exit {proc.returncode}) before {text!r}: {path.read_text()[-500:]}; "
+                                     f"stderr: {path.with_name('err.txt').read_text()[-1500:]}")
         assert time.monotonic() - t0 < timeout_s, f"no {text!r} within {timeout_s} s: {path.read_text()[-500:]}"
         time.sleep(0.05)
 

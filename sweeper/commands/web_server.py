@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import http.client
 import ipaddress
 import os
 import signal
@@ -144,7 +145,7 @@ class Server:
                 _no_proxy_get(probe_url, timeout=2)
                 if self.proc.poll() is None:
                     return
-            except OSError:
+            except (OSError, http.client.HTTPException):  # not up yet, or a reply cut short as it starts
                 if time.monotonic() > deadline:
                     raise ConfigError(f"{probe_url}: {self.what} did not answer within {timeout_s:.0f} s "
                                       f"({self.last_words()})") from None
