@@ -47,10 +47,10 @@ def hold_closed_stdout() -> str:
     return "stdout is closed (>&-): the command's output would be lost; send it to a file or to /dev/null instead"
 
 
-def drop_stdout() -> None:
-    """Point stdout at /dev/null: output its reader left or a full disk refused is not tried again
-    at exit (a second error)."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+def drop_stdout(stream=None) -> None:
+    """Point stdout (or `stream`, stderr) at /dev/null: output its reader left or a full disk refused
+    is not tried again at exit (a second error)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), (stream or sys.stdout).fileno())
 
 
 def output_refusal(err: BaseException) -> str | None:

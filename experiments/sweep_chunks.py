@@ -95,14 +95,14 @@ class Chunks:
 
         from trainables.config import flatten, set_dotted, trial_config_from_dict
 
-        data = copy.deepcopy(self.fixed)
+        data, given = copy.deepcopy(self.fixed), {"steps": budget, **params}
         try:
-            for dotted, value in {"steps": budget, **params}.items():
+            for dotted, value in given.items():
                 set_dotted(data, dotted, value, "run")
             config = flatten(trial_config_from_dict(data, "run").model_dump())
         except ConfigError as err:
             return cut(str(err).removeprefix("run: "), 160)
-        for dotted, value in {"steps": budget, **params}.items():
+        for dotted, value in given.items():
             if type(config.get(dotted)) is not type(value) or config.get(dotted) != value:
                 return f"{cut(dotted, 40)}: {brief(value, 30)} is not the trainer's own value ({brief(config.get(dotted), 30)})"
         return None

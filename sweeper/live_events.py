@@ -84,10 +84,10 @@ class ReaderMayLeave:
             if self.left:
                 return
             self.left = True
-            if self.stream in (sys.stdout, sys.stderr):  # what is still buffered is not tried again at exit (a second error)
-                import os
+            if self.stream in (sys.stdout, sys.stderr):
+                from core.tool_cli import drop_stdout
 
-                os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+                drop_stdout(self.stream)
             if self.err is not None:
                 print(self.NOTE, file=self.err, flush=True)
 
