@@ -67,9 +67,9 @@ def check_request(request: SweepRequest) -> Checked:
     if (artifacts := artifacts_folder(request.tracking_uri, request.cwd)) is not None:
         check_outside_service(artifacts, f"the tracking store's artifacts {short_path(artifacts, 100)}")
         check_artifacts_folder(artifacts)
-    from sweeper.adapters.mlflow_store import check_sqlite_store
+    from sweeper.adapters.mlflow_store import check_store
 
-    check_sqlite_store(request.tracking_uri, request.tracking_source, request.experiment or spec.name)  # not another program's database
+    check_store(request.tracking_uri, request.tracking_source, request.experiment or spec.name)  # not another program's database
     return Checked(spec, sweep_dir)
 
 

@@ -243,7 +243,7 @@ def check_databricks(uri: str, shown: str, source: str) -> None:
 
 def check_sqlite_file(path: Path, shown: str, source: str) -> None:
     """An existing SQLite store must open as a database (MLflow would fail on it only once Ray runs;
-    that it is an MLflow store is `mlflow_store.check_sqlite_store`'s); read-only, so nothing is
+    that it is an MLflow store is `mlflow_store.check_store`'s); read-only, so nothing is
     written to it. A missing or empty file MLflow makes a store of; anything else there (a FIFO, a
     device) is one line: reading it would block or never end."""
     if os.path.lexists(path) and not path.is_file():

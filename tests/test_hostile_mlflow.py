@@ -161,17 +161,48 @@ def test_a_resume_whose_experiment_was_deleted_is_one_line_before_ray(sweep, sto
 
 @pytest.mark.integration
 def test_a_deleted_experiment_is_found_by_the_store_check_without_a_write(sweep, store):
-    from sweeper.adapters.mlflow_store import check_sqlite_store
+    from sweeper.adapters.mlflow_store import check_store
     from core.errors import ConfigError
 
     uri = f"sqlite:///{store}"
-    check_sqlite_store(uri, "the default tracking URI", NAME)  # active: passes
-    check_sqlite_store(uri, "the default tracking URI", "no_such_experiment")  # a new one is made by the launch
+    check_store(uri, "the default tracking URI", NAME)  # active: passes
+    check_store(uri, "the default tracking URI", "no_such_experiment")  # a new one is made by the launch
     sql(store, "update experiments set lifecycle_stage = 'deleted' where name = ?", NAME)
     before = snapshot(sweep)
     with pytest.raises(ConfigError, match=r"experiment `hostile_mlflow` .*deleted.*mlflow experiments restore"):
-        check_sqlite_store(uri, "the default tracking URI", NAME)
+        check_store(uri, "the default tracking URI", NAME)
     assert snapshot(sweep) == before
+
+
+@pytest.mark.integration
+def test_a_launch_onto_a_server_whose_experiment_is_deleted_is_one_line_with_nothing_made(tmp_path, mlflow_server):
+    from mlflow import MlflowClient
+
+    name = f"deleted_{tmp_path.name}"[:60]
+    client = MlflowClient(tracking_uri=mlflow_server)
+    exp_id = client.create_experiment(name)
+    client.delete_experiment(exp_id)
+    (tmp_path / "space.yaml").write_text(small_space())
+    before = snapshot(tmp_path)
+    r = sweeper("launch", "space.yaml", "--in-process", "--tracking-uri", mlflow_server, "--experiment", name, cwd=tmp_path)
+    assert_refused(r, f"experiment `{name}`", "deleted", f"MLFLOW_TRACKING_URI={mlflow_server} mlflow experiments restore "
+                   f"--experiment-id {exp_id}", root=tmp_path, before=before)
+    assert r.stdout == ""
+
+
+@pytest.mark.integration
+def test_the_tracker_refuses_an_experiment_deleted_after_the_checks_in_one_line(tmp_path):
+    from sweeper.adapters.mlflow_tracking import SweepTracker
+    from sweeper.space_file import load_space
+    from core.errors import ConfigError
+
+    (tmp_path / "space.yaml").write_text(small_space())
+    store = mlflow_store(tmp_path)
+    sql(store, "update experiments set lifecycle_stage = 'deleted' where name = ?", NAME)
+    tracker = SweepTracker(f"sqlite:///{store}", load_space(tmp_path / "space.yaml"), tmp_path / "sweep")
+    with pytest.raises(ConfigError, match=r"^MLflow: experiment `hostile_mlflow` is deleted .*mlflow experiments restore"):
+        tracker.start(tmp_path / "space.yaml")
+    assert sql(store, "select count(*) from runs")[0][0] == 1  # no run made in it
 
 
 @pytest.mark.integration

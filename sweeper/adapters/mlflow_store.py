@@ -58,19 +58,18 @@ def client(uri: str):
 FOREIGN_SIGNS = ("attempt to write a readonly database", "no such table", "Can't locate revision")
 
 
-def check_sqlite_store(uri: str, source: str, experiment: str | None = None) -> None:
-    """An existing, non-empty SQLite database named as the store opens read-only as an MLflow store: one
-    ConfigError line where it holds something else (an application's tables, a sweep's Optuna study), which a
-    writable open would add MLflow's tables to, a schema this MLflow cannot read, or `experiment` (the sweep's)
-    deleted (MLflow refuses its runs). A sweep creating the store now holds its lock (`store_lock`): waited for."""
-    path = sqlite_path(uri)
-    if path is None or not path.is_file() or path.stat().st_size == 0:
+def check_store(uri: str, source: str, experiment: str | None = None) -> None:
+    """An existing, non-empty SQLite database named as the store opens read-only as an MLflow store: one line
+    where it holds something else (an application's tables, an Optuna study) a writable open would add MLflow's
+    tables to, a schema this MLflow cannot read, or `experiment` (the sweep's) deleted, whose runs MLflow refuses;
+    on a server, only the last. A sweep creating an SQLite store holds its lock (`store_lock`): waited for."""
+    path, server = sqlite_path(uri), uri.startswith(("http://", "https://")) and experiment is not None
+    if not server and (path is None or not path.is_file() or path.stat().st_size == 0):
         return
-    url, deleted = sqlite_read_only_url(path.resolve()), []  # the experiment's id, if deleted
+    url, deleted = uri if server else sqlite_read_only_url(path.resolve()), []  # the experiment's id, if deleted
 
     def check() -> None:
-        c = client(url)
-        c.search_experiments(max_results=1)
+        (c := client(url)).search_experiments(max_results=1)
         found = c.get_experiment_by_name(experiment) if experiment else None  # a deleted one too
         deleted[:] = [found.experiment_id] if found is not None and found.lifecycle_stage == "deleted" else []
 
@@ -78,21 +77,25 @@ def check_sqlite_store(uri: str, source: str, experiment: str | None = None) -> 
         try:
             check()
         except Exception:  # noqa: BLE001 - perhaps a store being created now, under its lock: after it, again
-            if not os.path.lexists(f"{path}.lock"):
+            if server or not os.path.lexists(f"{path}.lock"):
                 raise
             with store_lock(uri):
                 check()
     except Exception as err:  # noqa: BLE001 - whatever the store's library raises: one line
         if "locked" in str(err):  # a sweep writing to it now: readable, only busy
             return
-        if not any(sign in str(err) for sign in FOREIGN_SIGNS):  # an MLflow store, damaged
+        if server or not any(sign in str(err) for sign in FOREIGN_SIGNS):  # an MLflow store, damaged
             raise store_failure(uri, source, err) from None
         first = (str(err).strip().splitlines() or [""])[0]
         raise ConfigError(f"{source} {hide_password(uri)}: a database that is no MLflow store ({type(err).__name__}: "
                           f"{cut(first, 80)}); name an MLflow store's database, or a new file (a store is made there)") from None
     if deleted:
-        raise ConfigError(f"{source}: experiment `{experiment}` is deleted in the store (id {deleted[0]}); restore it: "
-                          f"{restore_command(uri, 'experiments', '--experiment-id', deleted[0])}; or name another with --experiment")
+        raise deleted_experiment(source, experiment, uri, deleted[0])
+
+
+def deleted_experiment(source: str, experiment: str, uri: str, ident: str) -> ConfigError:  # a launch's line
+    return ConfigError(f"{source}: experiment `{experiment}` is deleted in the store (id {ident}); restore it: "
+                       f"{restore_command(uri, 'experiments', '--experiment-id', ident)}; or name another with --experiment")
 
 
 def restore_command(uri: str, noun: str, flag: str, ident: str) -> str:
@@ -105,15 +108,13 @@ def unreachable(err: BaseException) -> bool:
     if isinstance(err, (ConnectionError, TimeoutError)):
         return True
     text = f"{type(err).__name__}: {err}"
-    return any(sign in text for sign in (
-        "Connection refused", "Max retries exceeded", "Failed to establish", "timed out", "Read timed out",
-        "RemoteDisconnected", "Connection aborted", "database is locked", "status code 502", "status code 503",
-        "status code 504", "ConnectionError", "Temporary failure in name resolution"))
+    return any(sign in text for sign in ("Connection refused", "Max retries exceeded", "Failed to establish", "timed out",
+                                         "RemoteDisconnected", "Connection aborted", "database is locked", "status code 502",
+                                         "status code 503", "status code 504", "ConnectionError", "Temporary failure in name resolution"))
 
 
 def retrying(call, deadline: float, what: str, say: Callable[[str], None] | None = None):
-    """`call()`, retried with backoff while the store is unreachable, until `deadline` (monotonic);
-    `say` hears of the first retry."""
+    """`call()`, retried with backoff while the store is unreachable, until `deadline` (monotonic); `say` hears of the first retry."""
     for attempt in range(10**9):
         try:
             return call()
@@ -250,8 +251,8 @@ def fetch_trial_runs(uri: str, sweep_name: str, experiment: str | None = None, p
     if exp is None:
         raise ConfigError(f"{sweep_name}: no MLflow experiment `{named}` at {where}")
     if exp.lifecycle_stage == "deleted":
-        raise ConfigError(f"{sweep_name}: experiment `{named}` is deleted in the store; restore it: "
-                          f"{restore_command(user_uri or uri, 'experiments', '--experiment-id', exp.experiment_id)}")
+        raise ConfigError(f"{sweep_name}: experiment `{named}` is deleted in the store; restore it: " + restore_command(
+            user_uri or uri, 'experiments', '--experiment-id', exp.experiment_id))
     which = f" and tags.parent_uid = '{parent_uid}'" if parent_uid else ""
     parents = next(filter(None, (c.search_runs([exp.experiment_id], run_view_type=view, max_results=1, order_by=[
         "attributes.start_time DESC"], filter_string=f"tags.role = 'sweep' and tags.sweep = '{sweep_name}'{which}")

@@ -32,7 +32,8 @@ from urllib.request import url2pathname
 import yaml
 
 from sweeper import plots
-from sweeper.adapters.mlflow_store import VIEW_TAG, BackgroundLog, client, retrying, sweep_params, trials_view, view_key
+from sweeper.adapters.mlflow_store import (VIEW_TAG, BackgroundLog, client, deleted_experiment, retrying, sweep_params,
+                                           trials_view, view_key)
 from sweeper.records import FINAL, TrialRecord, trainer_metrics
 from sweeper.space import SearchSpace, iter_params, trial_config_for
 from sweeper.tracking_uri import artifacts_folder
@@ -89,6 +90,8 @@ class SweepTracker:
             # the UI opens an experiment of this kind on its training-runs view
             exp_id = self.client.create_experiment(self.experiment, artifact_location=artifacts,
                                                    tags={"mlflow.experimentKind": "custom_model_development"})
+        elif exp.lifecycle_stage == "deleted":  # (a store the preflight does not read, or deleted since)
+            raise deleted_experiment("MLflow", self.experiment, self.uri, exp.experiment_id)
         else:
             exp_id = exp.experiment_id
         spec, params = self.spec, sweep_params(self.spec)

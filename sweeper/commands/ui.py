@@ -41,7 +41,7 @@ def run(options: Options) -> int:
     check_address(options.host, options.port)  # a held port, a foreign host: one line before anything starts
     preflight(uri, source=uri_source(options.tracking_uri))
     check_store_exists(uri, uri_source(options.tracking_uri))
-    store.check_sqlite_store(uri, uri_source(options.tracking_uri))  # the server would migrate another program's database
+    store.check_store(uri, uri_source(options.tracking_uri))  # the server would migrate another program's database
     if warning := exposure_warning(options.host, options.port, "the MLflow UI"):
         print(warning, file=sys.stderr, flush=True)
     address = url_of(options.host, options.port)
