@@ -228,9 +228,12 @@ def test_a_metric_name_mlflow_refuses_in_an_interrupted_sweep_is_one_line_and_th
     deadline = time.monotonic() + 120  # the killed driver's trials train on a moment, writing their folders
     while any("Agent" not in name for name in ray_left_running(tmp_path / "sweeps" / "dmg")) and time.monotonic() < deadline:
         time.sleep(1)
+    from sweeper.fs import roll_back
     from sweeper.orphans import end_orphans
 
     end_orphans(tmp_path / "sweeps" / "dmg")  # as the resume would: no trial of the killed driver writes after the snapshot
+    for db in (tmp_path / "mlflow.db", tmp_path / "sweeps" / "dmg" / "optuna.db"):
+        roll_back(db)  # as the resume's checks would: a write the kill cut short (its -journal) is not the refusal's
     reports = min((tmp_path / "sweeps" / "dmg" / "trials").glob("t*/metrics.jsonl"))  # the trial that reported first
     sound = reports.read_text()
     try:

@@ -182,19 +182,26 @@ def test_a_web_server_that_is_not_mlflow_is_one_line(tmp_path, web_server, healt
                        expect=("--tracking-uri", url, "not an MLflow tracking server", expect))
 
 
-def test_a_server_that_only_looks_like_mlflow_leaves_no_claim_on_the_sweep_s_store(tmp_path, web_server):
-    # /health says OK and the one search the check makes answers JSON, as MLflow's would; every other call fails
+@pytest.mark.parametrize("answers", ["search", "search-and-get-by-name"])
+def test_a_server_that_only_looks_like_mlflow_leaves_no_claim_on_the_sweep_s_store(tmp_path, web_server, answers):
+    # /health says OK and the searches the checks make answer JSON, as MLflow's would; every other call fails
     url, served = web_server
     (served / "health").write_text("OK")
-    (served / "api" / "2.0" / "mlflow" / "experiments").mkdir(parents=True)
-    (served / "api" / "2.0" / "mlflow" / "experiments" / "search").write_text('{"experiments": []}')
+    api = served / "api" / "2.0" / "mlflow" / "experiments"
+    api.mkdir(parents=True)
+    (api / "search").write_text('{"experiments": []}')
+    if answers == "search-and-get-by-name":  # the experiment's check passes: the launch fails later, at the run's start
+        (api / "get-by-name").write_text("{}")
     r = sweeper("launch", SMOKE, "--tracking-uri", url, "--in-process", cwd=tmp_path, timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-800:]
     assert "the tracking store failed" in r.stderr.strip().splitlines()[-1]
+    sweep_dir = tmp_path / "sweeps" / "smoke"
+    if answers == "search":  # refused by the checks: nothing made
+        assert not sweep_dir.exists()
+        return
     from sweeper.space_file import load_space
     from sweeper.sweep_checks import check_resume
 
-    sweep_dir = tmp_path / "sweeps" / "smoke"
     # the sweep's files are kept, and its next launch may name a store that works: no run of it is in that server
     check_resume(sweep_dir, load_space(SMOKE), f"sqlite:///{tmp_path}/mlflow.db", "--tracking-uri")
 

@@ -68,8 +68,10 @@ def check_store(uri: str, source: str, experiment: str | None = None) -> None:
         return
     url, deleted = uri if server else sqlite_read_only_url(path.resolve()), []  # the experiment's id, if deleted
 
-    def check() -> None:
-        (c := client(url)).search_experiments(max_results=1)
+    def check() -> None:  # the first call opens the store (a server's search was the preflight's GET)
+        c = client(url)
+        if experiment is None:
+            c.search_experiments(max_results=1)
         found = c.get_experiment_by_name(experiment) if experiment else None  # a deleted one too
         deleted[:] = [found.experiment_id] if found is not None and found.lifecycle_stage == "deleted" else []
 
@@ -280,21 +282,3 @@ def describe_unlogged(left: list[tuple[str, TrialRecord, str]]) -> str:
     trials = sorted({record.trial_id for _, record, _ in left})
     return (f"warning: MLflow did not take {len(left)} calls of {len(trials)} trials ({cut(', '.join(trials), 80)}; "
             f"last error: {left[-1][2]}); the trials' folders keep them: the next launch of this sweep logs them")
-
-
-def sweep_params(spec) -> dict[str, str]:
-    """The parent run's params: the budget, scheduler, searcher, fixed settings and the space."""
-    from sweeper.adapters.optuna_search import describe_space
-    from trainables.config import flatten
-
-    params = {
-        "budget.num_samples": spec.budget.num_samples, "budget.max_concurrent": spec.budget.max_concurrent,
-        "budget.max_steps": spec.budget.max_steps, "budget.eval_every": spec.budget.eval_every,
-        "scheduler": spec.scheduler.type, "searcher.sampler": spec.searcher.sampler, "searcher.seed": spec.searcher.seed,
-        **({"searcher.startup_trials": spec.searcher.startup_trials} if spec.searcher.startup_trials else {}),
-        **{f"fixed.{k}": v for k, v in flatten(spec.fixed).items()},
-    }
-    for line in describe_space(spec):
-        name, dist = line.strip().split(None, 1)
-        params[f"space.{name}"] = dist[:500]
-    return {k: str(v)[:6000] for k, v in params.items()}

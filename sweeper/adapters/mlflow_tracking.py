@@ -32,8 +32,7 @@ from urllib.request import url2pathname
 import yaml
 
 from sweeper import plots
-from sweeper.adapters.mlflow_store import (VIEW_TAG, BackgroundLog, client, deleted_experiment, retrying, sweep_params,
-                                           trials_view, view_key)
+from sweeper.adapters.mlflow_store import VIEW_TAG, BackgroundLog, client, deleted_experiment, retrying, trials_view, view_key
 from sweeper.records import FINAL, TrialRecord, trainer_metrics
 from sweeper.space import SearchSpace, iter_params, trial_config_for
 from sweeper.tracking_uri import artifacts_folder
@@ -279,3 +278,21 @@ class SweepTracker:
                 self.client.log_artifact(run_id, str(png))
         self.client.set_terminated(run_id, RUN_STATUS.get(record.status, "FINISHED"))
         entry.update(status=record.status, open=False)
+
+
+def sweep_params(spec) -> dict[str, str]:
+    """The parent run's params: the budget, scheduler, searcher, fixed settings and the space."""
+    from sweeper.adapters.optuna_search import describe_space
+    from trainables.config import flatten
+
+    params = {
+        "budget.num_samples": spec.budget.num_samples, "budget.max_concurrent": spec.budget.max_concurrent,
+        "budget.max_steps": spec.budget.max_steps, "budget.eval_every": spec.budget.eval_every,
+        "scheduler": spec.scheduler.type, "searcher.sampler": spec.searcher.sampler, "searcher.seed": spec.searcher.seed,
+        **({"searcher.startup_trials": spec.searcher.startup_trials} if spec.searcher.startup_trials else {}),
+        **{f"fixed.{k}": v for k, v in flatten(spec.fixed).items()},
+    }
+    for line in describe_space(spec):
+        name, dist = line.strip().split(None, 1)
+        params[f"space.{name}"] = dist[:500]
+    return {k: str(v)[:6000] for k, v in params.items()}
