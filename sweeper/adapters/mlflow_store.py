@@ -63,15 +63,22 @@ def check_store(uri: str, source: str, experiment: str | None = None) -> None:
     where it holds something else (an application's tables, an Optuna study) a writable open would add MLflow's
     tables to, a schema this MLflow cannot read, or `experiment` (the sweep's) deleted, whose runs MLflow refuses;
     on a server, only the last. A sweep creating an SQLite store holds its lock (`store_lock`): waited for."""
-    path, server = sqlite_path(uri), uri.startswith(("http://", "https://")) and experiment is not None
-    if not server and (path is None or not path.is_file() or path.stat().st_size == 0):
+    if uri.startswith(("http://", "https://")):  # a server the preflight found answering: its experiment only
+        try:  # (one GET; MLflow's client POSTs a search, which a server only looking like MLflow's may fail)
+            found = client(uri).get_experiment_by_name(experiment) if experiment else None
+        except Exception as err:  # noqa: BLE001 - whatever the client raises: one line
+            raise store_failure(uri, source, err) from None
+        if found is not None and found.lifecycle_stage == "deleted":
+            raise deleted_experiment(source, experiment, uri, found.experiment_id)
         return
-    url, deleted = uri if server else sqlite_read_only_url(path.resolve()), []  # the experiment's id, if deleted
+    path = sqlite_path(uri)
+    if path is None or not path.is_file() or path.stat().st_size == 0:
+        return
+    url, deleted = sqlite_read_only_url(path.resolve()), []  # the experiment's id, if deleted
 
-    def check() -> None:  # the first call opens the store (a server's search was the preflight's GET)
+    def check() -> None:
         c = client(url)
-        if experiment is None:
-            c.search_experiments(max_results=1)
+        c.search_experiments(max_results=1)
         found = c.get_experiment_by_name(experiment) if experiment else None  # a deleted one too
         deleted[:] = [found.experiment_id] if found is not None and found.lifecycle_stage == "deleted" else []
 
@@ -79,14 +86,14 @@ def check_store(uri: str, source: str, experiment: str | None = None) -> None:
         try:
             check()
         except Exception:  # noqa: BLE001 - perhaps a store being created now, under its lock: after it, again
-            if server or not os.path.lexists(f"{path}.lock"):
+            if not os.path.lexists(f"{path}.lock"):
                 raise
             with store_lock(uri):
                 check()
     except Exception as err:  # noqa: BLE001 - whatever the store's library raises: one line
         if "locked" in str(err):  # a sweep writing to it now: readable, only busy
             return
-        if server or not any(sign in str(err) for sign in FOREIGN_SIGNS):  # an MLflow store, damaged
+        if not any(sign in str(err) for sign in FOREIGN_SIGNS):  # an MLflow store, damaged
             raise store_failure(uri, source, err) from None
         first = (str(err).strip().splitlines() or [""])[0]
         raise ConfigError(f"{source} {hide_password(uri)}: a database that is no MLflow store ({type(err).__name__}: "
