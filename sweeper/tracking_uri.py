@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Mapping
 
+from sweeper.store_settings import SQL_SCHEMES, check_store_settings
 from sweeper.fs import check_writable, read_limited, roll_back, sqlite_read_only_uri
 from trainables.config import ConfigError
 from core import json_text
@@ -52,6 +53,11 @@ def resolve_uri(cli_value: str | None, cwd: str | Path | None = None, environ: M
     return uri
 
 
+def is_server(uri: str) -> bool:
+    """Whether the store is a tracking server (http or https) rather than a database MLflow opens itself."""
+    return uri.startswith(("http://", "https://"))
+
+
 def sqlite_path(uri: str) -> Path | None:
     """The database file of an embedded SQLite store's URI; None for any other store."""
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
@@ -61,7 +67,7 @@ def artifacts_folder(uri: str, cwd: str | Path) -> Path | None:
     """Where a store's artifacts go: `mlartifacts` beside an embedded SQLite store's file, in the
     caller's folder `cwd` for a database's (never MLflow's default, the process's own folder);
     None for a tracking server, which keeps its own."""
-    if uri.startswith(("http://", "https://")):
+    if is_server(uri):
         return None
     store = sqlite_path(uri)
     return (store.parent if store is not None else Path(cwd)) / "mlartifacts"
@@ -89,7 +95,7 @@ def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") 
         raise ConfigError(f"{source} {brief(hide_password(uri), 60)}: holds a control character (a line break, an "
                           "escape); name the store as typed")
     check_store_settings(uri)  # before the store is touched: MLflow reads them as it opens one
-    if uri.startswith(("http://", "https://")):
+    if is_server(uri):
         check_server(uri, shown, source, timeout_s)
     elif uri == "databricks" or uri.startswith(("databricks://", "databricks-uc")):
         check_databricks(uri, shown, source)
@@ -122,42 +128,8 @@ def preflight(uri: str, timeout_s: float = 5.0, source: str = "--tracking-uri") 
         raise ConfigError(f"{source} {shown}: unknown scheme; use http(s)://HOST:PORT or sqlite:///PATH")
 
 
-SQL_SCHEMES = ("postgresql", "mysql", "mssql")  # MLflow's SQLAlchemy stores beside SQLite
 FILE_STORE_ENV = "MLFLOW_ALLOW_FILE_STORE"  # MLflow's own switch: a folder store is refused unless it is true
 SEARCH = "/api/2.0/mlflow/experiments/search?max_results=1"  # a read every MLflow server answers with JSON
-STORE_SETTINGS = "MLFLOW_SQLALCHEMYSTORE_"  # MLflow's settings of its SQL store's engine (mlflow/environment_variables.py)
-# the pool classes MLflow names that fit its store, with the sizes SQLAlchemy takes beside each; the others, and why not
-POOLS = {"QueuePool": ("POOL_SIZE", "MAX_OVERFLOW"), "SingletonThreadPool": ("POOL_SIZE",), "NullPool": (), "StaticPool": ()}
-UNFIT = {"AssertionPool": "allows one connection at a time, and MLflow's store holds several",
-         **dict.fromkeys(("AsyncAdaptedQueuePool", "FallbackAsyncAdaptedQueuePool"), "is for asyncio drivers, and MLflow's are not")}
-
-
-def check_store_settings(uri: str, environ: Mapping[str, str] | None = None) -> None:
-    """MLflow's settings of an SQL store's engine as MLflow reads them, held to what SQLAlchemy takes."""
-    if sqlite_path(uri) is None and uri.split("://")[0].split("+")[0] not in SQL_SCHEMES:
-        return
-    given = {k[len(STORE_SETTINGS):]: v for k, v in (os.environ if environ is None else environ).items() if k.startswith(STORE_SETTINGS)}
-
-    def refuse(name: str, rule: str, advice: str = "unset it or set a number") -> ConfigError:
-        return ConfigError(f"${STORE_SETTINGS}{name} {brief(given[name], 40)}: {rule} (MLflow's SQL store setting); {advice}")
-
-    for name, low in (("POOL_SIZE", 1), ("MAX_OVERFLOW", -1), ("POOL_RECYCLE", None)):
-        try:
-            number = int(given.get(name, 0))  # as MLflow converts it (a 0 it leaves unset)
-        except ValueError:
-            number = None
-        if number is None or low is not None and number and number < low:
-            raise refuse(name, "must be a whole number" + (f" >= {low}" if low is not None else ""))
-    if given.get("ECHO", "0").lower() not in ("true", "false", "1", "0"):
-        raise refuse("ECHO", "must be true, false, 1 or 0", "unset it or set one of those")
-    pool, fits = given.get("POOLCLASS") or "QueuePool", ", ".join(POOLS)  # QueuePool: SQLAlchemy's for a file or server
-    if pool not in POOLS:
-        raise refuse("POOLCLASS", UNFIT.get(pool, "must be a pool class MLflow names"), f"unset it or name one of {fits}")
-    if unfit := [n for n in POOLS["QueuePool"] if int(given.get(n, 0)) and n not in POOLS[pool]]:
-        raise refuse("POOLCLASS", f"keeps no pool for ${STORE_SETTINGS}{unfit[0]} {brief(given[unfit[0]], 20)} to size, "
-                     "and SQLAlchemy refuses the two together", "unset one, or name QueuePool")
-
-
 def check_server(uri: str, shown: str, source: str, timeout_s: float) -> None:
     """An MLflow server answers OK on /health; anything else there (nothing, another web server) is one line."""
     url, credentials = split_user(uri)  # urllib takes no user part in a URL: it goes as the header a client sends

@@ -112,7 +112,7 @@ def test_a_bad_sql_store_setting_refuses_report_and_ui_before_anything(tmp_path,
     {"POOLCLASS": "QueuePool", "POOL_SIZE": "2", "MAX_OVERFLOW": "3"},
 ], ids=["queue", "unset", "null", "static", "singleton", "queue-named"])
 def test_sql_store_settings_mlflow_takes_pass_and_a_server_s_are_its_own(tmp_path, settings):
-    from sweeper.tracking_uri import check_store_settings
+    from sweeper.store_settings import check_store_settings
 
     environ = {STORE_ENV + k: v for k, v in settings.items()}
     check_store_settings(f"sqlite:///{tmp_path / 'mlflow.db'}", environ)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from sweeper.fs import sqlite_read_only_url
-from sweeper.tracking_uri import hide_password, sqlite_path, store_failure
+from sweeper.tracking_uri import hide_password, is_server, sqlite_path, store_failure
 from core.uri_secrets import shown as shown_uri
 from sweeper.records import TrialRecord, is_per_length, length_metrics
 from trainables.config import ConfigError
@@ -63,7 +63,7 @@ def check_store(uri: str, source: str, experiment: str | None = None) -> None:
     where it holds something else (an application's tables, an Optuna study) a writable open would add MLflow's
     tables to, a schema this MLflow cannot read, or `experiment` (the sweep's) deleted, whose runs MLflow refuses;
     on a server, only the last. A sweep creating an SQLite store holds its lock (`store_lock`): waited for."""
-    if uri.startswith(("http://", "https://")):  # a server the preflight found answering: its experiment only
+    if is_server(uri):  # a server the preflight found answering: its experiment only
         try:  # (one GET; MLflow's client POSTs a search, which a server only looking like MLflow's may fail)
             found = client(uri).get_experiment_by_name(experiment) if experiment else None
         except Exception as err:  # noqa: BLE001 - whatever the client raises: one line

@@ -27,7 +27,8 @@ from sweeper.records import length_metrics
 from sweeper.sweep_dir import OPTUNA_DB, SPACE_FILE
 from sweeper.fs import half_done, journal_left, sqlite_read_only_url
 from sweeper.report_file import REPORT_START, check_markdown
-from sweeper.tracking_uri import check_store_settings, sqlite_path
+from sweeper.store_settings import check_store_settings
+from sweeper.tracking_uri import sqlite_path
 from trainables.config import ConfigError
 from core.errors import brief, cut, expand_user, visible
 from core.uri_secrets import hide_password, shown

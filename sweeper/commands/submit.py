@@ -67,10 +67,10 @@ def check_storage(storage: str | None, shared: bool, nodes: int) -> None:
 def check_tracking(cli_value: str | None) -> str:
     """The tracking store must be a server (the cluster cannot see a file on this machine).
     Whether the cluster reaches it, `sweeper launch` checks on the head before any trial starts."""
-    from sweeper.tracking_uri import hide_password, resolve_uri
+    from sweeper.tracking_uri import hide_password, is_server, resolve_uri
 
     uri = resolve_uri(cli_value)
-    if not uri.startswith(("http://", "https://")):
+    if not is_server(uri):
         raise ConfigError(f"--tracking-uri {hide_password(uri)}: a local store the cluster cannot see; pass an MLflow server "
                           "the cluster reaches, e.g. --tracking-uri http://mlflow:5000 (k8s/)")
     return uri
