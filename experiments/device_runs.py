@@ -40,6 +40,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -48,15 +49,21 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainables.config import ConfigError
 from trainables.run_dir import RunDir, parse_reports
+from trainables.safe_yaml import MAX_BYTES as MAX_CONFIG_BYTES, load_yaml_text, read_yaml
+from core import json_text
+from core.errors import cut, error_line
 from core.tool_cli import Parser, run_tool, summary as doc_summary
 from sweeper.cli_types import positive_int, positive_number
+from sweeper.fs import check_output_file, read_limited
 
 MACHINE = "machine.json"
 PROVENANCE = "provenance.json"  # beside the configs: {"commit": the code they were written from}
 KEPT = ("config.yaml", "metrics.jsonl", "result.json", "times.json")
 CHECKPOINT_TAR_BYTES = 15 * 2**20  # each ckpt-N.tar: a file that comes back from the machine is at most 16 MiB
 CHECKPOINT_BYTES = 52 * 2**20  # all of them: what comes back, and what travels there again, is at most 64 MiB
+MAX_SMALL_FILE = 2**20  # bytes of machine.json or provenance.json read
 
 
 class DeviceRunsError(Exception):
@@ -104,12 +111,14 @@ def restore(packs: Path, runs_dir: Path) -> tuple[list[str], list[str]]:
     file that could not be (those runs start afresh too). Refused (DeviceRunsError) when the pack
     itself cannot be read, or was trained on another accelerator or torch: a resumed run must train
     on one."""
-    import yaml
-
     notes = []
+    if why := not_a_file(packs / "runs.tar.gz"):
+        raise DeviceRunsError(f"--restore {cut(str(packs), 120)}: runs.tar.gz {why}")
     try:
         with tarfile.open(packs / "runs.tar.gz", "r:gz") as tar:
-            was = json.loads(tar.extractfile(MACHINE).read())
+            was = json_text.loads(tar.extractfile(MACHINE).read(MAX_SMALL_FILE))
+            if not isinstance(was, dict):
+                raise ValueError(f"{MACHINE} is not a JSON object")
             now = machine()
             if (was.get("accelerator"), was.get("torch")) != (now["accelerator"], now["torch"]):
                 raise DeviceRunsError(f"--restore {packs}: trained on {was.get('accelerator')} with torch "
@@ -127,10 +136,13 @@ def restore(packs: Path, runs_dir: Path) -> tuple[list[str], list[str]]:
                 if f"{run}/config.yaml" not in names or f"{run}/metrics.jsonl" not in names:
                     continue  # it never started (its log says why)
                 try:
-                    config = yaml.safe_load(tar.extractfile(f"{run}/config.yaml").read())
+                    text = tar.extractfile(f"{run}/config.yaml").read(MAX_CONFIG_BYTES + 1)
+                    if len(text) > MAX_CONFIG_BYTES:
+                        raise ValueError("config.yaml too large")
+                    config = load_yaml_text(text.decode("utf-8"), f"{run}/config.yaml")
                     reports = parse_reports(tar.extractfile(f"{run}/metrics.jsonl").read())
                     finished = bool(reports) and reports[-1]["step"] == config.get("steps")
-                except (OSError, EOFError, zlib.error, tarfile.TarError, yaml.YAMLError, AttributeError) as err:
+                except (OSError, EOFError, zlib.error, tarfile.TarError, ConfigError, ValueError, AttributeError) as err:
                     notes.append(f"{run}: unreadable in the pack ({type(err).__name__}); it starts afresh")
                     shutil.rmtree(runs_dir / run, ignore_errors=True)
                     continue
@@ -138,8 +150,7 @@ def restore(packs: Path, runs_dir: Path) -> tuple[list[str], list[str]]:
                     kept.append(run)
                     tar.extractall(runs_dir, members=[tar.getmember(f"{run}/{f}") for f in ("config.yaml", "metrics.jsonl")],
                                    filter="data")
-    except (OSError, EOFError, zlib.error, KeyError, ValueError, TypeError, AttributeError, yaml.YAMLError,
-            tarfile.TarError) as err:
+    except (OSError, EOFError, zlib.error, KeyError, ValueError, TypeError, AttributeError, tarfile.TarError) as err:
         first_line = str(err).splitlines()[0] if str(err) else ""
         raise DeviceRunsError(f"--restore {packs}: not a pack of this tool ({type(err).__name__}: {first_line})") from None
     return kept, notes
@@ -148,6 +159,9 @@ def restore(packs: Path, runs_dir: Path) -> tuple[list[str], list[str]]:
 def unpack_checkpoints(path: Path, runs_dir: Path, notes: list[str]) -> set[str]:
     """The runs of one ckpt-N.tar, unpacked whole into `runs_dir` (or, if the file is missing or
     damaged, none: a line in `notes`, and its runs start afresh)."""
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would block the read for ever
+        notes.append(f"{path.name}: not a regular file; its runs start afresh")
+        return set()
     staging = runs_dir / f".unpacking-{path.name}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
@@ -168,25 +182,44 @@ def unpack_checkpoints(path: Path, runs_dir: Path, notes: list[str]) -> set[str]
     return runs
 
 
+def not_a_file(path: Path) -> str | None:
+    """Why `path` cannot be read as a file (a FIFO would block the read for ever), or None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        return f"cannot be read ({err.strerror or err})"
+    return None if stat.S_ISREG(mode) else "is not a regular file"
+
+
+def plan_runs(configs: Path, runs_dir: Path, groups: int | None = None) -> list[Run]:
+    """The runs of the configs of the first `groups` groups (all by default); read only. A config
+    that is no trial config with whole-number steps, or a run folder of another config, is refused."""
+    runs = []
+    if not configs.is_dir():
+        raise DeviceRunsError(f"{cut(str(configs), 120)}: not a folder of trial configs")
+    for c in sorted(configs.glob("*.yaml")):
+        try:
+            steps = read_yaml(c).get("steps")
+        except ConfigError as err:
+            raise DeviceRunsError(f"{cut(str(c), 120)}: not a trial config ({cut(str(err), 120)})") from None
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise DeviceRunsError(f"{cut(str(c), 120)}: not a trial config with steps (a whole number >= 1)")
+        runs.append(Run(c, runs_dir / c.stem, steps))
+    if not runs:
+        raise DeviceRunsError(f"{cut(str(configs), 120)}: no trial configs (*.yaml) there")
+    kept = sorted({r.group for r in runs})[:groups]
+    runs = [r for r in runs if r.group in kept]
+    for r in runs:
+        check_same_config(r)
+    return runs
+
+
 def train(configs: Path, runs_dir: Path, deadline_s: float, groups: int | None = None, finish: bool = True,
           check_every: float = 30.0, warmup_s: float = 90.0, margin_s: float = 30.0) -> list[Run]:
     """Start the configs of the first `groups` groups (all by default) at once, resuming a run whose
     folder holds a checkpoint; with `finish`, stop the last group while the slowest run would miss
     the deadline; stop every run at the deadline."""
-    import yaml
-
-    runs = []
-    for c in sorted(configs.glob("*.yaml")):
-        try:
-            runs.append(Run(c, runs_dir / c.stem, int(yaml.safe_load(c.read_text())["steps"])))
-        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as err:
-            raise DeviceRunsError(f"{c}: not a trial config with steps ({type(err).__name__})") from None
-    if not runs:
-        raise DeviceRunsError(f"{configs}: no trial configs (*.yaml) there")
-    kept = sorted({r.group for r in runs})[:groups]
-    runs = [r for r in runs if r.group in kept]
-    for r in runs:
-        check_same_config(r)
+    runs = plan_runs(configs, runs_dir, groups)
     runs_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     for r in runs:
@@ -280,12 +313,21 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 def written_from(configs: Path) -> str | None:
-    """The commit the configs were written from (their provenance.json), or None."""
-    try:
-        commit = json.loads((configs / PROVENANCE).read_text()).get("commit")
-    except (OSError, ValueError, AttributeError):
+    """The commit the configs were written from (their provenance.json), or None without one; a
+    provenance.json that is not {"commit": TEXT or null} is refused, before anything trains."""
+    path = configs / PROVENANCE
+    if not os.path.lexists(path):
         return None
-    return commit if isinstance(commit, str) else None
+    try:
+        data = json_text.loads(read_limited(path, PROVENANCE, MAX_SMALL_FILE))
+    except ConfigError as err:
+        raise DeviceRunsError(str(err)) from None
+    except ValueError as err:
+        raise DeviceRunsError(f"{cut(str(path), 120)}: not JSON ({cut(str(err), 80)})") from None
+    commit = data.get("commit") if isinstance(data, dict) else False
+    if commit is not None and not isinstance(commit, str):
+        raise DeviceRunsError(f"{cut(str(path), 120)}: must be a JSON object whose commit is text or null")
+    return commit
 
 
 def pack(runs: list[Run], path: Path, checkpoints: bool = False, commit: str | None = None) -> list[str]:
@@ -356,24 +398,25 @@ def main(argv: list[str] | None = None) -> int:
                    help="pause every run at the deadline and pack the unfinished runs' checkpoints beside the pack")
     t.add_argument("--restore", type=Path, help="a folder holding a previous call's pack and checkpoints, to resume")
     args = parser.parse_args(argv)
-    if args.pack.is_dir() or (args.pack.parent.exists() and not args.pack.parent.is_dir()):
-        print(f"device_runs: --pack {args.pack}: not a file name a pack can be written to", file=sys.stderr)
+    try:  # every input checked before anything is written or trained, and before the first line on stdout
+        check_output_file(args.pack, "--pack")
+        commit = written_from(args.configs)
+        plan_runs(args.configs, args.runs, args.groups)
+        restored, notes = restore(args.restore, args.runs) if args.restore is not None else ([], [])
+        plan_runs(args.configs, args.runs, args.groups)  # the restored run folders against the configs
+    except (DeviceRunsError, ConfigError) as err:
+        print(error_line(f"device_runs: {err}"), file=sys.stderr)
         return 2
     print(json.dumps(machine()), flush=True)
-    try:
-        if args.restore is not None:
-            restored, notes = restore(args.restore, args.runs)
-            for line in notes:
-                print(f"not restored: {line}", flush=True)
-            print(f"restored {len(restored)} runs from {args.restore}", flush=True)
-        runs = train(args.configs, args.runs, args.deadline, args.groups, finish=not args.checkpoints)
-    except DeviceRunsError as err:
-        print(f"device_runs: {err}", file=sys.stderr)
-        return 2
+    for line in notes:
+        print(f"not restored: {line}", flush=True)
+    if args.restore is not None:
+        print(f"restored {len(restored)} runs from {args.restore}", flush=True)
+    runs = train(args.configs, args.runs, args.deadline, args.groups, finish=not args.checkpoints)
     if args.restore is not None and (orphans := sorted(set(restored) - {r.config.stem for r in runs})):
         print(f"restored but not in this call (no config, or a group left out), so neither trained nor packed: "
               f"{', '.join(orphans)}", flush=True)
-    for line in pack(runs, args.pack, args.checkpoints, written_from(args.configs)):
+    for line in pack(runs, args.pack, args.checkpoints, commit):
         print(f"left without a checkpoint: {line}", flush=True)
     print(summary(runs), flush=True)
     return 0

@@ -161,7 +161,7 @@ def test_a_cut_pack_is_one_line_and_exit_2(tmp_path, capsys):
             str(tmp_path / "out" / "p.tar.gz"), "--restore", str(packs)]
     assert device_runs.main(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"device_runs: --restore {packs}: not a pack of this tool") and err.count("\n") == 1
+    assert err.startswith(f"error: device_runs: --restore {packs}: not a pack of this tool") and err.count("\n") == 1
     assert not (tmp_path / "out" / "p.tar.gz").exists()
 
 
@@ -205,3 +205,91 @@ def test_a_folder_without_configs_or_with_a_broken_one_is_one_line_and_exit_2(tm
     assert device_runs.main(args) == 2
     assert "a_0.yaml: not a trial config" in capsys.readouterr().err
     assert not (tmp_path / "p.tar.gz").exists()
+
+
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+DEEP_YAML = "[" * 20_000 + "]" * 20_000
+
+
+def call(tmp_path, capsys, *extra, configs=None) -> tuple[int, str, str]:
+    """`main` on a folder of one tiny config (unless `configs`), as a user would call it."""
+    if configs is None:
+        configs = tmp_path / "configs"
+        configs.mkdir(exist_ok=True)
+        tiny(configs, "a_0", 20)
+    args = ["train", str(configs), str(tmp_path / "runs"), "--deadline", "60", "--pack", str(tmp_path / "out" / "p.tar.gz"),
+            *extra]
+    code = device_runs.main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_refused(tmp_path, code, out, err, *words) -> None:
+    assert code == 2 and out == "" and err.startswith("error: device_runs: ") and err.count("\n") == 1, (code, out, err)
+    assert "Traceback" not in err and len(err) <= 301 and all(w in err for w in words), err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("damage", ["fifo", "deep-machine", "machine-a-list"])
+def test_a_pack_to_restore_that_blocks_or_is_nested_past_the_parser_is_one_line_before_anything(tmp_path, capsys, damage):
+    import os
+
+    packs = tmp_path / "packs"
+    packs.mkdir()
+    if damage == "fifo":
+        os.mkfifo(packs / "runs.tar.gz")  # read, it would block for ever
+    else:
+        with tarfile.open(packs / "runs.tar.gz", "w:gz") as tar:
+            device_runs._add_bytes(tar, device_runs.MACHINE, (DEEP_JSON if damage == "deep-machine" else "[1, 2]").encode())
+    code, out, err = call(tmp_path, capsys, "--restore", str(packs))
+    assert_refused(tmp_path, code, out, err, "--restore", "not a regular file" if damage == "fifo" else "not a pack")
+
+
+def test_a_run_config_in_the_pack_nested_past_the_parser_costs_only_that_run(tmp_path):
+    packs = tmp_path / "packs"
+    write_pack(packs, device_runs.machine(), {"a_0": (20, [10, 20]), "b_0": (20, [10, 20])}, {})
+    with tarfile.open(packs / "runs.tar.gz", "r:gz") as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    members["a_0/config.yaml"] = DEEP_YAML.encode()
+    with tarfile.open(packs / "runs.tar.gz", "w:gz") as tar:
+        for name, data in members.items():
+            device_runs._add_bytes(tar, name, data)
+    restored, notes = device_runs.restore(packs, tmp_path / "runs")
+    assert restored == ["b_0"]
+    assert len(notes) == 1 and notes[0].startswith("a_0: unreadable in the pack") and "start" in notes[0]
+
+
+@pytest.mark.parametrize("damage", ["fifo", "deep", "steps-text"])
+def test_a_config_that_blocks_nests_past_the_parser_or_has_no_whole_steps_is_one_line(tmp_path, capsys, damage):
+    import os
+
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    tiny(configs, "a_0", 20)
+    if damage == "fifo":
+        os.mkfifo(configs / "b_0.yaml")
+    else:
+        (configs / "b_0.yaml").write_text(DEEP_YAML if damage == "deep" else "steps: twenty\n")
+    code, out, err = call(tmp_path, capsys, configs=configs)
+    assert_refused(tmp_path, code, out, err, "b_0.yaml", "not a trial config")
+
+
+@pytest.mark.parametrize("provenance", [DEEP_JSON, "{\"commit\": 7}", "<<<<<<< HEAD\n{}\n"])
+def test_a_damaged_provenance_file_is_refused_before_any_run_trains(tmp_path, capsys, provenance):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    tiny(configs, "a_0", 20)
+    (configs / device_runs.PROVENANCE).write_text(provenance)
+    code, out, err = call(tmp_path, capsys, configs=configs)
+    assert_refused(tmp_path, code, out, err, device_runs.PROVENANCE)
+
+
+def test_a_pack_that_cannot_be_written_is_refused_before_any_run_trains(tmp_path, capsys):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    tiny(configs, "a_0", 20)
+    args = ["train", str(configs), str(tmp_path / "runs"), "--deadline", "60", "--pack", "/proc/p.tar.gz"]
+    assert device_runs.main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: device_runs: --pack /proc: cannot write there") and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
