@@ -15,7 +15,6 @@ other seeds) beside it, unpaired.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from experiments.pages import DamagedSection, replace_section
-from experiments.record import finished_trials, read_record, write_record
+from experiments.record import finished_trials, read_json_rows, read_record, write_record
 from core.tool_cli import Parser, run_tool, summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,7 +139,7 @@ def report(data: dict) -> str:
         lines.append(f"Check: the EMA run's live weights score what the no-EMA run of the same seed scores "
                      f"(largest |Δ acc_3x| {max(same):.4f}), as the EMA does not feed back into training.")
     if LEGAL.exists():
-        legal = json.loads(LEGAL.read_text())
+        legal = read_json_rows(LEGAL, {"final": dict}, keyed=True)
         by = {g: [r["final"] for n, r in legal.items() if n.rsplit("_s", 1)[0] == g]
               for g in ("long_gpt_ema0.0_drop0.0", "long_gpt_ema0.999_drop0.0")}
         if all(by.values()):

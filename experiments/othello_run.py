@@ -46,20 +46,40 @@ def run_one(name: str, overrides: dict, out_dir: str) -> str:
     return f"{name}: {result.status} in {final['wall_s']:.0f} s, acc_3x {result.metrics.get('acc_3x', float('nan')):.3f}"
 
 
+MAX_RUNS_FILE = 2**20
+
+
+def read_runs(path: Path) -> list[dict]:
+    """The runs file: a list of {"name": a file name, "set": {dotted.key: value}}, names unique, every
+    run's overrides a valid `othello` config; one ConfigError line otherwise, before anything is made."""
+    from sweeper.fs import read_limited
+    from trainables.config import load_trial_config, with_overrides
+
+    shown = short_path(path, 120)
+    raw = read_limited(path, "runs file", MAX_RUNS_FILE)  # a FIFO, a folder, too large: its own line
+    try:
+        runs = json_text.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise ConfigError(f"{shown}: not JSON ({cut(str(err), 80)})") from None
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("set"), dict) for r in runs):
+        raise ConfigError(f"{shown}: not a list of runs, each an object with a name and a set of overrides")
+    names = [r.get("name") for r in runs]
+    if len(set(map(str, names))) != len(names) or not all(isinstance(n, str) and n not in ("", ".", "..")
+                                                          and "/" not in n and "\0" not in n for n in names):
+        raise ConfigError(f"{shown}: run names must be unique file names")
+    base = load_trial_config("othello")
+    for r in runs:
+        with_overrides(base, r["set"], source=f"{shown}: {cut(r['name'], 60)}")  # a bad key or value: its one line
+    return runs
+
+
 def main() -> int:
     parser = Parser(description=summary(__doc__))
     parser.add_argument("runs", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--jobs", type=cpus, default=1)
     args = parser.parse_args()
-    try:
-        runs = json_text.loads(args.runs.read_text(encoding="utf-8"))
-        names = [r["name"] for r in runs]
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
-        raise ConfigError(f"{short_path(args.runs, 120)}: not a list of runs, each with a name ({type(err).__name__}: {cut(str(err), 80)})") from None
-    if len(set(names)) != len(names) or not all(isinstance(n, str) and n not in ("", ".", "..") and "/" not in n
-                                                and "\0" not in n for n in names):
-        raise ConfigError(f"{short_path(args.runs, 120)}: run names must be unique file names")
+    runs = read_runs(args.runs)
     args.out.mkdir(parents=True, exist_ok=True)
     todo = [r for r in runs if not (args.out / f"{r['name']}.json").exists()]
     with ProcessPoolExecutor(args.jobs) as pool:

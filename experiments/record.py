@@ -61,6 +61,37 @@ def read_record(path: Path, empty: Callable[[], dict]) -> dict:
     return data
 
 
+MAX_JSON_RECORD = 64 * 2**20  # a committed plain-JSON results file (the earlier experiments')
+
+
+def read_json_rows(path: Path, keys: dict[str, type | tuple[type, ...]], *, keyed: bool = False,
+                   under: str | None = None) -> dict | list:
+    """A committed plain-JSON results file: an object of rows by name (`keyed`) or a list of rows
+    (`under`: the list is that key of an object), each an object holding `keys` of those types;
+    where there is none yet, an empty one (keyed) or []. Anything
+    else (a merge's conflict markers, a cut file, JSON nested past the parser, a row of another
+    shape) is one ConfigError line with the command that restores it."""
+    from core import json_text
+    from sweeper.fs import read_limited
+
+    if not os.path.lexists(path):
+        return {} if keyed else []
+    advice = f"restore it with {git_restore(path)}"
+    raw = read_limited(path, "results file", MAX_JSON_RECORD)  # a FIFO, a folder, too large: its own line
+    try:
+        data = json_text.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise ConfigError(f"{short_path(path, 100)}: not JSON ({cut(str(err), 60)}); {advice}") from None
+    if under is not None:
+        data = data.get(under) if isinstance(data, dict) else None
+    rows = data.values() if keyed and isinstance(data, dict) else data if not keyed and isinstance(data, list) else None
+    shape = (f"{'an object of rows by name' if keyed else 'a list of rows'}{f' under {under}' if under else ''}, "
+             f"each an object with {', '.join(keys)}")
+    if rows is None or not all(isinstance(r, dict) and all(isinstance(r.get(k), t) for k, t in keys.items()) for r in rows):
+        raise ConfigError(f"{short_path(path, 100)}: not a results file of this tool ({shape}); {advice}")
+    return data
+
+
 class RecordBusy(Exception):
     """The record's lock was not free within the wait asked for."""
 

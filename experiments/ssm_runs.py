@@ -99,8 +99,10 @@ def results_path(name: str) -> Path:
 
 
 def load(name: str) -> dict:
-    path = results_path(name)
-    return json.loads(path.read_text()) if path.exists() else {}
+    """The plan's finished runs by name (one ConfigError line for a damaged file)."""
+    from experiments.record import read_json_rows
+
+    return read_json_rows(results_path(name), {"metrics": dict, "wall_s": (int, float)}, keyed=True)
 
 
 def save(name: str, results: dict) -> None:
@@ -122,7 +124,9 @@ def reused_run(preset: str, overrides: dict) -> dict | None:
                                                         "device": "cpu"}, source="dat_reproduction")
     if mine.model_dump() != theirs.model_dump():
         return None
-    for r in json.loads(REPRODUCTION_RUNS.read_text())["runs"]:
+    from experiments.record import read_json_rows
+
+    for r in read_json_rows(REPRODUCTION_RUNS, {"arm": str, "seed": int, "metrics": dict}, under="runs"):
         if r["arm"] == REPRODUCTION_ARM[preset] and r["seed"] == overrides["seed"]:
             return {"preset": preset, "overrides": overrides, "status": "completed", "metrics": r["metrics"],
                     "history": [], "wall_s": round(r["metrics"].get("time_total_s", 0.0), 1),

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from experiments.record import read_json_rows
 from trainables.config import TrialConfig
 from trainables.train import train
 from core.tool_cli import Parser, run_tool, summary
@@ -50,7 +51,7 @@ def main() -> None:
     ap = Parser(description=summary(__doc__))
     ap.parse_args()
     torch.set_num_threads(1)
-    done = json.loads(OUT.read_text()) if OUT.exists() else []
+    done = read_json_rows(OUT, {"positional": str, "n_layers": int, "seed": int, "recall_acc_1x": (int, float)})
     for positional, n_layers, lr in CANDIDATES:
         for seed in SEEDS:
             rows = [r for r in done if (r["positional"], r["n_layers"], r.get("lr", 3e-3)) == (positional, n_layers, lr)]

@@ -164,7 +164,10 @@ TOOL_MISUSE = [
     (("-m", "experiments.switch_grid", "run", "--concurrent", "0"), "--concurrent"),
     (("-m", "experiments.adaptive_grid", "bogus"), "invalid choice: 'bogus'"),
     (("-m", "experiments.othello_report", "--paired-only", "deep.json"), "nested too deep"),
-    (("-m", "experiments.othello_run", "nameless.json", "out"), "each with a name"),
+    (("-m", "experiments.othello_run", "nameless.json", "out"), "a name and a set of overrides"),
+    (("-m", "experiments.othello_run", "setlist.json", "out"), "a name and a set of overrides"),  # a worker's traceback
+    (("-m", "experiments.othello_run", "badkey.json", "out"), "a: model.nope: unknown key"),  # out/ made, then a traceback
+    (("-m", "experiments.othello_run", "fifo", "out"), "not a regular file"),  # the read blocked for ever
     (("-m", "experiments.ssm_runs", "table", "nope"), "invalid choice: 'nope'"),
     (("-m", "experiments.device_runs", "train", "a", "b", "--deadline", "0", "--pack", "p"), "--deadline"),
     (("-m", "trainables.othello", "sample", "--n", " 5"), "whole number"),
@@ -182,6 +185,9 @@ def test_a_tool_s_bad_option_or_input_is_one_line_before_any_work(tmp_path, argv
 
     (tmp_path / "deep.json").write_text("[" * 100_000)
     (tmp_path / "nameless.json").write_text('[{"seed": 1}]')
+    (tmp_path / "setlist.json").write_text('[{"name": "a", "set": [1, 2]}]')
+    (tmp_path / "badkey.json").write_text('[{"name": "a", "set": {"model.nope": 1}}]')
+    os.mkfifo(tmp_path / "fifo")
     (tmp_path / "taken.json").mkdir()
     before = snapshot(tmp_path)
     args = [str(ROOT / a) if a.startswith("bench/") else a for a in argv]
@@ -309,3 +315,26 @@ def test_an_experiment_s_help_says_what_it_is_in_whole_sentences_and_every_verb_
         listed = r.stdout.split("positional arguments:")[1]
         for verb in verbs.group(1).split(","):
             assert re.search(rf"^\s+{verb}\s+\S", listed, re.M), (verb, listed)  # a help line beside it
+
+
+@pytest.mark.parametrize("text, said", [
+    ("<<<<<<< HEAD\n{}\n=======\n", "not JSON"),  # a merge left its markers
+    ("[" * 100_000, "not JSON"),
+    ('{"a 1": [1]}', "not a results file of this tool"),
+    ('{"a 1": {"metrics": {}}}', "each an object with metrics, wall_s"),
+    ("fifo", "not a regular file"),
+])
+def test_a_damaged_committed_results_file_is_one_line_naming_how_to_restore_it(tmp_path, monkeypatch, text, said):
+    from experiments import ssm_runs
+
+    monkeypatch.setattr(ssm_runs, "ROOT", tmp_path)
+    path = ssm_runs.results_path("explore")
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path) if text == "fifo" else path.write_text(text)
+    before = snapshot(tmp_path)
+    with pytest.raises(ConfigError) as refused:
+        ssm_runs.table("explore")
+    line = str(refused.value)
+    assert said in line and "\n" not in line and len(line) <= MAX_LINE, line
+    assert "git checkout -- " in line or said == "not a regular file"
+    assert snapshot(tmp_path) == before
