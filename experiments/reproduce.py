@@ -340,6 +340,9 @@ def run(options: Options) -> int:
     from sweeper.commands.trial import parse_overrides
 
     overrides = {**(QUICK if options.quick else {}), **parse_overrides(options.overrides)}
+    if "seed" in overrides:  # it would win over each run's own seed: one seed trained --seeds times, tabled as many
+        raise ConfigError(f"--set seed={brief(overrides['seed'], 20)}: the training seeds are 0 to N-1 of --seeds, "
+                          "one run each; leave seed out of --set")
     systems = options.systems or list(SYSTEMS)
     from trainables.train import resolve_device
 

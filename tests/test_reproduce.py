@@ -29,6 +29,14 @@ def test_reproduce_rejects_a_bad_override(run_sweeper):
     assert r.returncode == 2 and "model.d_model" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_reproduce_refuses_a_seed_override_that_would_train_one_seed_as_every_seed(tmp_path, run_sweeper):
+    r = run_sweeper("reproduce", "--quick", "--seeds", "2", "--systems", "lstm", "--set", "seed=3", "--out", str(tmp_path / "o"),
+                    timeout=120)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, (r.returncode, r.stdout, r.stderr)
+    assert "--set seed=3" in r.stderr and "--seeds" in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
 def test_gap_table_reads_both_hybrids_at_every_interval_and_the_end():
     from experiments.reproduce import curves, gap_table
 
