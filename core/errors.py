@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,17 @@ def expand_user(path: str | os.PathLike) -> Path:
         head = os.fspath(path).split(os.sep, 1)[0]
         raise ConfigError(f"{short_path(os.fspath(path), 120)}: {cut(head, 40)} names no user of this machine; "
                           "write the path out (~/ is your own home)") from None
+
+
+def warnings_as_errors() -> str | None:
+    """The option that makes Python raise warnings as errors (`PYTHONWARNINGS=error`, `-W error`),
+    under which the libraries' own warnings (deprecations deep in MLflow's SQLAlchemy) fail calls
+    that are sound; None when warnings are only warnings."""
+    for option in sys.warnoptions:
+        action = option.split(":")[0].strip().lower()
+        if action and "error".startswith(action):
+            return option
+    return None
 
 
 def error_line(message: str) -> str:

@@ -22,7 +22,7 @@ from sweeper.store_settings import SQL_SCHEMES, check_store_settings
 from sweeper.fs import check_writable, read_limited, roll_back, sqlite_read_only_uri
 from trainables.config import ConfigError
 from core import json_text
-from core.errors import brief, cut
+from core.errors import brief, cut, warnings_as_errors
 from core.uri_secrets import hide_password, reason, shown as shown_uri, split_user
 
 DEFAULT_DB = "mlflow.db"
@@ -267,5 +267,9 @@ def check_database(uri: str, shown: str, source: str, timeout_s: float) -> None:
 def store_failure(uri: str, source: str, err: BaseException) -> ConfigError:
     """One line for a store that passed the preflight and then failed a call no retry mends (a damaged
     page deep in an SQLite file, a server that only looks like MLflow's, one down past the retries)."""
+    if option := warnings_as_errors():  # the store is likely sound: a library's warning, raised
+        return ConfigError(f"{source} {shown_uri(uri)}: a call failed with warnings raised as errors (-W "
+                           f"{cut(option, 40)}; {type(err).__name__}: {cut(reason(err, uri), 80)}); the store's "
+                           "libraries warn as they work: unset PYTHONWARNINGS (or -W) and run this again")
     return ConfigError(f"{source} {shown_uri(uri)}: the tracking store failed ({type(err).__name__}: "
                        f"{cut(reason(err, uri), 100)}); mend or move it away and run this again (the sweep's files are kept)")

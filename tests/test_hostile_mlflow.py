@@ -250,3 +250,16 @@ def test_a_markdown_report_beside_the_sweep_is_still_written(sweep, tmp_path):
     r = sweeper("report", NAME, "--markdown", out, cwd=sweep)
     assert r.returncode == 0, r.stderr[-2000:]
     assert out.read_text().startswith(f"# Sweep `{NAME}`") and f"sqlite:///{sweep / 'mlflow.db'}" in out.read_text()
+
+
+@pytest.mark.parametrize("option, blames_the_warnings", [(["error"], True), (["e::DeprecationWarning"], True),
+                                                          (["ignore"], False), ([], False)])
+def test_a_store_failure_under_warnings_raised_as_errors_names_them_not_the_store(monkeypatch, option, blames_the_warnings):
+    import sys
+
+    from sweeper.tracking_uri import store_failure
+
+    monkeypatch.setattr(sys, "warnoptions", option)
+    line = str(store_failure("sqlite:////tmp/mlflow.db", "--tracking-uri", RuntimeError("One or more mappers failed")))
+    assert ("warnings raised as errors" in line and "PYTHONWARNINGS" in line) == blames_the_warnings, line
+    assert ("move it away" in line) != blames_the_warnings, line

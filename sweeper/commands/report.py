@@ -30,7 +30,7 @@ from sweeper.report_file import REPORT_START, check_markdown
 from sweeper.store_settings import check_store_settings
 from sweeper.tracking_uri import sqlite_path
 from trainables.config import ConfigError
-from core.errors import brief, cut, expand_user, visible
+from core.errors import brief, cut, expand_user, visible, warnings_as_errors
 from core.uri_secrets import hide_password, shown
 
 
@@ -184,6 +184,9 @@ def fetch_runs(uri: str, shown_uri: str, name: str, experiment: str | None, pare
         if (path := sqlite_path(shown_uri)) is not None and journal_left(path):
             raise half_done(shown(shown_uri), "the next `sweeper launch` or `sweeper ui` on it") from None
         first = (str(err).strip().splitlines() or [""])[0]
+        if option := warnings_as_errors():  # a library's warning, raised: the store is likely sound
+            raise ConfigError(f"{shown(shown_uri)}: reading it failed with warnings raised as errors (-W {cut(option, 40)}; "
+                              f"{type(err).__name__}: {cut(first, 80)}); unset PYTHONWARNINGS (or -W) and run this again") from None
         if "readonly database" in first:  # read only, MLflow found tables of its schema missing and would make them
             first = "tables of MLflow's schema are missing: another application's database, or one damaged"
         raise ConfigError(f"{shown(shown_uri)}: not a readable MLflow store ({type(err).__name__}: {cut(first, 100)})") from None
