@@ -52,6 +52,7 @@ EVAL_SEED = 20261125
 BUDGETS = (12_000, 24_000)  # training steps, tried in this order
 EVAL_EVERY, CURVE_WINDOW, MULTIPLIERS = 250, 5, (1, 2, 3, 4)
 IN_RANGE = (("acc_1x", 0.95), ("recall_acc_1x", 0.95))  # the in-range check, at the final step
+READS = (*(m for m, _ in IN_RANGE), "ood_acc_3x", "state_acc_1x")  # what the plans read of a run's last report
 CONVERGED_WITHIN = 0.01  # the switch rule: state_acc_1x stays within this of its best from then on
 RUNS_PER_SWEEP = 6  # confirmation chunks: the three arms of two seeds, or one arm of six seeds
 CONCURRENT = 2  # runs at once, one torch thread each
@@ -282,7 +283,7 @@ def chunks() -> Chunks:
     """This experiment's sweeps and record (read at each call: tests point them elsewhere)."""
     return Chunks(label="dat_paper_depth", title="DAT at the paper's depth", prefix="dat_depth_", folder=SWEEPS,
                   record=DATA, fixed=FIXED, axes=(*AXES, *MODEL_AXES), eval_every=EVAL_EVERY, concurrent=CONCURRENT,
-                  key=key, params_of=params_of, new_record=lambda: {"design": design(), "runs": []})
+                  key=key, params_of=params_of, new_record=lambda: {"design": design(), "runs": []}, reads=READS)
 
 
 def load() -> dict:

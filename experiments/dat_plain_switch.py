@@ -171,7 +171,7 @@ def chunks() -> Chunks:
     return Chunks(label="dat_plain_switch", title="Plain DAT at its best switch", prefix="dat_plain_", folder=SWEEPS,
                   record=DATA, fixed=FIXED, axes=(*AXES, *MODEL_AXES), eval_every=depth.EVAL_EVERY,
                   concurrent=depth.CONCURRENT, key=key, params_of=params_of,
-                  new_record=lambda: {"design": design(), "runs": []}, parked=PARKED)
+                  new_record=lambda: {"design": design(), "runs": []}, parked=PARKED, reads=depth.READS)
 
 
 def design() -> dict:

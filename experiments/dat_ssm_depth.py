@@ -60,7 +60,7 @@ def chunks() -> Chunks:
     return Chunks(label="dat_ssm_depth", title="DAT on the rotating SSM at the paper's depth", prefix="dat_ssm_",
                   folder=SWEEPS, record=DATA, fixed=FIXED, axes=depth.AXES, eval_every=depth.EVAL_EVERY,
                   concurrent=depth.CONCURRENT, key=depth.key, params_of=depth.params_of,
-                  new_record=lambda: {"design": design(), "runs": []}, parked=PARKED)
+                  new_record=lambda: {"design": design(), "runs": []}, parked=PARKED, reads=depth.READS)
 
 
 def design() -> dict:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
@@ -24,6 +25,7 @@ from experiments.record import (append_new, finished_trials, git_restore, head_c
 from trainables.safe_yaml import read_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+ACCURACY = re.compile(r"(^|_)acc(_|$)")  # a metric that is a share of targets right: in [0, 1]
 COMMIT_SUFFIX = ".commit"  # beside a sweep's file: the commit it was first launched from
 
 
@@ -53,6 +55,7 @@ class Chunks:
     key: Callable[[int, dict], tuple]  # (budget, cell) -> the run's identity
     params_of: Callable[[dict], dict]  # trial config -> its cell
     new_record: Callable[[], dict]  # the record before its first run: {"design": ..., "runs": []}
+    reads: tuple[str, ...] = ()  # the metrics the plan and report read of every run's last report
     parked: Path | None = None  # the committed tarball of its unfinished sweeps (experiments/parking.py)
 
     def load(self) -> dict:
@@ -85,6 +88,24 @@ class Chunks:
             if not isinstance(report, dict) or type(report.get("step")) is not int or not all(
                     isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in report.values()):
                 return f"reports: {brief(report, 40)} is not a report (a whole `step` and finite numbers)"
+        return self.not_its_reports(r["budget"], r["params"], r["reports"])
+
+    def not_its_reports(self, budget: int, params: dict, reports: list[dict]) -> str | None:
+        """Why the reports are not what a finished run of the cell reports, or None: steps rising from
+        above 0 to the budget, the last holding every metric the experiment reads of a run (`reads`),
+        accuracies within [0, 1]."""
+        from trainables.run_dir import is_number
+
+        steps = [rep["step"] for rep in reports]
+        if steps[0] < 1 or any(a >= b for a, b in zip(steps, steps[1:])):
+            return f"reports: steps {brief(steps, 40)} do not rise from above 0"
+        if steps[-1] != budget:
+            return f"reports: the last is at step {steps[-1]}, not the budget {budget} (a recorded run is finished)"
+        if missing := sorted(set(self.reads) - reports[-1].keys()):
+            return f"reports: the last lacks {cut(', '.join(missing), 60)}, which the experiment reads"
+        for rep in reports:
+            if wrong := next((m for m, v in rep.items() if ACCURACY.search(m) and not (is_number(v) and 0 <= v <= 1)), None):
+                return f"reports: {cut(wrong, 40)} {brief(rep[wrong], 20)} at step {rep['step']} is not an accuracy in [0, 1]"
         return None
 
     def _not_a_config(self, budget: int, params: dict) -> str | None:

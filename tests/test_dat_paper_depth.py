@@ -400,6 +400,25 @@ def test_a_pack_s_second_run_of_a_cell_or_a_run_short_of_a_metric_is_named_not_r
     assert {r.seed for r in dpd.runs_of(dpd.load())} & {s1, s2} == {s1}
 
 
+def test_a_pack_s_run_with_an_accuracy_no_run_makes_is_named_not_recorded(tmp_path, monkeypatch):
+    import json
+
+    import yaml
+
+    monkeypatch.setattr(dpd, "DATA", tmp_path / "record.json.gz")
+    dpd.save({"design": dpd.design(), "runs": explored(B1, {0: 1500, 1: 2000})})
+    before = dpd.DATA.read_bytes()
+    p = dpd.plan(dpd.load())
+    seed = dpd.SEEDS[-1]
+    configs = [dpd.trial_config(p, c, "cuda") for c in p.todo if c["seed"] == seed]
+    runs = {f"s{seed}_{i}": (c, B1) for i, c in enumerate(configs[1:], 1)}
+    extra = {f"s{seed}_0/config.yaml": yaml.safe_dump(configs[0]).encode(),
+             f"s{seed}_0/metrics.jsonl": json.dumps({**final(), "ood_acc_3x": 7.0, "step": B1}).encode() + b"\n"}
+    added, skipped = dpd.import_pack(pack_of(tmp_path, runs, extra))
+    assert added == 0 and f"s{seed}_0: reports: ood_acc_3x 7.0 at step {B1} is not an accuracy in [0, 1]" in skipped
+    assert dpd.DATA.read_bytes() == before
+
+
 def test_a_damaged_pack_is_one_line_and_exit_2_or_a_line_per_damaged_run(tmp_path, monkeypatch, capsys):
     import yaml
 

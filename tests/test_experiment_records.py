@@ -49,9 +49,17 @@ def test_a_damaged_record_is_one_line_for_every_verb(chunks, content, expect):  
     verbs_refuse(expect)
 
 
-RUN = {"budget": 24000, "params": {"dat.mode": "none", "dat.switch_step": 0, "curriculum.state_only_steps": 0,
-                                    "seed": 5301, "optim.lr": 0.001, "eval.seed": 20261128},
-       "reports": [{"step": 250, "acc_1x": 0.5}, {"step": 24000, "acc_1x": 0.9, "ood_acc_3x": 0.4}]}
+PARAMS = {"dat.mode": "none", "dat.switch_step": 0, "curriculum.state_only_steps": 0, "seed": 5301, "optim.lr": 0.001,
+          "eval.seed": 20261128}
+
+
+def _reports(steps=(250, 24000), **metrics) -> list[dict]:
+    """Reports holding every metric the experiment reads of a run (0.5 each, unless given)."""
+    names = dps.chunks().reads
+    return [{**dict.fromkeys(names, 0.5), "step": s, **metrics} for s in steps]
+
+
+RUN = {"budget": 24000, "params": PARAMS, "reports": _reports()}
 
 
 def _with(**changes) -> dict:
@@ -70,8 +78,15 @@ def _with(**changes) -> dict:
     (_with(params={**RUN["params"], "optim.lr": float("nan")}), "run 0: optim.lr: .*finite"),
     (_with(params={**RUN["params"], "seed": -1}), "run 0: seed: .*greater than or equal to 0"),
     (_with(budget=10**400), "run 0: steps: .*less than or equal to"),
+    # reports no finished run of the cell makes: the plan and the report read them as results
+    (_with(reports=[{k: v for k, v in r.items() if k != "ood_acc_3x"} for r in RUN["reports"]]), "run 0: reports: the last lacks ood_acc_3x, which the experiment reads"),
+    (_with(reports=_reports(ood_acc_3x=7.0)), "run 0: reports: ood_acc_3x 7.0 .* not an accuracy in \\[0, 1\\]"),
+    (_with(reports=_reports(steps=(24000, 250))), "run 0: reports: steps .* do not rise"),
+    (_with(reports=_reports(steps=(-5, 24000))), "run 0: reports: steps .* do not rise from above 0"),
+    (_with(reports=_reports(steps=(250, 2500))), "run 0: reports: the last is at step 2500, not the budget 24000"),
 ], ids=["params-empty", "seed-a-list", "no-reports", "reports-not-objects", "metric-text", "step-text",
-        "switch-a-text", "lr-nan", "seed-negative", "budget-huge"])
+        "switch-a-text", "lr-nan", "seed-negative", "budget-huge", "a-metric-missing", "accuracy-7", "steps-back",
+        "step-negative", "unfinished"])
 def test_a_record_run_of_the_wrong_inner_kind_is_one_line_for_every_verb(chunks, run, expect):  # noqa: F811
     dps.DATA.write_bytes(gzip.compress(json.dumps({"runs": [run]}).encode(), mtime=0))
     verbs_refuse(expect)
