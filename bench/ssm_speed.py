@@ -41,6 +41,16 @@ def make_step(model: HybridLM, tokens: torch.Tensor):
     return step
 
 
+def layer_count(text: str) -> int:
+    """A number of hybrid blocks within what the model's config takes."""
+    import argparse
+
+    most = next(m.le for m in ModelConfig.model_fields["n_layers"].metadata if hasattr(m, "le"))
+    if (value := positive_int(text)) > most:
+        raise argparse.ArgumentTypeError(f"must be at most {most}, got {value}")
+    return value
+
+
 def build(kw: dict, method: str = "auto", layers: int = 2) -> HybridLM:
     torch.manual_seed(0)
     model = HybridLM(ModelConfig(d_model=64, n_layers=layers, n_heads=4, **kw), 100)
@@ -54,7 +64,7 @@ def main() -> None:
     ap = Parser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=cpus, default=1)
     ap.add_argument("--repeats", type=positive_int, default=10)
-    ap.add_argument("--layers", type=positive_int, default=2, help="hybrid blocks (4: the paper-depth experiments)")
+    ap.add_argument("--layers", type=layer_count, default=2, help="hybrid blocks (4: the paper-depth experiments)")
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

@@ -97,6 +97,12 @@ class Run:
         return self.step() >= self.steps
 
 
+def cuda_here() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def machine() -> dict:
     import torch
 
@@ -204,6 +210,9 @@ def plan_runs(configs: Path, runs_dir: Path, groups: int | None = None) -> list[
             raise DeviceRunsError(f"{cut(str(c), 120)}: not a trial config ({cut(str(err), 120)})") from None
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise DeviceRunsError(f"{cut(str(c), 120)}: not a trial config with steps (a whole number >= 1)")
+        if (device := read_yaml(c).get("device")) == "cuda" and not cuda_here():  # each run would fail at once
+            raise DeviceRunsError(f"{cut(str(c), 120)}: device {device}, and this machine has no CUDA device; write "
+                                  "the configs with --device cpu, or train them where there is one")
         runs.append(Run(c, runs_dir / c.stem, steps))
     if not runs:
         raise DeviceRunsError(f"{cut(str(configs), 120)}: no trial configs (*.yaml) there")

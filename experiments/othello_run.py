@@ -47,6 +47,7 @@ def run_one(name: str, overrides: dict, out_dir: str) -> str:
 
 
 MAX_RUNS_FILE = 2**20
+MAX_NAME_BYTES = 200  # NAME.jsonl and NAME.json fit a file name's 255 bytes
 
 
 def read_runs(path: Path) -> list[dict]:
@@ -65,8 +66,9 @@ def read_runs(path: Path) -> list[dict]:
         raise ConfigError(f"{shown}: not a list of runs, each an object with a name and a set of overrides")
     names = [r.get("name") for r in runs]
     if len(set(map(str, names))) != len(names) or not all(isinstance(n, str) and n not in ("", ".", "..")
-                                                          and "/" not in n and "\0" not in n for n in names):
-        raise ConfigError(f"{shown}: run names must be unique file names")
+                                                          and "/" not in n and "\0" not in n
+                                                          and len(n.encode()) <= MAX_NAME_BYTES for n in names):
+        raise ConfigError(f"{shown}: run names must be unique file names of at most {MAX_NAME_BYTES} bytes")
     base = load_trial_config("othello")
     for r in runs:
         with_overrides(base, r["set"], source=f"{shown}: {cut(r['name'], 60)}")  # a bad key or value: its one line

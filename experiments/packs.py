@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from core.errors import cut, error_line, short_path, visible
+from core.errors import ConfigError, brief, cut, error_line, short_path, visible
 from experiments.record import RecordBusy, head_commit, provenance, record_lock
 from experiments.sweep_chunks import ROOT, Chunks, Planned, sweep_cells
 
@@ -65,6 +65,9 @@ def write_configs(exp: Experiment, folder: Path, seeds: list[int], device: str,
     cells = [c for ph, c in open_cells(exp, data).values() if ph == phase and c["seed"] in seeds]
     if not cells:
         return 0, []
+    if idle := [s for s in seeds if s not in {c["seed"] for c in cells}]:  # never dropped without a word
+        raise ConfigError(f"{chunks.label}: configs: --seeds {brief(idle, 40)}: no cell of phase {phase} to train (recorded already, or not "
+                          "a seed of it); leave them out")
     folder.mkdir(parents=True, exist_ok=True)
     from experiments.device_runs import PROVENANCE
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from core.errors import ConfigError
 
 from experiments import dat_paper_depth as dpd
 from experiments import dat_paper_depth_report as rep
@@ -450,6 +451,9 @@ def test_a_damaged_pack_is_one_line_and_exit_2_or_a_line_per_damaged_run(tmp_pat
     assert "not an empty folder" in capsys.readouterr().err
     assert dpd.main(["configs", str(tmp_path / "none"), "--seeds", "999"]) == 2  # no open cell of that seed
     assert "no open cell of seeds 999" in capsys.readouterr().err and not (tmp_path / "none").exists()
+    with pytest.raises(ConfigError, match="--seeds \\[999\\]: no cell of phase"):  # one seed with cells, one without
+        dpd.main(["configs", str(tmp_path / "some"), "--seeds", str(p.todo[0]["seed"]), "999"])
+    assert not (tmp_path / "some").exists()
 
 
 def test_a_later_phase_already_determined_can_train_elsewhere_while_the_confirmation_runs(tmp_path, monkeypatch):

@@ -293,3 +293,17 @@ def test_a_pack_that_cannot_be_written_is_refused_before_any_run_trains(tmp_path
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("error: device_runs: --pack /proc: cannot write there") and err.count("\n") == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_configs_asking_for_cuda_on_a_machine_without_it_are_refused_before_any_run_starts(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    tiny(configs, "a_0", 20)
+    config = yaml.safe_load((configs / "a_0.yaml").read_text())
+    (configs / "a_0.yaml").write_text(yaml.safe_dump({**config, "device": "cuda"}))
+    code, out, err = call(tmp_path, capsys, configs=configs)
+    assert_refused(tmp_path, code, out, err, "a_0.yaml", "no CUDA device")

@@ -168,6 +168,8 @@ TOOL_MISUSE = [
     (("-m", "experiments.othello_run", "setlist.json", "out"), "a name and a set of overrides"),  # a worker's traceback
     (("-m", "experiments.othello_run", "badkey.json", "out"), "a: model.nope: unknown key"),  # out/ made, then a traceback
     (("-m", "experiments.othello_run", "fifo", "out"), "not a regular file"),  # the read blocked for ever
+    (("-m", "experiments.othello_run", "longname.json", "out"), "at most 200 bytes"),  # out/ made, then "File name too long"
+    (("bench/ssm_speed.py", "--layers", "1000000000", "--repeats", "1"), "--layers: must be at most 64"),  # a pydantic traceback
     (("-m", "experiments.ssm_runs", "table", "nope"), "invalid choice: 'nope'"),
     (("-m", "experiments.device_runs", "train", "a", "b", "--deadline", "0", "--pack", "p"), "--deadline"),
     (("-m", "trainables.othello", "sample", "--n", " 5"), "whole number"),
@@ -187,6 +189,7 @@ def test_a_tool_s_bad_option_or_input_is_one_line_before_any_work(tmp_path, argv
     (tmp_path / "nameless.json").write_text('[{"seed": 1}]')
     (tmp_path / "setlist.json").write_text('[{"name": "a", "set": [1, 2]}]')
     (tmp_path / "badkey.json").write_text('[{"name": "a", "set": {"model.nope": 1}}]')
+    (tmp_path / "longname.json").write_text(json.dumps([{"name": "a" * 300, "set": {"seed": 1}}]))
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "taken.json").mkdir()
     before = snapshot(tmp_path)
