@@ -41,8 +41,38 @@ def space() -> dict:
 
 
 def load() -> dict:
-    """The record: {"space": the sweep file as run, "runs": [{"params": {seed, ema.decay}, "reports"}, ...]}."""
-    return read_record(DATA, lambda: {"space": space(), "runs": []})
+    """The record: {"space": the sweep file as run, "runs": [{"params": {seed, ema.decay}, "reports"}, ...]};
+    a run of another kind (what a finished played-target run does not record) is one ConfigError line."""
+    from core.errors import ConfigError, short_path
+    from experiments.record import git_restore
+
+    data = read_record(DATA, lambda: {"space": space(), "runs": []})
+    seen: dict[tuple, int] = {}
+    for i, r in enumerate(data["runs"]):
+        if (why := not_a_run(r)) is None and (first := seen.setdefault(key(r["params"]), i)) != i:
+            why = f"the same run as run {first}"
+        if why is not None:
+            raise ConfigError(f"{short_path(DATA, 100)}: run {i}: {why}; restore it with {git_restore(DATA)}")
+    return data
+
+
+def not_a_run(r: dict) -> str | None:
+    """Why a recorded run is not a finished played-target run, or None: a whole `seed` >= 0 and a
+    number `ema.decay` in [0, 1), reports of a whole rising `step` whose last holds `acc_{k}x` in [0, 1]."""
+    from trainables.run_dir import is_number
+
+    params, reports = r.get("params"), r.get("reports")
+    if not isinstance(params, dict) or not isinstance(reports, list) or not reports:
+        return "not a recorded run (`params` an object, `reports` a non-empty list)"
+    seed, decay = params.get("seed"), params.get("ema.decay")
+    if type(seed) is not int or seed < 0 or not is_number(decay) or not 0 <= decay < 1:
+        return "params: a whole seed >= 0 and an ema.decay in [0, 1]"
+    if not all(isinstance(x, dict) and type(x.get("step")) is int for x in reports) or any(
+            a["step"] >= b["step"] for a, b in zip(reports, reports[1:])):
+        return "reports: each an object with a whole `step`, the steps rising"
+    if bad := [f"acc_{k}x" for k in KS if not (is_number(reports[-1].get(f"acc_{k}x")) and 0 <= reports[-1][f"acc_{k}x"] <= 1)]:
+        return f"reports: the last lacks {bad[0]} as an accuracy in [0, 1]"
+    return None
 
 
 def key(params: dict) -> tuple:

@@ -85,3 +85,41 @@ def test_a_damaged_section_is_one_line_and_the_page_is_left_as_it_was(where, dam
         op.write_report(op.load())
     assert e.value.code == 2 and "damaged" in capsys.readouterr().err
     assert op.RESULTS.read_text() == page
+
+
+GOOD = {"params": {"seed": 7201, "ema.decay": 0.0}, "reports": [{"step": 250, "acc_1x": 0.5, "acc_2x": 0.4, "acc_3x": 0.3}]}
+
+
+@pytest.mark.parametrize("run, said", [
+    ({**GOOD, "params": {"ema.decay": 0.0}}, "a whole seed"),
+    ({**GOOD, "params": {"seed": "abc", "ema.decay": 0.0}}, "a whole seed"),
+    ({**GOOD, "params": [1]}, "not a recorded run"),
+    ({**GOOD, "reports": []}, "not a recorded run"),
+    ({**GOOD, "reports": [{"step": 250, "acc_1x": 0.5, "acc_2x": 0.4}]}, "lacks acc_3x"),
+    ({**GOOD, "reports": [{"step": 250, "acc_1x": 0.5, "acc_2x": 0.4, "acc_3x": 7.0}]}, "lacks acc_3x as an accuracy"),
+    ({**GOOD, "reports": [{"step": 500}, {**GOOD["reports"][0]}]}, "the steps rising"),
+], ids=["seed-missing", "seed-text", "params-a-list", "no-reports", "acc3-missing", "acc3-7", "steps-back"])
+def test_a_recorded_run_of_another_kind_is_one_line_for_export_and_report(where, run, said):
+    import gzip
+    import json
+
+    from core.errors import ConfigError
+
+    op.DATA.write_bytes(gzip.compress(json.dumps({"space": op.space(), "runs": [GOOD, run]}).encode(), mtime=0))
+    before = (op.DATA.read_bytes(), op.RESULTS.read_bytes())
+    for verb in ("export", "report"):
+        with pytest.raises(ConfigError, match=f"run 1: .*{said}") as refused:
+            op.main([verb])
+        assert "\n" not in str(refused.value) and len(str(refused.value)) <= 300
+    assert (op.DATA.read_bytes(), op.RESULTS.read_bytes()) == before
+
+
+def test_a_run_recorded_twice_is_one_line(where):
+    import gzip
+    import json
+
+    from core.errors import ConfigError
+
+    op.DATA.write_bytes(gzip.compress(json.dumps({"space": op.space(), "runs": [GOOD, GOOD]}).encode(), mtime=0))
+    with pytest.raises(ConfigError, match="run 1: the same run as run 0"):
+        op.load()
