@@ -7,6 +7,7 @@ import errno
 import fcntl
 import gzip
 import json
+import math
 import os
 import re
 import stat
@@ -87,9 +88,16 @@ def read_json_rows(path: Path, keys: dict[str, type | tuple[type, ...]], *, keye
     rows = data.values() if keyed and isinstance(data, dict) else data if not keyed and isinstance(data, list) else None
     shape = (f"{'an object of rows by name' if keyed else 'a list of rows'}{f' under {under}' if under else ''}, "
              f"each an object with {', '.join(keys)}")
-    if rows is None or not all(isinstance(r, dict) and all(isinstance(r.get(k), t) for k, t in keys.items()) for r in rows):
+    if rows is None or not all(isinstance(r, dict) and all(_of(r.get(k), t) for k, t in keys.items()) for r in rows):
         raise ConfigError(f"{short_path(path, 100)}: not a results file of this tool ({shape}); {advice}")
     return data
+
+
+def _of(value, kind: type | tuple[type, ...]) -> bool:
+    """`value` is of `kind`; a number also finite and no bool (JSON's NaN and true are no results)."""
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        return False
+    return isinstance(value, kind) and (not isinstance(value, float) or math.isfinite(value))
 
 
 class RecordBusy(Exception):

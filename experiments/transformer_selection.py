@@ -7,7 +7,7 @@ the other (it cannot pass), and nothing after the chosen one is run. Only the 1x
 evaluation is computed: longer lengths are not looked at, and neither the confirmation seeds
 nor the confirmation's evaluation seed are used (evaluation seed 7 here).
 
-    .venv/bin/python -m experiments.transformer_selection [--depths 2 4]
+    .venv/bin/python -m experiments.transformer_selection
 
 Runs one at a time (one torch thread); results are appended to
 docs/results/transformer_baseline.json as each finishes, and a finished run is never redone.
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from experiments.record import read_json_rows
+from core.errors import ConfigError, brief, short_path
+from experiments.record import git_restore, read_json_rows
 from trainables.config import TrialConfig
 from trainables.train import train
 from core.tool_cli import Parser, run_tool, summary
@@ -52,6 +53,9 @@ def main() -> None:
     ap.parse_args()
     torch.set_num_threads(1)
     done = read_json_rows(OUT, {"positional": str, "n_layers": int, "seed": int, "recall_acc_1x": (int, float)})
+    if bad := next((r for r in done if not 0 <= r["recall_acc_1x"] <= 1), None):
+        raise ConfigError(f"{short_path(OUT, 100)}: recall_acc_1x {brief(bad['recall_acc_1x'], 20)} of seed "
+                          f"{brief(bad['seed'], 20)} is not an accuracy in [0, 1]; restore it with {git_restore(OUT)}")
     for positional, n_layers, lr in CANDIDATES:
         for seed in SEEDS:
             rows = [r for r in done if (r["positional"], r["n_layers"], r.get("lr", 3e-3)) == (positional, n_layers, lr)]

@@ -325,6 +325,7 @@ def test_an_experiment_s_help_says_what_it_is_in_whole_sentences_and_every_verb_
     ("[" * 100_000, "not JSON"),
     ('{"a 1": [1]}', "not a results file of this tool"),
     ('{"a 1": {"metrics": {}}}', "each an object with metrics, wall_s"),
+    ('{"a 1": {"metrics": {}, "wall_s": NaN}}', "each an object with metrics, wall_s"),  # JSON's NaN is no result
     ("fifo", "not a regular file"),
 ])
 def test_a_damaged_committed_results_file_is_one_line_naming_how_to_restore_it(tmp_path, monkeypatch, text, said):
@@ -340,4 +341,17 @@ def test_a_damaged_committed_results_file_is_one_line_naming_how_to_restore_it(t
     line = str(refused.value)
     assert said in line and "\n" not in line and len(line) <= MAX_LINE, line
     assert "git checkout -- " in line or said == "not a regular file"
+    assert snapshot(tmp_path) == before
+
+
+def test_the_transformer_selection_refuses_a_recall_that_is_no_accuracy_before_it_chooses(tmp_path, monkeypatch):
+    from experiments import transformer_selection as ts
+
+    monkeypatch.setattr(ts, "OUT", tmp_path / "baseline.json")
+    row = {"positional": "rope", "n_layers": 2, "lr": 3e-3, "recall_acc_1x": 7.0}  # would be chosen at once
+    ts.OUT.write_text(json.dumps([{**row, "seed": s} for s in ts.SEEDS]))
+    monkeypatch.setattr("sys.argv", ["transformer_selection"])
+    before = snapshot(tmp_path)
+    with pytest.raises(ConfigError, match="recall_acc_1x 7.0 of seed 100 is not an accuracy in \\[0, 1\\]"):
+        ts.main()
     assert snapshot(tmp_path) == before
