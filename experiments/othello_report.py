@@ -30,7 +30,7 @@ from scipy import stats
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from core import json_text
-from core.errors import ConfigError, cut, short_path
+from core.errors import ConfigError, brief, cut, short_path
 from core.tool_cli import Parser, run_tool, summary
 
 KS = (1, 2, 3)
@@ -83,8 +83,26 @@ def _read(paths: list[Path]) -> dict:
     if len(paths) == 1 and paths[0].is_file():
         rec = json_text.loads(_text(paths[0]))
         if all("final" in r for r in rec.values()):
-            return rec
-    return record(load(paths))
+            return _checked(rec, paths)
+    return _checked(record(load(paths)), paths)
+
+
+def _checked(rec: dict, paths: list[Path]) -> dict:
+    """The record, each run named GROUP_sSEED with a final report holding every `NAME_Kx` the tables
+    read as a finite number (an accuracy within [0, 1]); one ConfigError line for the first that is not."""
+    from trainables.run_dir import is_number
+
+    where = cut(" ".join(map(str, paths)), 100)
+    for name, r in rec.items():
+        if not isinstance(name, str) or re.fullmatch(r"(.+)_s(\d+)", name) is None:
+            raise ConfigError(f"{where}: run {brief(name, 40)}: not named GROUP_sSEED; not Othello runs or their record")
+        final = r.get("final") if isinstance(r, dict) else None
+        for metric in (f"{n}_{k}x" for n in NAMES for k in KS):
+            value = final.get(metric) if isinstance(final, dict) else None
+            if not is_number(value) or ("acc" in metric and not 0 <= value <= 1):
+                raise ConfigError(f"{where}: run {cut(name, 40)}: {metric} {brief(value, 20)} is not "
+                                  + ("an accuracy in [0, 1]" if "acc" in metric else "a finite number"))
+    return rec
 
 
 def record(runs: dict) -> dict:
@@ -264,9 +282,10 @@ def main() -> None:
     if args.paired_only:
         print(paired_table(g))
         return
+    text = "\n".join((tables(g), "", comparisons(g), "", paired_ema(g), "", paired_table(g)))  # before anything is written
     args.out.with_suffix(".json").write_text(json.dumps(rec, indent=1) + "\n")
     plot(g, rec, args.out.with_suffix(".png"))
-    print(tables(g), "", comparisons(g), "", paired_ema(g), "", paired_table(g), sep="\n")
+    print(text)
 
 
 if __name__ == "__main__":

@@ -164,6 +164,9 @@ TOOL_MISUSE = [
     (("-m", "experiments.switch_grid", "run", "--concurrent", "0"), "--concurrent"),
     (("-m", "experiments.adaptive_grid", "bogus"), "invalid choice: 'bogus'"),
     (("-m", "experiments.othello_report", "--paired-only", "deep.json"), "nested too deep"),
+    (("-m", "experiments.othello_report", "--paired-only", "unnamed.json"), "not named GROUP_sSEED"),  # AttributeError
+    (("-m", "experiments.othello_report", "--paired-only", "acc7.json"), "acc_3x 7.0 is not an accuracy"),
+    (("-m", "experiments.othello_report", "noacc3.json", "--out", "o"), "acc_3x None is not"),  # o.json written, then KeyError
     (("-m", "experiments.othello_run", "nameless.json", "out"), "a name and a set of overrides"),
     (("-m", "experiments.othello_run", "setlist.json", "out"), "a name and a set of overrides"),  # a worker's traceback
     (("-m", "experiments.othello_run", "badkey.json", "out"), "a: model.nope: unknown key"),  # out/ made, then a traceback
@@ -190,6 +193,11 @@ def test_a_tool_s_bad_option_or_input_is_one_line_before_any_work(tmp_path, argv
     (tmp_path / "setlist.json").write_text('[{"name": "a", "set": [1, 2]}]')
     (tmp_path / "badkey.json").write_text('[{"name": "a", "set": {"model.nope": 1}}]')
     (tmp_path / "longname.json").write_text(json.dumps([{"name": "a" * 300, "set": {"seed": 1}}]))
+    final = {f"{n}_{k}x": 0.5 for n in ("acc", "tv", "illegal_mass") for k in (1, 2, 3)}
+    (tmp_path / "unnamed.json").write_text(json.dumps({"foo": {"final": final, "curve": []}}))
+    (tmp_path / "acc7.json").write_text(json.dumps({"g_s1": {"final": {**final, "acc_3x": 7.0}, "curve": []}}))
+    (tmp_path / "noacc3.json").write_text(json.dumps({"g_s1": {"final": {k: v for k, v in final.items() if k != "acc_3x"},
+                                                              "curve": []}}))
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "taken.json").mkdir()
     before = snapshot(tmp_path)
