@@ -25,7 +25,7 @@ import zlib
 from pathlib import Path
 from typing import Callable
 
-from core.errors import ConfigError, cut, short_path
+from core.errors import ConfigError, cut, one_line, short_path
 from experiments.record import git_restore
 
 LEFT_OUT = ("ray_processes.json", "status.json", "summary.json")  # the driver's processes, and views the
@@ -165,6 +165,9 @@ def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
             folder.mkdir(parents=True, exist_ok=True)
             scratch = Path(tempfile.mkdtemp(dir=folder, prefix=SCRATCH))  # whole, then moved into place
             tar.extractall(scratch, members=wanted, filter="data")
+        for m in wanted:  # each sweep file read before any sweep is put back: a damaged one puts back nothing
+            if m.name.endswith(".yaml") and "/" not in m.name:
+                _check_sweep_file(scratch / m.name, m.name, dest, advice)
         for m in wanted:
             if "/" not in m.name and not os.path.lexists(folder / m.name):
                 os.rename(scratch / m.name, folder / m.name)
@@ -180,6 +183,18 @@ def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     return missing
+
+
+def _check_sweep_file(path: Path, name: str, dest: Path, advice: str) -> None:
+    """A parked sweep file is a YAML mapping naming its own sweep; one ConfigError line otherwise."""
+    from trainables.safe_yaml import read_yaml
+
+    try:
+        space = read_yaml(path, shown=name)
+    except ConfigError as err:
+        raise ConfigError(f"{short_path(dest, 60)}: holds a damaged sweep file ({one_line(str(err), 70)}); {advice}") from None
+    if space.get("name") != name.removesuffix(".yaml"):
+        raise ConfigError(f"{short_path(dest, 60)}: holds sweep file {cut(name, 40)} naming another sweep; {advice}")
 
 
 def _clear_leftovers(folder: Path, prefix: str) -> None:

@@ -144,8 +144,13 @@ DB = ("dat_plain_a/optuna.db", b"db")
       ("dat_plain_a/t", b"x", None, None, {"mtime": "1e400"})],
      "not a readable parked sweep"),
     ([DB, DB], "names a member twice"),
+    # a sweep file the launch could not read: its sweep was put back, then refused
+    ([("dat_plain_a.yaml", b"- ["), ("dat_plain_a", None, None, tarfile.DIRTYPE), DB], "a damaged sweep file"),
+    ([("dat_plain_a.yaml", b"[1, 2]"), ("dat_plain_a", None, None, tarfile.DIRTYPE), DB], "a damaged sweep file"),
+    ([("dat_plain_a.yaml", b"name: dat_plain_b\n"), ("dat_plain_a", None, None, tarfile.DIRTYPE), DB], "naming another sweep"),
 ], ids=["dotdot", "absolute", "foreign", "link-absolute", "link-outside", "link-to-another-sweep", "top-link-dot",
-        "top-link-alias", "top-file", "hardlink", "fifo", "nul", "escapes", "mtime-overflow", "twice"])
+        "top-link-alias", "top-file", "hardlink", "fifo", "nul", "escapes", "mtime-overflow", "twice", "sweep-file-yaml",
+        "sweep-file-a-list", "sweep-file-of-another"])
 def test_a_planted_tarball_is_one_line_and_puts_nothing_back(chunks, tmp_path, members, expect):
     _tarball(dps.PARKED, *members)
     with pytest.raises(ConfigError, match=expect) as err:
