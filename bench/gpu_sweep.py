@@ -26,6 +26,7 @@ from fixed_trials import space_file, start_launch  # noqa: E402
 from core.errors import ConfigError
 from core.tool_cli import Parser, run_tool
 from sweeper.cli_types import Distinct, positive_int, positive_number
+from sweeper.fs import check_output_file
 
 TRIAL_STEPS = 6000  # a default trial
 
@@ -57,6 +58,8 @@ def main() -> None:
     ap.add_argument("--gpus", type=positive_number, nargs="+", default=[1, 0.5, 0.25, 0.125], action=Distinct)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    if args.out:  # before any trial runs: a refusal after them would lose the result
+        check_output_file(args.out, "--out")
     import torch
 
     if not torch.cuda.is_available():

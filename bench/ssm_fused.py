@@ -44,6 +44,7 @@ from trainables.ssm import selective_scan, selective_scan_reference  # noqa: E40
 from core.errors import ConfigError  # noqa: E402
 from core.tool_cli import Parser, run_tool  # noqa: E402
 from sweeper.cli_types import count, positive_int  # noqa: E402
+from sweeper.fs import check_output_file  # noqa: E402
 
 BAR = 1e-4
 SOURCES = ["selective_scan.cpp", "selective_scan_fwd_fp32.cu", "selective_scan_fwd_fp16.cu", "selective_scan_fwd_bf16.cu",
@@ -187,6 +188,8 @@ def main() -> None:
     ap.add_argument("--trial-steps", type=count, default=600, help="0 skips the whole-trial part")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    if args.out:  # before anything is built or timed: a refusal after would lose the result
+        check_output_file(args.out, "--out")
     if not torch.cuda.is_available():
         raise ConfigError("bench/ssm_fused.py: needs a CUDA device; this machine has none")
     result: dict = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
@@ -195,7 +198,7 @@ def main() -> None:
         print(f"built selective_scan_cuda for sm_{''.join(map(str, torch.cuda.get_device_capability()))} "
               f"in {result['build_s']:.0f} s", flush=True)
     if ssm._fused_kernel() is None:
-        raise SystemExit("bench/ssm_fused.py: mamba_ssm's selective_scan_fn is not importable (install mamba-ssm or pass --build-from)")
+        raise ConfigError("bench/ssm_fused.py: mamba_ssm's selective_scan_fn is not importable (install mamba-ssm or pass --build-from)")
     print(f"device: {result['device']}; torch {result['torch']}", flush=True)
 
     result["check"] = check()

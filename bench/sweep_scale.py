@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from worktree import baseline_tree  # noqa: E402
 from core.tool_cli import Parser, run_tool
 from sweeper.cli_types import Distinct, positive_int
+from sweeper.fs import check_output_file
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 4
@@ -148,11 +149,13 @@ def print_growth(rows: list[dict], profile_dir: Path, top: int = 25) -> None:
 def main() -> None:
     parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=positive_int, nargs="+", default=[10, 100, 500], action=Distinct)
-    parser.add_argument("--schedulers", nargs="+", default=["fifo", "asha"], choices=["fifo", "asha"])
+    parser.add_argument("--schedulers", nargs="+", default=["fifo", "asha"], choices=["fifo", "asha"], action=Distinct)
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--profile", type=Path, help="sample the driver with py-spy; keep its stacks in this folder")
     parser.add_argument("--baseline", metavar="REV", help="also run every size on this commit's code, side by side")
     args = parser.parse_args()
+    if args.json:  # before any sweep runs: a refusal after them would lose the rows
+        check_output_file(args.json, "--json")
     old_root = baseline_tree(args.baseline) if args.baseline else None
     if args.profile:
         py_spy()  # before any sweep runs

@@ -249,6 +249,10 @@ def main() -> None:
     if args.child:
         child(args.steps, args.eval_seed)
         return
+    if not (args.baseline or args.memory):  # --steps and --rounds alone would be taken and nothing measured
+        parser.error("nothing to measure: give --baseline REV (old against new) or --memory")
+    if args.steps % 1000:
+        parser.error(f"--steps: must be a multiple of 1000, got {args.steps}")
 
     peak, how = cpu_peak()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()

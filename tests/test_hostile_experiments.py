@@ -173,6 +173,11 @@ TOOL_MISUSE = [
     (("-m", "experiments.othello_run", "fifo", "out"), "not a regular file"),  # the read blocked for ever
     (("-m", "experiments.othello_run", "longname.json", "out"), "at most 200 bytes"),  # out/ made, then "File name too long"
     (("bench/ssm_speed.py", "--layers", "1000000000", "--repeats", "1"), "--layers: must be at most 64"),  # a pydantic traceback
+    (("bench/trainer_speed.py", "--steps", "1000", "--rounds", "1"), "nothing to measure"),  # exit 0, nothing measured
+    (("bench/trainer_speed.py", "--memory", "--steps", "1500"), "--steps: must be a multiple of 1000"),
+    (("bench/sweep_scale.py", "--schedulers", "fifo", "fifo"), "'fifo' given twice"),  # ran (and counted) fifo twice
+    (("bench/sweep_scale.py", "--json", "/proc/rows.json"), "--json /proc: cannot write there"),  # refused after the sweeps
+    (("bench/gpu_sweep.py", "--out", "/proc/out.json"), "--out /proc: cannot write there"),  # refused after the trials
     (("-m", "experiments.ssm_runs", "table", "nope"), "invalid choice: 'nope'"),
     (("-m", "experiments.device_runs", "train", "a", "b", "--deadline", "0", "--pack", "p"), "--deadline"),
     (("-m", "trainables.othello", "sample", "--n", " 5"), "whole number"),
