@@ -16,7 +16,6 @@ coordinates), and the trials' table that `sweeper ui NAME` opens (the sweep's sa
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import sys
@@ -29,6 +28,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from conftest import start_mlflow_server, stop  # noqa: E402  the tests' real MLflow server
+from core.tool_cli import Parser, run_tool  # noqa: E402
+from sweeper.cli_types import positive_int  # noqa: E402
 
 OUT = ROOT / "docs" / "mlflow_compare.png"
 TABLE_OUT = ROOT / "docs" / "mlflow_trials.png"
@@ -144,9 +145,9 @@ def choose(driver, params: list[str], metric: str) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--samples", type=int, default=12, help="trials of the sweep (default 12)")
-    ap.add_argument("--steps", type=int, default=120, help="training steps of a trial at most (default 120)")
+    ap = Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=positive_int, default=12, help="trials of the sweep (default 12)")
+    ap.add_argument("--steps", type=positive_int, default=120, help="training steps of a trial at most (default 120)")
     ap.add_argument("--tracking-uri", help="an MLflow server that already holds the sweep (no sweep is run)")
     ap.add_argument("--experiment", default="compare", help="its experiment (with --tracking-uri)")
     ap.add_argument("--out", type=Path, default=OUT, help=f"the PNG (default {OUT.relative_to(ROOT)})")
@@ -170,4 +171,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main)

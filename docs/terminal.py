@@ -8,7 +8,6 @@ docs/usage.md quotes the two screens.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -18,12 +17,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import sweeper_cmd, sweeper_env  # noqa: E402
 from pty_screen import run_on_terminal  # noqa: E402
+from core.tool_cli import Parser, run_tool  # noqa: E402
+from sweeper.cli_types import positive_int  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cols", type=int, default=80)
-    parser.add_argument("--rows", type=int, default=40)
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cols", type=positive_int, default=80)
+    parser.add_argument("--rows", type=positive_int, default=40)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
         capture = run_on_terminal(sweeper_cmd("launch", ROOT / "search_spaces" / "smoke.yaml"), Path(workdir),
@@ -39,4 +40,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_tool(main)

@@ -178,6 +178,8 @@ TOOL_MISUSE = [
     (("bench/sweep_scale.py", "--schedulers", "fifo", "fifo"), "'fifo' given twice"),  # ran (and counted) fifo twice
     (("bench/sweep_scale.py", "--json", "/proc/rows.json"), "--json /proc: cannot write there"),  # refused after the sweeps
     (("bench/gpu_sweep.py", "--out", "/proc/out.json"), "--out /proc: cannot write there"),  # refused after the trials
+    (("docs/terminal.py", "--cols", "-5"), "--cols: must be >= 1"),  # exit 1, nothing said
+    (("docs/screenshots.py", "--samples", "-1"), "--samples: must be >= 1"),  # MLflow and a launch started, then a traceback
     (("-m", "experiments.ssm_runs", "table", "nope"), "invalid choice: 'nope'"),
     (("-m", "experiments.device_runs", "train", "a", "b", "--deadline", "0", "--pack", "p"), "--deadline"),
     (("-m", "trainables.othello", "sample", "--n", " 5"), "whole number"),
@@ -206,7 +208,7 @@ def test_a_tool_s_bad_option_or_input_is_one_line_before_any_work(tmp_path, argv
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "taken.json").mkdir()
     before = snapshot(tmp_path)
-    args = [str(ROOT / a) if a.startswith("bench/") else a for a in argv]
+    args = [str(ROOT / a) if a.startswith(("bench/", "docs/")) else a for a in argv]
     r = subprocess.run([sys.executable, *args], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
                        capture_output=True, text=True, timeout=120)
     assert r.stdout == ""
