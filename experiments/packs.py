@@ -170,7 +170,7 @@ def _import_pack(exp: Experiment, path: Path) -> tuple[int, list[str]]:
                     skipped.append(f"{run}: not a cell the plan misses")
                 elif config != trial_config(chunks, p, todo[k], valid["device"]):
                     skipped.append(f"{run}: its config differs from the plan's for this cell")
-                elif why := chunks.not_its_reports(p.budget, todo[k], reports):
+                elif why := chunks.not_its_reports(p.budget, reports):
                     skipped.append(f"{run}: {why}")
                 elif missing := sorted(m for m in needed if not is_number(reports[-1].get(m))):
                     skipped.append(f"{run}: its final report lacks {', '.join(missing[:4])}"

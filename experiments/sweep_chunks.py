@@ -88,10 +88,10 @@ class Chunks:
             if not isinstance(report, dict) or type(report.get("step")) is not int or not all(
                     isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in report.values()):
                 return f"reports: {brief(report, 40)} is not a report (a whole `step` and finite numbers)"
-        return self.not_its_reports(r["budget"], r["params"], r["reports"])
+        return self.not_its_reports(r["budget"], r["reports"])
 
-    def not_its_reports(self, budget: int, params: dict, reports: list[dict]) -> str | None:
-        """Why the reports are not what a finished run of the cell reports, or None: steps rising from
+    def not_its_reports(self, budget: int, reports: list[dict]) -> str | None:
+        """Why the reports are not what a finished run reports, or None: steps rising from
         above 0 to the budget, the last holding every metric the experiment reads of a run (`reads`),
         accuracies within [0, 1]."""
         from trainables.run_dir import is_number
