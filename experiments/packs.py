@@ -10,6 +10,7 @@ whole: a seed's runs of a phase train on one machine.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -218,6 +219,8 @@ def final_metrics(data: dict) -> set[str]:
 def configs_command(exp: Experiment, folder: Path, seeds: list[int], device: str, phase: str | None) -> int:
     """The `configs` verb: write the configs, or one line and 2."""
     label = exp.chunks.label
+    if os.path.islink(folder) and not folder.exists():
+        return _refuse(f"{label}: {short_path(folder, 100)}: a link to nothing; name a new or empty folder")
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         return _refuse(f"{label}: {short_path(folder, 100)}: not an empty folder; its configs would all train there")
     written, busy = write_configs(exp, folder, seeds, device, phase)

@@ -454,6 +454,9 @@ def test_a_damaged_pack_is_one_line_and_exit_2_or_a_line_per_damaged_run(tmp_pat
     with pytest.raises(ConfigError, match="--seeds \\[999\\]: no cell of phase"):  # one seed with cells, one without
         dpd.main(["configs", str(tmp_path / "some"), "--seeds", str(p.todo[0]["seed"]), "999"])
     assert not (tmp_path / "some").exists()
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    assert dpd.main(["configs", str(tmp_path / "dangling"), "--seeds", str(p.todo[0]["seed"])]) == 2
+    assert "a link to nothing" in capsys.readouterr().err and not (tmp_path / "gone").exists()
 
 
 def test_a_later_phase_already_determined_can_train_elsewhere_while_the_confirmation_runs(tmp_path, monkeypatch):
