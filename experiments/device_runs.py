@@ -56,7 +56,7 @@ from core import json_text
 from core.errors import cut, error_line
 from core.tool_cli import Parser, run_tool, summary as doc_summary
 from sweeper.cli_types import positive_int, positive_number
-from sweeper.fs import check_output_file, read_limited
+from sweeper.fs import check_output_file, read_json_limited
 
 MACHINE = "machine.json"
 PROVENANCE = "provenance.json"  # beside the configs: {"commit": the code they were written from}
@@ -328,11 +328,9 @@ def written_from(configs: Path) -> str | None:
     if not os.path.lexists(path):
         return None
     try:
-        data = json_text.loads(read_limited(path, PROVENANCE, MAX_SMALL_FILE))
-    except ConfigError as err:
+        data = read_json_limited(path, PROVENANCE, MAX_SMALL_FILE, cut(str(path), 120))
+    except ConfigError as err:  # a FIFO, too large, not JSON
         raise DeviceRunsError(str(err)) from None
-    except ValueError as err:
-        raise DeviceRunsError(f"{cut(str(path), 120)}: not JSON ({cut(str(err), 80)})") from None
     commit = data.get("commit") if isinstance(data, dict) else False
     if commit is not None and not isinstance(commit, str):
         raise DeviceRunsError(f"{cut(str(path), 120)}: must be a JSON object whose commit is text or null")

@@ -15,7 +15,6 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from core import json_text
 from core.errors import ConfigError, cut, short_path
 from core.tool_cli import Parser, run_tool, summary
 from sweeper.cli_types import cpus
@@ -53,15 +52,11 @@ MAX_NAME_BYTES = 200  # NAME.jsonl and NAME.json fit a file name's 255 bytes
 def read_runs(path: Path) -> list[dict]:
     """The runs file: a list of {"name": a file name, "set": {dotted.key: value}}, names unique, every
     run's overrides a valid `othello` config; one ConfigError line otherwise, before anything is made."""
-    from sweeper.fs import read_limited
+    from sweeper.fs import read_json_limited
     from trainables.config import load_trial_config, with_overrides
 
     shown = short_path(path, 120)
-    raw = read_limited(path, "runs file", MAX_RUNS_FILE)  # a FIFO, a folder, too large: its own line
-    try:
-        runs = json_text.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise ConfigError(f"{shown}: not JSON ({cut(str(err), 80)})") from None
+    runs = read_json_limited(path, "runs file", MAX_RUNS_FILE, shown)  # a FIFO, too large, not JSON: its own line
     if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("set"), dict) for r in runs):
         raise ConfigError(f"{shown}: not a list of runs, each an object with a name and a set of overrides")
     names = [r.get("name") for r in runs]
