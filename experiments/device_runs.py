@@ -205,12 +205,13 @@ def plan_runs(configs: Path, runs_dir: Path, groups: int | None = None) -> list[
         raise DeviceRunsError(f"{cut(str(configs), 120)}: not a folder of trial configs")
     for c in sorted(configs.glob("*.yaml")):
         try:
-            steps = read_yaml(c).get("steps")
+            config = read_yaml(c)
         except ConfigError as err:
             raise DeviceRunsError(f"{cut(str(c), 120)}: not a trial config ({cut(str(err), 120)})") from None
+        steps = config.get("steps")
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise DeviceRunsError(f"{cut(str(c), 120)}: not a trial config with steps (a whole number >= 1)")
-        if (device := read_yaml(c).get("device")) == "cuda" and not cuda_here():  # each run would fail at once
+        if (device := config.get("device")) == "cuda" and not cuda_here():  # each run would fail at once
             raise DeviceRunsError(f"{cut(str(c), 120)}: device {device}, and this machine has no CUDA device; write "
                                   "the configs with --device cpu, or train them where there is one")
         runs.append(Run(c, runs_dir / c.stem, steps))
@@ -224,11 +225,12 @@ def plan_runs(configs: Path, runs_dir: Path, groups: int | None = None) -> list[
 
 
 def train(configs: Path, runs_dir: Path, deadline_s: float, groups: int | None = None, finish: bool = True,
-          check_every: float = 30.0, warmup_s: float = 90.0, margin_s: float = 30.0) -> list[Run]:
+          check_every: float = 30.0, warmup_s: float = 90.0, margin_s: float = 30.0,
+          runs: list[Run] | None = None) -> list[Run]:
     """Start the configs of the first `groups` groups (all by default) at once, resuming a run whose
     folder holds a checkpoint; with `finish`, stop the last group while the slowest run would miss
-    the deadline; stop every run at the deadline."""
-    runs = plan_runs(configs, runs_dir, groups)
+    the deadline; stop every run at the deadline. `runs`: the `plan_runs` of these, when made already."""
+    runs = plan_runs(configs, runs_dir, groups) if runs is None else runs
     runs_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     for r in runs:
@@ -410,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         commit = written_from(args.configs)
         plan_runs(args.configs, args.runs, args.groups)
         restored, notes = restore(args.restore, args.runs) if args.restore is not None else ([], [])
-        plan_runs(args.configs, args.runs, args.groups)  # the restored run folders against the configs
+        runs = plan_runs(args.configs, args.runs, args.groups)  # the restored run folders against the configs
     except (DeviceRunsError, ConfigError) as err:
         print(error_line(f"device_runs: {err}"), file=sys.stderr)
         return 2
@@ -419,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"not restored: {line}", flush=True)
     if args.restore is not None:
         print(f"restored {len(restored)} runs from {args.restore}", flush=True)
-    runs = train(args.configs, args.runs, args.deadline, args.groups, finish=not args.checkpoints)
+    runs = train(args.configs, args.runs, args.deadline, args.groups, finish=not args.checkpoints, runs=runs)
     if args.restore is not None and (orphans := sorted(set(restored) - {r.config.stem for r in runs})):
         print(f"restored but not in this call (no config, or a group left out), so neither trained nor packed: "
               f"{', '.join(orphans)}", flush=True)
