@@ -37,6 +37,7 @@ from experiments import packs
 from experiments.sweep_chunks import Chunks, status_command
 from core.tool_cli import Parser, run_tool, summary
 from sweeper.cli_types import Distinct, count
+from trainables.metrics import curve_names
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "results" / "dat_paper_depth_runs.json.gz"
@@ -51,8 +52,12 @@ SEEDS = tuple(range(5101, 5116))
 EVAL_SEED = 20261125
 BUDGETS = (12_000, 24_000)  # training steps, tried in this order
 EVAL_EVERY, CURVE_WINDOW, MULTIPLIERS = 250, 5, (1, 2, 3, 4)
+MAX_LEN = 25  # the task's training range (the trainer's default)
 IN_RANGE = (("acc_1x", 0.95), ("recall_acc_1x", 0.95))  # the in-range check, at the final step
-READS = (*(m for m, _ in IN_RANGE), "ood_acc_3x", "state_acc_1x")  # what the plans read of a run's last report
+CURVE_POINTS = tuple(curve_names(MAX_LEN, MULTIPLIERS, CURVE_WINDOW))  # the position curve, 5 to 100
+# what the plans and reports read of every report of a run
+READS = (*(m for m, _ in IN_RANGE), "ood_acc_3x", "state_acc_1x", "acc_3x", "ood_state_acc_3x", "last_acc_3x",
+         "seq_acc_3x", *CURVE_POINTS)
 CONVERGED_WITHIN = 0.01  # the switch rule: state_acc_1x stays within this of its best from then on
 RUNS_PER_SWEEP = 6  # confirmation chunks: the three arms of two seeds, or one arm of six seeds
 CONCURRENT = 2  # runs at once, one torch thread each

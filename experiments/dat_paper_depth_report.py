@@ -13,13 +13,11 @@ import subprocess
 from pathlib import Path
 from statistics import mean, stdev
 
-from experiments.dat_paper_depth import (ARMS, BEGIN, END, EVAL_SEED, EXPLORE_SEEDS, JOINT_CURRICULUM, MULTIPLIERS, OFF, RESULTS, ROOT,
-                                         SEEDS, TRANSFORMER, TRANSFORMER_CANDIDATES, Plan, Run, candidate_of,
+from experiments.dat_paper_depth import (ARMS, BEGIN, CURVE_POINTS, END, EVAL_SEED, EXPLORE_SEEDS, JOINT_CURRICULUM, MAX_LEN,
+                                         MULTIPLIERS, OFF, RESULTS, ROOT, SEEDS, TRANSFORMER, TRANSFORMER_CANDIDATES, Plan, Run, candidate_of,
                                          converged_at, in_range_misses, runs_of, transformer_candidates_tried)
 from experiments.pages import replace_section
 from trainables.metrics import CURVE
-
-MAX_LEN = 25
 PAIRS = (("DAT", "joint"), ("DAT + curriculum", "joint"), ("DAT + curriculum", "DAT"),
          ("DAT + curriculum", JOINT_CURRICULUM), (JOINT_CURRICULUM, "joint"))  # the last two: the addendum's
 PAIRED_METRICS = ("ood_acc_3x", "last_acc_3x", "seq_acc_3x")
@@ -57,7 +55,7 @@ def interval(xs: list[float]) -> tuple[float, float, float]:
 def cliff(final: dict) -> float:
     """Mean curve accuracy over steps 1-25 minus that over steps 51-75."""
     def band(lo, hi):
-        return mean(v for k, v in final.items() if k.startswith(CURVE) and lo < int(k[len(CURVE):]) <= hi)
+        return mean(final[k] for k in CURVE_POINTS if lo < int(k[len(CURVE):]) <= hi)
     return band(0, MAX_LEN) - band(2 * MAX_LEN, 3 * MAX_LEN)
 
 
@@ -327,10 +325,10 @@ def pictures(conf: dict[str, dict[int, Run]], base: dict, out: Path) -> list[Pat
             if not rs:
                 continue
             if suffix == "curve":
-                names = sorted((k for k in rs[0].final if k.startswith(CURVE)), key=lambda k: int(k[len(CURVE):]))
+                names = list(CURVE_POINTS)
                 xs = [int(k[len(CURVE):]) for k in names]
             else:
-                names = [f"{suffix}_{k}x" for k in MULTIPLIERS if f"{suffix}_{k}x" in rs[0].final]
+                names = [f"{suffix}_{k}x" for k in MULTIPLIERS if all(f"{suffix}_{k}x" in r.final for r in rs)]
                 xs = [int(n.rsplit("_", 1)[1][:-1]) * MAX_LEN for n in names]
             ys = [[r.final[n] for r in rs] for n in names]
             ax.plot(xs, [mean(v) for v in ys], marker="o", ms=3, color=f"C{i}", label=f"{arm} (n={len(rs)})")

@@ -55,7 +55,7 @@ class Chunks:
     key: Callable[[int, dict], tuple]  # (budget, cell) -> the run's identity
     params_of: Callable[[dict], dict]  # trial config -> its cell
     new_record: Callable[[], dict]  # the record before its first run: {"design": ..., "runs": []}
-    reads: tuple[str, ...] = ()  # the metrics the plan and report read of every run's last report
+    reads: tuple[str, ...] = ()  # the metrics the plan and report read of every report of a run
     parked: Path | None = None  # the committed tarball of its unfinished sweeps (experiments/parking.py)
 
     def load(self) -> dict:
@@ -92,8 +92,8 @@ class Chunks:
 
     def not_its_reports(self, budget: int, reports: list[dict]) -> str | None:
         """Why the reports are not what a finished run reports, or None: steps rising from
-        above 0 to the budget, the last holding every metric the experiment reads of a run (`reads`),
-        accuracies within [0, 1]."""
+        above 0 to the budget, each holding every metric the experiment reads (`reads`), accuracies
+        within [0, 1]."""
         from trainables.run_dir import is_number
 
         steps = [rep["step"] for rep in reports]
@@ -101,8 +101,9 @@ class Chunks:
             return f"reports: steps {brief(steps, 40)} do not rise from above 0"
         if steps[-1] != budget:
             return f"reports: the last is at step {steps[-1]}, not the budget {budget} (a recorded run is finished)"
-        if missing := sorted(set(self.reads) - reports[-1].keys()):
-            return f"reports: the last lacks {cut(', '.join(missing), 60)}, which the experiment reads"
+        for rep in reports:
+            if missing := [m for m in self.reads if m not in rep]:
+                return f"reports: step {rep['step']} lacks {cut(', '.join(missing), 60)}, which the experiment reads"
         for rep in reports:
             if wrong := next((m for m, v in rep.items() if ACCURACY.search(m) and not (is_number(v) and 0 <= v <= 1)), None):
                 return f"reports: {cut(wrong, 40)} {brief(rep[wrong], 20)} at step {rep['step']} is not an accuracy in [0, 1]"

@@ -215,6 +215,11 @@ def test_the_cliff_is_in_range_minus_the_last_third_of_3x():
     assert rep.cliff(final(ood3=0.3)) == pytest.approx(0.7)
 
 
+def test_the_cliff_reads_the_registered_curve_points_alone():
+    # a report's other names that begin like a curve point are no points of it (the cliff parsed them)
+    assert rep.cliff(final(ood3=0.3, curve_acc_sxyz=0.0, curve_acc_s060x=9.0)) == pytest.approx(0.7)
+
+
 def test_the_report_rebuilds_its_section_and_one_picture_per_metric(tmp_path):
     runs = explored(B1, {0: 1500, 1: 1500})
     runs += [record(B1, arm, s, 1500, ood3=0.9 if arm == "DAT" else 0.6, recall1=0.8 if arm == "joint" else 0.99)
@@ -397,7 +402,7 @@ def test_a_pack_s_second_run_of_a_cell_or_a_run_short_of_a_metric_is_named_not_r
     added, skipped = dpd.import_pack(pack_of(tmp_path, runs, extra))
     assert added == 3  # seed s1 whole, its first run kept; seed s2 not, one of its runs lacking a metric
     assert f"s{s1}_x: the same cell as s{s1}_0, which is kept" in skipped
-    assert f"s{s2}_0: its final report lacks seq_acc_3x" in skipped
+    assert f"s{s2}_0: reports: step {B1} lacks seq_acc_3x, which the experiment reads" in skipped
     assert {r.seed for r in dpd.runs_of(dpd.load())} & {s1, s2} == {s1}
 
 

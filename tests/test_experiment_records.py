@@ -79,13 +79,19 @@ def _with(**changes) -> dict:
     (_with(params={**RUN["params"], "seed": -1}), "run 0: seed: .*greater than or equal to 0"),
     (_with(budget=10**400), "run 0: steps: .*less than or equal to"),
     # reports no finished run of the cell makes: the plan and the report read them as results
-    (_with(reports=[{k: v for k, v in r.items() if k != "ood_acc_3x"} for r in RUN["reports"]]), "run 0: reports: the last lacks ood_acc_3x, which the experiment reads"),
+    (_with(reports=[{k: v for k, v in r.items() if k != "ood_acc_3x"} for r in RUN["reports"]]), "run 0: reports: step 250 lacks ood_acc_3x, which the experiment reads"),
+    # what the report reads of a report before the switch, and of the last one beside the plan's metrics
+    (_with(reports=[{k: v for k, v in r.items() if k != "ood_state_acc_3x" or r["step"] == 24000} for r in RUN["reports"]]),
+     "run 0: reports: step 250 lacks ood_state_acc_3x"),
+    (_with(reports=[{k: v for k, v in r.items() if k != "curve_acc_s075" or r["step"] == 250} for r in RUN["reports"]]),
+     "run 0: reports: step 24000 lacks curve_acc_s075"),
     (_with(reports=_reports(ood_acc_3x=7.0)), "run 0: reports: ood_acc_3x 7.0 .* not an accuracy in \\[0, 1\\]"),
     (_with(reports=_reports(steps=(24000, 250))), "run 0: reports: steps .* do not rise"),
     (_with(reports=_reports(steps=(-5, 24000))), "run 0: reports: steps .* do not rise from above 0"),
     (_with(reports=_reports(steps=(250, 2500))), "run 0: reports: the last is at step 2500, not the budget 24000"),
 ], ids=["params-empty", "seed-a-list", "no-reports", "reports-not-objects", "metric-text", "step-text",
-        "switch-a-text", "lr-nan", "seed-negative", "budget-huge", "a-metric-missing", "accuracy-7", "steps-back",
+        "switch-a-text", "lr-nan", "seed-negative", "budget-huge", "a-metric-missing", "early-state-missing",
+        "curve-point-missing", "accuracy-7", "steps-back",
         "step-negative", "unfinished"])
 def test_a_record_run_of_the_wrong_inner_kind_is_one_line_for_every_verb(chunks, run, expect):  # noqa: F811
     dps.DATA.write_bytes(gzip.compress(json.dumps({"runs": [run]}).encode(), mtime=0))
