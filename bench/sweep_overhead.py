@@ -41,7 +41,6 @@ same direct time, and prints both ratios and first-report times.
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import subprocess
 import sys
@@ -52,6 +51,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path (the tests)
 from fixed_trials import ROOT, space_file, start_launch  # noqa: E402
 from worktree import baseline_tree  # noqa: E402
+from core import worker_pool
 from core.tool_cli import Parser, run_tool
 from sweeper.cli_types import positive_int
 
@@ -85,7 +85,7 @@ def _direct_job(args: tuple) -> float:
 def run_direct(path: Path, trials: int, concurrent: int) -> tuple[float, float]:
     """(wall time, the first trial process's seconds to its first report)."""
     start = time.perf_counter()
-    with mp.get_context("spawn").Pool(concurrent) as pool:
+    with worker_pool.pool(concurrent) as pool:
         firsts = pool.map(_direct_job, [(path, i) for i in range(trials)])
     return time.perf_counter() - start, min(firsts)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing as mp
 import os
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 from statistics import mean
 
 from trainables.config import MAX_SEED, ConfigError, TrialConfig, load_trial_config, with_overrides
+from core import worker_pool
 from core.errors import brief, cut, short_path
 
 SYSTEMS = {"lstm": "pure LSTM", "transformer": "pure Transformer", "hybrid_joint": "hybrid, joint", "hybrid_dat": "hybrid + DAT"}
@@ -77,8 +77,7 @@ def _applies(system: str, key: str) -> bool:
 def run_all(systems: list[str], seeds: int, overrides: dict, workers: int, device: str) -> list[dict]:
     jobs = [(s, seed, overrides, device) for seed in range(seeds) for s in systems]
     jobs.sort(key=lambda job: -COST.get(job[0], 0))  # longest first (stable: seeds stay in order)
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(workers) as pool:
+    with worker_pool.pool(workers) as pool:
         results = []
         for r in pool.imap_unordered(_job, jobs):
             m = r["metrics"]

@@ -59,3 +59,36 @@ def test_gap_table_reads_both_hybrids_at_every_interval_and_the_end():
     # a step not every seed reached (a diverged seed) is left out of the mean
     results[1]["history"].pop()
     assert [s for s, _ in curves(results)["hybrid_joint"]] == [500, 1000]
+
+
+def test_a_reproduction_killed_with_sigkill_leaves_no_worker_training(tmp_path):
+    """Its pool's workers end with it: a SIGKILLed driver cannot end them itself."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    from tests.conftest import ROOT, sweeper_cmd
+
+    driver = subprocess.Popen(sweeper_cmd("reproduce", "--seeds", "2", "--systems", "lstm", "--workers", "2",
+                                          "--set", "steps=1000000"),
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        workers: list[psutil.Process] = []
+        deadline = time.monotonic() + 240
+        while len(workers) < 2 and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            with contextlib.suppress(psutil.Error):  # a child that ended between the listing and its reading
+                workers = [p for p in psutil.Process(driver.pid).children() if "spawn_main" in " ".join(p.cmdline())]
+        assert len(workers) == 2, driver.stderr.read() if driver.poll() is not None else "the pool's two workers never started"
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        gone, alive = psutil.wait_procs(workers, timeout=60)
+        assert alive == [], f"workers {[p.pid for p in alive]} still train after their driver was killed"
+    finally:
+        for p in psutil.Process().children(recursive=True):
+            p.kill()
