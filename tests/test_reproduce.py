@@ -77,8 +77,8 @@ def test_a_reproduction_killed_with_sigkill_leaves_no_worker_training(tmp_path):
                                           "--set", "steps=1000000"),
                               cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    workers: list[psutil.Process] = []
     try:
-        workers: list[psutil.Process] = []
         deadline = time.monotonic() + 240
         while len(workers) < 2 and driver.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -89,6 +89,7 @@ def test_a_reproduction_killed_with_sigkill_leaves_no_worker_training(tmp_path):
         driver.wait()
         gone, alive = psutil.wait_procs(workers, timeout=60)
         assert alive == [], f"workers {[p.pid for p in alive]} still train after their driver was killed"
-    finally:
-        for p in psutil.Process().children(recursive=True):
-            p.kill()
+    finally:  # what is left of the driver and of its workers, orphaned or not
+        for p in [*psutil.Process().children(recursive=True), *workers]:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
