@@ -89,7 +89,11 @@ def test_a_reproduction_killed_with_sigkill_leaves_no_worker_training(tmp_path):
         driver.wait()
         gone, alive = psutil.wait_procs(workers, timeout=60)
         assert alive == [], f"workers {[p.pid for p in alive]} still train after their driver was killed"
-    finally:  # what is left of the driver and of its workers, orphaned or not
-        for p in [*psutil.Process().children(recursive=True), *workers]:
+    finally:  # what is left of the driver and of its workers, orphaned or not; nothing else this process started
+        with contextlib.suppress(psutil.Error):
+            workers += psutil.Process(driver.pid).children(recursive=True)
+        for p in workers:
             with contextlib.suppress(psutil.Error):
                 p.kill()
+        driver.kill()
+        driver.wait()
