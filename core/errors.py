@@ -160,6 +160,14 @@ def warnings_as_errors() -> str | None:
     return None
 
 
+def check_warnings_are_warnings(doing: str) -> None:
+    """Refuse, before it starts, work that would fail midway under warnings raised as errors: Ray's
+    node, MLflow and Optuna warn as they run (`doing`: what would fail, "the sweep")."""
+    if option := warnings_as_errors():
+        raise ConfigError(f"PYTHONWARNINGS or -W {cut(option, 40)}: warnings raised as errors would end {doing} midway "
+                          "(Ray, MLflow and Optuna warn as they run); unset it and run this again")
+
+
 def error_line(message: str) -> str:
     """`error: MESSAGE` on one line of at most MAX_LINE characters, the prefix included."""
     return f"error: {one_line(message, MAX_LINE - len('error: '))}"

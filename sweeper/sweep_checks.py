@@ -3,8 +3,7 @@
 `check_request` runs in the caller's own process (also a launch that then attaches to the service)
 and again where the sweep runs; each refusal is one ConfigError line (file, key, rule, value).
 `prepare_sweep_dir` creates a new sweep's folder or checks a resumed one. Stdlib and the space
-only: no Ray, Optuna or MLflow is imported here.
-"""
+only: no Ray, Optuna or MLflow is imported here."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from sweeper.space import SearchSpace, SpaceError
 from sweeper.space_file import load_space
 from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, SPACE_FILE, check_no_sweep_inside, check_not_in_sweep, folder_kind, sweep_dir_for
 from sweeper.tracking_uri import artifacts_folder, hide_password, preflight, sqlite_path
-from core.errors import ConfigError, cut, short_path
+from core.errors import ConfigError, check_warnings_are_warnings, cut, short_path
 from core.uri_secrets import shown as shown_uri
 from trainables.safe_yaml import MAX_BYTES as MAX_SPACE_BYTES
 
@@ -50,6 +49,7 @@ def check_request(request: SweepRequest) -> Checked:
         check_no_sweep_inside(sweep_dir)
     check_writable(sweep_dir, "the sweep directory" if default else "--storage")
     check_writable(key_path().parent, "the sweeper's state folder" + (" ($XDG_STATE_HOME)" if os.path.isabs(os.environ.get("XDG_STATE_HOME", "")) else ""))
+    check_warnings_are_warnings("the sweep")  # this process drives Ray, MLflow and Optuna
     if request.address is None:
         check_local_resources(spec, shown_path(request.file, request.cwd))
         check_ray_temp()  # the local Ray's session folders

@@ -517,3 +517,15 @@ def test_a_trial_run_into_a_sweep_s_trial_folder_is_one_line_and_the_sweep_uncha
     before = snapshot(root)
     r = sweeper("trial", str(config), "--out", str(trial), "--resume", "--steps", "30", "--threads", "1", cwd=root)
     assert_refused(r, "--out", f"inside the folder of sweep `{NAME}`", root=root, before=before)
+
+
+@pytest.mark.parametrize("verb", [("launch", SMOKE, "--in-process"), ("launch", SMOKE), ("serve", "--detach"), ("serve",)])
+@pytest.mark.parametrize("option", ["error", "e::DeprecationWarning"])
+def test_warnings_raised_as_errors_are_one_line_before_anything_is_written(tmp_path, verb, option):
+    # Ray's dashboard failed to start under them: 71 lines of Ray's log and a traceback, exit 1, after
+    # the launch had made its sweep folder and lock; a service had started a node that never came up
+    env = {"PYTHONWARNINGS": option, "SWEEPER_SERVICE_DIR": str(tmp_path / "svc")}
+    before = snapshot(tmp_path)
+    r, ray_started = run(*verb, cwd=tmp_path, env=env)
+    assert_refused(r, f"PYTHONWARNINGS or -W {option}", "unset it", root=tmp_path, before=before)
+    assert r.stdout == "" and not ray_started, r.stdout[-500:]

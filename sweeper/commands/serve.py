@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sweeper.local_ray import check_ray_temp
 from sweeper.lock import lock_held
 from sweeper.service_link import LOCK, LOG, START_S, a_pid, check_entries, ensure_private_dir, request, service_dir
-from core.errors import ConfigError, brief, cut, visible
+from core.errors import ConfigError, brief, check_warnings_are_warnings, cut, visible
 
 STOP_TIMEOUT_S = 150.0  # until a stopped service's process has ended (its sweeps write themselves down first)
 
@@ -44,6 +44,7 @@ def run(options: Options) -> int:
         return status()
     if options.stop:
         return stop()
+    check_warnings_are_warnings("the service and its sweeps")  # it starts Ray's node and runs the sweeps in-process
     if options.detach:
         return detach(options.workers)
     from sweeper.service_host import main

@@ -196,6 +196,9 @@ class Server:
             if self.proc.poll() is None or _group_alive(self.proc.pid):
                 self.stop()
             self.release_guard()
+            self._reader.join(timeout=2)  # the server's group has ended: its output is at its end
+            if not self._reader.is_alive():
+                self.proc.stdout.close()
 
 
 def _start_guard(group: int) -> tuple[subprocess.Popen | None, int | None]:
