@@ -1,10 +1,13 @@
 """The command line of every tool beside `sweeper` (experiments/, bench/, the trainer's modules)
 keeps the sweeper's promise: a mistake is one line on stderr and exit 2, never a traceback.
 
-    Parser          argparse whose usage errors are one line and exit 2 (not usage + message)
+    Parser          argparse whose usage errors are one line and exit 2 (not usage + message);
+                    `--OPTION=--` is one of them
     answer(err)     what a user can cause (a ConfigError, a path the system refuses, a full disk
                     behind stdout, a reader that left, Ctrl-C) as one line and an exit code
-    closed_stdout() 2 after one line when started with stdout closed (`>&-`), else None
+    closed_stdout() 2 after one line when started with stdout closed (`>&-`), else None; a closed
+                    stderr becomes /dev/null first (its lines never reach stdout)
+    to_stderr(line) a line on stderr, lost where the system refuses it (`2>/dev/full`)
     say(err)        print the `answer` to `err` and return its exit code; raise `err` again
                     when it is not one a user can cause
     run_tool(main)  call `main`, and exit with its code or the `answer`; refused at once when
@@ -30,11 +33,30 @@ def summary(doc: str | None) -> str:
     return " ".join((doc or "").strip().split("\n\n")[0].split())
 
 
+def end_marker_as_value(args: list[str]) -> str | None:
+    """The first `--OPTION=--` among the options (before a bare `--`), else None: argparse reads
+    that `--` as the end of the options and gives the option an empty list, past its type and
+    choices, where a verb expects a string or number."""
+    for arg in args:
+        if arg == "--":
+            return None
+        if arg.startswith("-") and arg.endswith("=--"):
+            return arg
+    return None
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line and exit 2 (not usage + message)."""
+    """argparse whose usage errors are one line and exit 2 (not usage + message), and which takes
+    no `--OPTION=--` (argparse would give the option an empty list)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        if (arg := end_marker_as_value(args)) is not None:
+            self.error(f"{cut(arg, 60)}: '--' is not a value (it marks the end of the options); give the option a value")
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        print(f"error: {one_line(f'{self.prog}: {cut(message, 200)}')} (see {self.prog} --help)", file=sys.stderr)
+        to_stderr(f"error: {one_line(f'{self.prog}: {cut(message, 200)}')} (see {self.prog} --help)")
         sys.exit(2)
 
 
@@ -81,11 +103,31 @@ def answer(err: BaseException) -> tuple[str | None, int] | None:
     return None
 
 
+def hold_closed_stderr() -> None:
+    """For a command started with stderr closed (`2>&-`): /dev/null at descriptor 2 and as
+    `sys.stderr` (else what is said on stderr, a refusal's line, would go to stdout)."""
+    if sys.stderr is None:
+        fd = os.open(os.devnull, os.O_WRONLY)  # the lowest free descriptor: 2, unless stdin or stdout is closed too
+        if fd != 2:
+            os.dup2(fd, 2)
+            os.close(fd)
+        sys.stderr = open(2, "w", closefd=False)
+
+
+def to_stderr(line: str) -> None:
+    """Print `line` on stderr; a stderr the system refuses (a full disk) loses it, as it must."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        drop_stdout(sys.stderr)
+
+
 def closed_stdout() -> int | None:
     """2 after saying so in one line when this process was started with stdout closed; else None."""
+    hold_closed_stderr()
     if sys.stdout is not None:
         return None
-    print(error_line(hold_closed_stdout()), file=sys.stderr)
+    to_stderr(error_line(hold_closed_stdout()))
     return 2
 
 
@@ -96,7 +138,7 @@ def say(err: BaseException) -> int:
         raise err
     line, code = said
     if line is not None:
-        print(line, file=sys.stderr)
+        to_stderr(line)
     return code
 
 

@@ -96,6 +96,20 @@ def test_a_closed_stdout_is_one_line_before_any_work(tmp_path):
         assert_refused(r, "stdout is closed", root=tmp_path, before=before)  # the launch trained nothing
 
 
+@pytest.mark.parametrize("stderr", ["closed", "/dev/full"])
+def test_a_refusal_with_stderr_closed_or_full_is_exit_2_and_never_reaches_stdout(tmp_path, stderr):
+    # with descriptor 2 closed, Python's sys.stderr is None and print() wrote the refusal on stdout;
+    # with stderr on a full disk, the refusal's own print failed: exit 1
+    if stderr == "/dev/full" and not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    cmd = [str(SWEEPER)] if SWEEPER.exists() else [sys.executable, "-m", "sweeper.cli"]
+    for args in (["validate", "nonexistent.yaml"], ["status", "--bogus"], ["report", "nosuch"]):
+        with open("/dev/full" if stderr == "/dev/full" else os.devnull, "w") as err:
+            r = subprocess.run([*cmd, *args], cwd=tmp_path, env={**ENV, **NO_SERVICE}, stdout=subprocess.PIPE, stderr=err,
+                               text=True, timeout=120, preexec_fn=(lambda: os.close(2)) if stderr == "closed" else None)
+        assert (r.returncode, r.stdout) == (2, ""), (args, r.returncode, r.stdout)
+
+
 @pytest.mark.parametrize("content", ["machine example.com login bob password S3cr3tPassw0rd\n",
                                      "https://bob:ghp_S3cr3tToken1234567890@github.com\n",
                                      "export MLFLOW_TRACKING_PASSWORD=S3cr3tPassw0rd\n"])

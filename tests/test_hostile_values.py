@@ -216,3 +216,13 @@ def test_an_option_that_would_be_ignored_or_a_section_given_a_value_is_one_line(
     r = sweeper(*args, cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(tmp_path / "svc")})
     line = assert_refused(r, expect, root=tmp_path, before=before)
     assert "Config" not in line  # no class of the code's own
+
+
+@pytest.mark.parametrize("args", [("report", "smoke", "--markdown=--"), ("report", "smoke", "--tracking-uri=--"),
+                                  ("status", "--storage=--", "smoke"), ("ui", "--port=--"), ("trial", "tiny", "--set=--"),
+                                  ("validate", str(SMOKE), "--samples=--"), ("launch", str(SMOKE), "--progress=--")])
+def test_an_option_given_the_end_of_options_marker_as_its_value_is_one_line(tmp_path, args):
+    # argparse gave `--OPTION=--` an empty list, past its type and choices: tracebacks, or the default taken silently
+    before = snapshot(tmp_path)
+    assert_refused(sweeper(*args, cwd=tmp_path), args[-1] if args[-1].endswith("=--") else args[1], "not a value",
+                   root=tmp_path, before=before)

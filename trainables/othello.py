@@ -64,7 +64,7 @@ from trainables.config import MAX_SEED, TaskConfig
 from core.errors import brief, one_line
 from trainables.othello_game import MAX_MOVES, START_BLACK, START_WHITE, Games, game_notation, generate_games, unpack
 from trainables.set_complement import SetBatch, evaluate_set_complement
-from core.tool_cli import run_tool
+from core.tool_cli import Parser, run_tool
 
 CENTRE = sorted(START_BLACK + START_WHITE)  # d4 e4 d5 e5: never played
 TOKEN_TO_SQUARE = torch.tensor([s for s in range(64) if s not in CENTRE])  # (60,)
@@ -135,7 +135,7 @@ def evaluate_othello(model: nn.Module, eval_sets: dict[int, SetBatch], batch_siz
 MAX_SAMPLE = 10_000  # games `sample` prints: ~10 s on one loaded core; more is a typo (or a job for a script)
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(Parser):
     def error(self, message: str) -> None:  # one line, exit 2
         print(f"othello: {one_line(message, 280)}", file=sys.stderr)
         raise SystemExit(2)
