@@ -382,7 +382,7 @@ def report(data: dict, plan: Plan, out: Path = RESULTS) -> str:
     n_conf = sum(len(conf[arm]) for arm in ARMS)
     lines = [BEGIN, "",
              f"State: {len(runs)} runs recorded ({n_conf} of {len(ARMS) * len(SEEDS)} confirmation runs); plan phase "
-             f"`{plan.phase}`, budget {plan.budget} steps, switch step {plan.switch}. Rebuilt by "
+             f"`{plan.phase}`, budget {plan.budget} steps, switch step {plan.switch if plan.switch is not None else 'not set yet (its exploration runs first)'}. Rebuilt by "
              f"`python -m experiments.dat_paper_depth report` at commit `{head_commit()}` from "
              "[dat_paper_depth_runs.json.gz](dat_paper_depth_runs.json.gz); every number is a final evaluation "
              f"(256 sequences per length, evaluation seed {EVAL_SEED}).", ""]

@@ -188,7 +188,7 @@ def report(data: dict, p: Plan, out: Path = RESULTS) -> str:
     n_conf = sum(len(conf[arm]) for arm in ARMS)
     lines = [BEGIN, "",
              f"State: {len(runs)} runs recorded ({n_conf} of {len(ARMS) * len(SEEDS)} confirmation runs); plan phase "
-             f"`{p.phase}`, budget {p.budget} steps, switch step {p.switch}. Rebuilt by "
+             f"`{p.phase}`, budget {p.budget} steps, switch step {p.switch if p.switch is not None else 'not set yet (its exploration runs first)'}. Rebuilt by "
              f"`python -m experiments.dat_ssm_depth report` at commit `{rep.head_commit()}` from "
              f"[{DATA.name}]({DATA.name}); every number is a final evaluation "
              f"(256 sequences per length, evaluation seed {EVAL_SEED}).", ""]
