@@ -48,8 +48,7 @@ def load_curves(sources: list[str], spec: SearchSpace, storage: str | None) -> C
 
     seen: dict[str, int] = {}
     for i, source in enumerate(sources):  # curves counted twice would weigh their point twice
-        where = os.path.realpath(source) if os.path.exists(source) else f"sweep {source}"
-        if (first := seen.setdefault(where, i)) != i:
+        if (first := seen.setdefault(_identity(source, storage), i)) != i:
             raise ConfigError(f"--curves {cut(source, 80)}: the same curves as --curves {cut(sources[first], 80)}; "
                               "name each once")
     params_of = {name: (param, cond) for _, param, name, cond in walk(spec.space, param_names(spec.space))}
@@ -103,7 +102,8 @@ def _complete(reports: list[dict], spec: SearchSpace) -> bool:
     steps = [int(r["step"]) for r in scored]
     if any(b <= a for a, b in zip(steps, steps[1:])) or steps[0] <= 0:
         return False
-    return steps[-1] >= spec.budget.max_steps or bool(reports[-1].get("diverged"))
+    diverged = reports[-1].get("diverged")  # the trainer's 0.0 or 1.0: "no", 0.5 or NaN end no run
+    return steps[-1] >= spec.budget.max_steps or (isinstance(diverged, (int, float)) and diverged == 1)
 
 
 def _sound(report: dict, metric: str) -> bool:
@@ -111,10 +111,26 @@ def _sound(report: dict, metric: str) -> bool:
     return value is not None and abs(value) <= METRIC_BOUND and step is not None and step == int(step) <= MAX_STEPS
 
 
+def _identity(source: str, storage: str | None) -> str:
+    """The file or sweep folder `source` names, however it is spelled (a name, a path, a trailing /)."""
+    if _is_record(Path(source)):
+        return os.path.realpath(source)
+    from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
+
+    return os.path.realpath(find_sweep_dir(source, storage, OPTUNA_DB, missing="no sweep (no optuna.db) and no record file here"))
+
+
+def _is_record(path: Path) -> bool:
+    try:
+        return path.is_file() or path.suffix in (".json", ".gz")
+    except OSError:
+        return True  # `_read_record` says why it cannot be read
+
+
 def _read(source: str, storage: str | None) -> list[tuple[dict, list[dict]]]:
     path = Path(source)
     try:
-        if path.is_file() or path.suffix in (".json", ".gz"):
+        if _is_record(path):
             return _read_record(path)
     except OSError as err:
         raise ConfigError(f"--curves {short_path(source, 120)}: cannot be read ({err.strerror or err})") from None

@@ -249,3 +249,28 @@ def test_a_whole_float_for_an_int_and_a_point_on_the_step_are_in_the_space(tmp_p
     data["runs"].append({"params": {"dat.switch_step": 200.0, "optim.lr": 4e-3, "seed": 9}, "reports": curve(200, 4e-3, 9)})
     record(path, data["runs"])
     assert load_curves([str(path)], spec(), None).complete == 13
+
+
+@pytest.mark.parametrize("diverged, kept", [(1.0, True), (True, True), ("no", False), (0.5, False), (float("nan"), False),
+                                            (0.0, False)])
+def test_a_cut_curve_ends_a_run_only_when_it_diverged_as_the_trainer_says_it(tmp_path, diverged, kept):
+    # any value that read as true ("no", 0.5, NaN) took a 100-step curve for a finished run, its last point the best
+    path, _ = full_record(tmp_path)
+    cut = curve(200, 4e-3, 0, until=100)
+    cut[-1] = {**cut[-1], "acc_3x": 0.99, "diverged": diverged}
+    odd = tmp_path / "odd.json.gz"
+    record(odd, [{"params": {"dat.switch_step": 200, "optim.lr": 4e-3, "seed": 5}, "reports": cut}])
+    curves = load_curves([str(path), str(odd)], spec(), None)
+    assert (curves.complete, curves.left_out) == ((13, 1) if kept else (12, 2))
+
+
+def test_a_sweep_named_by_its_name_and_by_its_folder_is_the_same_curves_once(tmp_path):
+    import optuna
+
+    sweep = tmp_path / "sweeps" / "tiny"
+    sweep.mkdir(parents=True)
+    optuna.create_study(study_name="tiny", storage=f"sqlite:///{sweep / 'optuna.db'}", direction="maximize")
+    (tmp_path / "tiny.yaml").write_text(SPACE)
+    for second in ("sweeps/tiny", "tiny/", str(sweep), "./sweeps/tiny/"):  # each was counted as a second set
+        r = sweeper(tmp_path, "replay", "tiny.yaml", "--curves", "tiny", "--curves", second)
+        assert r.returncode == 2 and "the same curves as --curves tiny" in r.stderr and r.stdout == "", (second, r.stderr)
