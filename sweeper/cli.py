@@ -6,17 +6,22 @@ Building the parser imports nothing heavy (no torch, Ray, Optuna or MLflow): `--
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import sys
-from typing import Callable
 
-from trainables.config import preset_names
-from core.tool_cli import Parser, closed_stdout, say
-from sweeper.cli_types import (cpus, experiment_name, file_name, folder, plain, port, positive_int, replay_count,
-                               sample_count, tolerance)
-from sweeper.cli_process import adopt_orphans, check_working_dir, exit_at_once
-from sweeper.sweep_dir import DEFAULT_STORAGE
+try:  # Ctrl-C while the command line loads gets the word a later one gets, not a traceback
+    import argparse
+    import contextlib
+    from typing import Callable
+
+    from trainables.config import preset_names
+    from core.tool_cli import Parser, closed_stdout, say
+    from sweeper.cli_types import (cpus, experiment_name, file_name, folder, plain, port, positive_int, replay_count,
+                                   sample_count, tolerance)
+    from sweeper.cli_process import adopt_orphans, check_working_dir, exit_at_once
+    from sweeper.sweep_dir import DEFAULT_STORAGE
+except KeyboardInterrupt:
+    print("interrupted", file=sys.stderr)
+    raise SystemExit(130) from None
 
 
 def verb(module: str, function: str = "run") -> Callable[[argparse.Namespace], int]:
@@ -228,7 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     if argv is None and (refused := closed_stdout()) is not None:
         return refused
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt as err:
+        return say(err)
     args.exit_at_once = argv is None and getattr(args, "exit_at_once", False)  # the CLI's own process only
     if args.exit_at_once:
         adopt_orphans()

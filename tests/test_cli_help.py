@@ -80,3 +80,23 @@ def test_the_sweep_drivers_modules_do_not_import_torch():
             "print('torch' in sys.modules, 'trainables.train' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.split() == ["False", "False"], r.stdout + r.stderr
+
+
+INTERRUPT_AT_IMPORT = """
+import runpy, sys
+module, sys.argv = sys.argv[1], ["sweeper", *sys.argv[2:]]
+class Interrupt:  # Ctrl-C arriving while `module` loads, at the same point every run
+    def find_spec(self, name, path=None, target=None):
+        if name == module:
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Interrupt())
+runpy.run_module("sweeper.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("module, argv", [("trainables.config", ["validate", "x.yaml"]),  # the CLI's own imports
+                                          ("sweeper.commands.status", ["status"])])  # a verb's, as it runs
+def test_ctrl_c_while_the_command_line_loads_is_one_word_not_a_traceback(tmp_path, module, argv):
+    r = subprocess.run([sys.executable, "-c", INTERRUPT_AT_IMPORT, module, *argv], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert (r.returncode, r.stderr, r.stdout) == (130, "interrupted\n", ""), r.stderr[-2000:]
