@@ -7,6 +7,7 @@ config's own rules. Every mistake is one `SpaceError` line: `file: key: rule`.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,11 @@ def check_space(spec: SearchSpace, source: str, n_samples: int) -> None:
         check_grid(spec, source)
     if len(spec.searcher.baseline) > budget.num_samples:
         raise SpaceError(f"{source}: searcher.baseline: more baseline points ({len(spec.searcher.baseline)}) than budget.num_samples ({budget.num_samples})")
+    seen: dict[str, int] = {}
+    for i, point in enumerate(spec.searcher.baseline):  # a point already trained is never trained again
+        if (first := seen.setdefault(json.dumps(point, sort_keys=True, default=repr), i)) != i:
+            raise SpaceError(f"{source}: searcher.baseline: point {i + 1} repeats point {first + 1} "
+                             f"({cut(repr(point), 80)}); list each point once")
 
     known_direction = direction(spec.metric)
     if spec.mode is None:

@@ -226,3 +226,10 @@ def test_an_option_given_the_end_of_options_marker_as_its_value_is_one_line(tmp_
     before = snapshot(tmp_path)
     assert_refused(sweeper(*args, cwd=tmp_path), args[-1] if args[-1].endswith("=--") else args[1], "not a value",
                    root=tmp_path, before=before)
+
+
+@pytest.mark.parametrize("args, says", [(("--set", "model.d_model=8", "--set", "model.d_model=16"), "--set model.d_model: given twice"),
+                                        (("--set", "steps=5", "--steps", "10"), "--steps and --set steps")])
+def test_a_trial_value_given_twice_is_one_line_not_the_last_taken(tmp_path, args, says):
+    assert_refused(sweeper("trial", "tiny", *args, "--out", "run", cwd=tmp_path), says)
+    assert not (tmp_path / "run").exists()

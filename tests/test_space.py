@@ -69,6 +69,8 @@ BROKEN = {
     "steps_in_fixed": (("n_heads: 2}", "n_heads: 2}\n  steps: 50"), "fixed.steps: set by budget.max_steps"),
     "baseline_out_of_range": (("switch_step: 0, model", "switch_step: 5, model"), "searcher.baseline[0].dat.switch_step: 5 is outside"),
     "baseline_unknown": (("{dat.switch_step: 0,", "{dat.nope: 0,"), "searcher.baseline[0].dat.nope: not a searched parameter"),
+    "baseline_twice": (("    - {dat.switch_step: 0, model.mixer: lstm}\n", "    - {dat.switch_step: 0, model.mixer: lstm}\n"
+                        "    - {model.mixer: lstm, dat.switch_step: 0}\n"), "searcher.baseline: point 2 repeats point 1"),
     "bad_type": (("num_samples: 4", "num_samples: four"), "budget.num_samples: must be a valid integer"),
     "bad_sampler": (("searcher:\n", "searcher:\n  sampler: hyperband\n"), "searcher.sampler: must be 'tpe', 'random', 'cmaes', 'qmc' or 'grid'"),
     "cmaes_categorical": (("searcher:\n", "searcher:\n  sampler: cmaes\n"), "cmaes cannot search categorical"),

@@ -57,6 +57,8 @@ def parse_overrides(items: list[str]) -> dict:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set {cut(item, 60)}: must be KEY=VALUE, e.g. --set dat.switch_step=500")
+        if key.strip() in out:  # the last would win without a word
+            raise ConfigError(f"--set {cut(key.strip(), 60)}: given twice; give each key once")
         try:
             out[key.strip()] = load_yaml_text(raw, f"--set {cut(key, 40)}", root_mapping=False)
         except UnplainNumber:
@@ -144,6 +146,8 @@ def format_progress(m: dict) -> str:
 def run(options: Options) -> int:
     overrides = parse_overrides(options.overrides)
     if options.steps is not None:
+        if "steps" in overrides:  # --steps would win without a word
+            raise ConfigError("--steps and --set steps: the step budget given twice; give one of them")
         overrides["steps"] = options.steps
     source = "/".join(flag for flag, given in (("--set", options.overrides), ("--steps", options.steps is not None)) if given)
     source = source or short_path(options.config, 100)
