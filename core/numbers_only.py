@@ -1,5 +1,6 @@
 """A pydantic base whose number fields take numbers only: `true`, `false` (and YAML's `yes`, `no`,
-`on`, `off`) would otherwise be read as 1 and 0, a typo trained on without a word."""
+`on`, `off`) would otherwise be read as 1 and 0, and text ("1_0", "06", "+6") as the number it
+spells, a typo trained on without a word."""
 
 from __future__ import annotations
 
@@ -23,8 +24,17 @@ def is_number_type(annotation) -> bool:
     return False
 
 
+def _spells_a_number(text: str) -> bool:
+    """Whether pydantic would read `text` as a number ("1_0" as 10, " 6" as 6); other text it refuses itself."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 class NumbersOnly(BaseModel):
-    """Refuses a boolean where a field wants a number."""
+    """Refuses a boolean or a text where a field wants a number."""
 
     @model_validator(mode="before")
     @classmethod
@@ -35,4 +45,7 @@ class NumbersOnly(BaseModel):
                 if isinstance(value, bool) and is_number_type(field.annotation):
                     raise PydanticCustomError("number", f"{name}: must be a number, got {str(value).lower()} "
                                               "(YAML also reads yes, no, on, off as booleans)")
+                if isinstance(value, str) and is_number_type(field.annotation) and _spells_a_number(value):  # "1_0": 10
+                    raise PydanticCustomError("number", f"{name}: must be a number, got the text {value[:40]!r} "
+                                              "(a number in quotes is text: write it without them)")
         return data

@@ -23,6 +23,9 @@ SMOKE = ROOT / "search_spaces" / "smoke.yaml"
     ("num_samples: 6", "num_samples: 010", "num_samples"),  # YAML 1.1 would read 8
     ("num_samples: 6", "num_samples: 0x6", "num_samples"),
     ("num_samples: 6", "num_samples: 1_0", "num_samples"),  # YAML 1.1 would read 10, YAML 1.2 a string
+    ("num_samples: 6", 'num_samples: "1_0"', "num_samples"),  # text pydantic read as the number 10
+    ("num_samples: 6", "num_samples: '06'", "num_samples"),
+    ("seed: 0", "seed: !!str 7", "seed"),
 ])
 def test_a_boolean_or_a_base_60_number_where_a_number_goes_is_refused(tmp_path, old, new, key):
     text = SMOKE.read_text()
@@ -232,4 +235,10 @@ def test_an_option_given_the_end_of_options_marker_as_its_value_is_one_line(tmp_
                                         (("--set", "steps=5", "--steps", "10"), "--steps and --set steps")])
 def test_a_trial_value_given_twice_is_one_line_not_the_last_taken(tmp_path, args, says):
     assert_refused(sweeper("trial", "tiny", *args, "--out", "run", cwd=tmp_path), says)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_set_number_in_quotes_is_text_refused_not_read_as_the_number(tmp_path):
+    r = sweeper("trial", "tiny", "--set", 'steps="1_0"', "--out", "run", cwd=tmp_path)  # was trained as 10 steps
+    assert_refused(r, "--set", "steps: must be a number, got the text '1_0'")
     assert not (tmp_path / "run").exists()
