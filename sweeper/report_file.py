@@ -20,6 +20,9 @@ def check_markdown(path: str, sweep_dir: Path | None = None) -> Path:
     service's locks are empty files, which would pass for a report to replace), nor in the sweep
     service's folder, nor in a sweep's (`sweep_dir`, the report's, or any other's: its files are the
     sweep's own). Checked before anything is read or printed."""
+    if path == "-":  # stdout, by the usual convention: it holds the report's tables already
+        raise ConfigError("--markdown -: the report is printed on stdout already; name a file for the Markdown, "
+                          "e.g. --markdown report.md")
     target = expand_user(path)
     try:
         resolved = target.resolve()

@@ -423,3 +423,17 @@ def test_a_checkpoint_s_state_linked_out_of_the_run_is_refused(run_dir, tmp_path
     path.rename(moved)
     path.symlink_to(moved)
     refused(tmp_path, "state.pt", "a link")
+
+
+@pytest.mark.parametrize("line, taken", [
+    ('{"step": 60, "acc_3x": 0.5, "loss": 0.1, "diverged": 0.0}', True),
+    ('{"step": 60, "acc_3x": NaN, "loss": 0.1, "diverged": 0.0}', False),  # relaunch logged it and wrote NaN into status.json
+    ('{"step": 60, "acc_3x": 0.5, "loss": Infinity, "diverged": 0.0}', False),  # MLflow stored 1.8e308
+    ('{"step": 60, "acc_3x": 0.0, "loss": NaN, "diverged": 1.0}', True),  # the trainer's own divergence report
+    ('{"step": 60, "acc_3x": NaN, "loss": NaN, "diverged": 1.0}', False),
+])
+def test_a_report_with_a_value_no_measurement_has_is_not_read_as_one(line, taken):
+    from trainables.run_dir import parse_reports
+
+    first = '{"step": 50, "acc_3x": 0.4, "loss": 0.2, "diverged": 0.0}\n'
+    assert [r["step"] for r in parse_reports((first + line + "\n").encode())] == ([50, 60] if taken else [50])

@@ -37,6 +37,11 @@ def test_a_name_too_long_for_the_file_system_is_one_line(tmp_path, verb, length)
     assert_refused(sweeper(verb, "a" * length, cwd=tmp_path), "not a sweep's name or folder", root=tmp_path, before=before)
 
 
+def test_markdown_to_stdout_is_one_line_not_a_file_named_dash(tmp_path):
+    before = snapshot(tmp_path)  # it wrote a file named `-`
+    assert_refused(sweeper("report", "s", "--markdown", "-", cwd=tmp_path), "--markdown -", "stdout", root=tmp_path, before=before)
+
+
 @pytest.mark.parametrize("markdown", ["x" * 300 + ".md", "adir/" + "x" * 300 + "/a.md"])
 def test_a_markdown_file_name_too_long_for_the_file_system_is_one_line(tmp_path, markdown):
     before = snapshot(tmp_path)

@@ -219,21 +219,29 @@ def trial_reports(trial_dir: str | Path) -> list[tuple[int, dict]]:
 
 def parse_reports(data: bytes) -> list[dict]:
     """The reports in the bytes of a metrics.jsonl (a line cut by a kill, or not a report, is
-    skipped; so is one with a metric name MLflow refuses, which the trainer never writes)."""
+    skipped; so is one with a metric name MLflow refuses or a value NaN or infinite but the loss
+    of a divergence report, which the trainer never writes)."""
     return [report for _, report, bad in _lenient_reports(data) if bad is None]
 
 
 def _lenient_reports(data: bytes):
     """(line number, report, its first metric name MLflow refuses or None) of each line that is a
-    JSON object with a step >= 0."""
+    JSON object with a step >= 0 and finite numbers (`_finite_but_loss`)."""
     for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
         try:
             report = json_text.loads(line)
         except ValueError:
             continue
         step = report.get("step") if isinstance(report, dict) else None
-        if is_number(step) and step >= 0 and not any(map(beyond_float, report.values())):
+        if is_number(step) and step >= 0 and not any(map(beyond_float, report.values())) and _finite_but_loss(report):
             yield number, report, next((k for k in report if metric_name_problem(k)), None)
+
+
+def _finite_but_loss(report: dict) -> bool:
+    """Every number finite, but for the loss of the trainer's divergence report (`diverged` 1): a
+    NaN or an infinite metric is no measurement, and JSON's strict readers refuse it."""
+    return all(not isinstance(v, float) or math.isfinite(v) or (k == "loss" and report.get("diverged") == 1)
+               for k, v in report.items())
 
 
 def check_metric_names(data: bytes, source: str) -> None:
