@@ -126,15 +126,16 @@ def trial_name(number: int) -> str:
     return f"t{number:04d}"
 
 
-def check_report_names(trials_root: Path, read: dict[Path, bytes] | None = None) -> None:
+def check_report_names(trials_root: Path, max_step: int, read: dict[Path, bytes] | None = None) -> None:
     """Every trial folder's reports, as the resume's MLflow sync reads them (`RunDir.reports`): a
-    metric name MLflow refuses (`lo*ss`, 600 characters, a lone surrogate) is one line naming the
-    file, the line and the key before anything is written, not the tracking store's failure once
-    the sweep's runs were half logged (the trainer never writes one: someone else did). `read`:
-    the bytes of the trial folders' files already read, by folder (not read again)."""
+    metric name MLflow refuses (`lo*ss`, 600 characters, a lone surrogate) or a step past the
+    budget `max_step` is one line naming the file, the line and the key before anything is
+    written, not the tracking store's failure once the sweep's runs were half logged, nor a trial's
+    newest value at a step it never trained (the trainer writes neither: someone else did).
+    `read`: the bytes of the trial folders' files already read, by folder (not read again)."""
     from core.errors import cut, short_path
     from trainables.config import ConfigError
-    from trainables.run_dir import MAX_REPORTS_BYTES, REPORTS, check_metric_names
+    from trainables.run_dir import MAX_REPORTS_BYTES, REPORTS, check_reports
 
     if not trials_root.is_dir():
         return
@@ -151,6 +152,6 @@ def check_report_names(trials_root: Path, read: dict[Path, bytes] | None = None)
             raise ConfigError(f"{short_path(path, 100)}: cannot be read ({err.strerror or err}); move "
                               f"{short_path(folder, 80)} away") from None
         try:
-            check_metric_names(data, short_path(path, 100))
+            check_reports(data, short_path(path, 100), max_step)
         except ConfigError as err:
             raise ConfigError(f"{cut(str(err), 220)}; mend that line, or move {short_path(folder, 80)} away") from None

@@ -233,7 +233,7 @@ def grid_of_sweep(sweep_dir: str | Path, spec: SearchSpace) -> Grid:
     axes = tuple(sorted({k for r in records for k in r.params}))
     runs = {}
     for r in records:
-        reports = RunDir(Path(sweep_dir) / "trials" / r.trial_id).reports()
+        reports = RunDir(Path(sweep_dir) / "trials" / r.trial_id, spec.budget.max_steps).reports()
         if reports and set(r.params) == set(axes):
             runs[point_key(axes, r.params)] = [reports]
     return Grid(axes, runs, spec.metric, spec.mode, spec.budget.max_steps)

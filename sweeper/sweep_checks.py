@@ -266,7 +266,7 @@ def check_checkpoints(spec, unfinished: dict[int, dict], trials_root: Path) -> N
     trained on), and loading into that config's model. A damaged or planted one is one ConfigError
     line now, before Ray starts, not a trial failing after its retries, nor one silently continuing
     someone else's weights. Then every trial's reports, which the resume logs to MLflow from the
-    trials' folders, must be ones MLflow takes (`check_report_names`)."""
+    trials' folders, must be ones MLflow takes, within the budget (`check_report_names`)."""
     from sweeper.fs import read_limited
     from sweeper.records import check_report_names, trial_name
     from sweeper.space import trial_config_for
@@ -295,5 +295,5 @@ def check_checkpoints(spec, unfinished: dict[int, dict], trials_root: Path) -> N
             check_resume(trial_config_for(spec, params, f"trial {number}"), checkpoint, REPORTS, reports)
         except ConfigError as err:
             raise ConfigError(f"{cut(str(err), 220)}; move {short_path(folder, 80)} away to train that trial afresh") from None
-    check_report_names(Path(trials_root), read)  # sweeper.records
+    check_report_names(Path(trials_root), spec.budget.max_steps, read)  # sweeper.records
 

@@ -54,7 +54,7 @@ class SweepViews:
         if number not in self._metrics:
             from trainables.run_dir import RunDir
 
-            last = RunDir(self._dir(number)).last_report() or {}
+            last = RunDir(self._dir(number), self.spec.budget.max_steps).last_report() or {}
             self._metrics[number] = _numbers(last)
         return self._metrics[number]
 
@@ -91,7 +91,7 @@ class SweepViews:
         from trainables.run_dir import RunDir
 
         for number in numbers:
-            reports = RunDir(self._dir(number)).reports()
+            reports = RunDir(self._dir(number), self.spec.budget.max_steps).reports()
             for report in reports:
                 value = report.get(self.spec.metric)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -5,6 +5,7 @@ and the storage is left byte for byte as it was: no lock file where there was no
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -102,6 +103,13 @@ def _metric_renamed(trial: str, name: str):
     return damage
 
 
+def _report_past_the_budget(sweep: Path) -> None:
+    reports = sweep / "trials" / "t0001" / "metrics.jsonl"
+    last = json.loads(reports.read_text().splitlines()[-1])
+    with reports.open("a") as f:  # a trial's newest report at a step it never trained, its best value
+        f.write(json.dumps({**last, "step": 400, "acc_3x": 1.0}) + "\n")
+
+
 def _ray_record_a_folder(sweep: Path) -> None:
     (sweep / "ray_processes.json").unlink(missing_ok=True)
     (sweep / "ray_processes.json").mkdir()
@@ -134,6 +142,8 @@ DAMAGES = {
                                                          "t0001/metrics.jsonl line 1: lo*ss: not a metric name MLflow takes"),
     "a_metric_name_too_long_in_a_running_trial": (_metric_renamed("t0000", "l" * 600),
                                                   "t0000/metrics.jsonl line 1: " + "l" * 37 + "...: a metric name of 600 characters"),
+    "a_report_past_the_budget_in_a_finished_trial": (_report_past_the_budget,
+                                                     "t0001/metrics.jsonl line 3: step: 400 is past the sweep's budget of 40"),
 }
 
 
@@ -169,6 +179,13 @@ def test_a_damaged_sweep_folder_is_refused_in_one_line_and_left_as_it_was(tmp_pa
         assert "Traceback" not in r.stderr and r.stdout == "", (name, r.stdout[-500:])
         assert _files(storage) == before, f"{name}: the refused resume changed the storage"
         assert not (storage / ".dmg.lock").exists(), f"{name}: the refused resume made a lock file"
+
+    # the view rebuilt from that folder shows the trial where it trained to: not the report past the budget
+    storage = tmp_path / "a_report_past_the_budget_in_a_finished_trial"
+    (storage / "dmg" / "status.json").unlink()
+    r = sweeper("status", "dmg", "--storage", storage, cwd=tmp_path, timeout=300)
+    row = next(line for line in r.stdout.splitlines() if line.lstrip().startswith("t0001"))
+    assert r.returncode == 0 and " 40 " in f"{row} " and "400" not in r.stdout, r.stdout + r.stderr
 
 
 STORE_LOCK_DAMAGES = {"a_fifo": os.mkfifo, "a_folder": Path.mkdir,

@@ -437,3 +437,12 @@ def test_a_report_with_a_value_no_measurement_has_is_not_read_as_one(line, taken
 
     first = '{"step": 50, "acc_3x": 0.4, "loss": 0.2, "diverged": 0.0}\n'
     assert [r["step"] for r in parse_reports((first + line + "\n").encode())] == ([50, 60] if taken else [50])
+
+
+def test_a_report_past_the_run_s_budget_is_not_read_as_its_newest(tmp_path):
+    from trainables.run_dir import RunDir
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 50, "acc_3x": 0.4}\n{"step": 100, "acc_3x": 0.5}\n'
+                                            '{"step": 9000, "acc_3x": 1.0}\n')  # no trainer of a 100-step budget wrote it
+    assert RunDir(tmp_path, max_step=100).last_report() == {"step": 100, "acc_3x": 0.5}
+    assert RunDir(tmp_path).last_report()["step"] == 9000  # a reader that knows no budget takes every report

@@ -35,8 +35,11 @@ class RunDir:
     """One run's folder, the only code that reads or writes its format (the trainer through a sweep's
     trial, `sweeper trial --out`, the sweep's views)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, max_step: int | None = None):
+        """`max_step`: the run's budget, where the reader knows it; a report past it is no report
+        of this run (the trainer stops at its budget: someone else wrote it)."""
         self.path = Path(path)
+        self.max_step = max_step
         self._last_step: int | None = None  # the newest report's step, once read (appends keep it)
 
     def checkpoint(self) -> Path | None:
@@ -50,7 +53,7 @@ class RunDir:
         if not path.is_file():
             return []
         with open(path, "rb") as f:
-            return parse_reports(f.read(MAX_REPORTS_BYTES))
+            return parse_reports(f.read(MAX_REPORTS_BYTES), self.max_step)
 
     def last_report(self) -> dict | None:
         reports = self.reports()
@@ -217,39 +220,46 @@ def trial_reports(trial_dir: str | Path) -> list[tuple[int, dict]]:
             for r in RunDir(trial_dir).reports()]
 
 
-def parse_reports(data: bytes) -> list[dict]:
+def parse_reports(data: bytes, max_step: int | None = None) -> list[dict]:
     """The reports in the bytes of a metrics.jsonl (a line cut by a kill, or not a report, is
-    skipped; so is one with a metric name MLflow refuses or a value NaN or infinite but the loss
-    of a divergence report, which the trainer never writes)."""
-    return [report for _, report, bad in _lenient_reports(data) if bad is None]
+    skipped; so is one with a metric name MLflow refuses, a value NaN or infinite but the loss
+    of a divergence report, or a step past `max_step`: none of which the trainer writes)."""
+    return [report for _, report, bad in _lenient_reports(data)
+            if bad is None and (max_step is None or report["step"] <= max_step)]
 
 
 def _lenient_reports(data: bytes):
     """(line number, report, its first metric name MLflow refuses or None) of each line that is a
-    JSON object with a step >= 0 and finite numbers (`_finite_but_loss`)."""
+    JSON object with a step >= 0 and measurements only (`_measured`)."""
     for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
         try:
             report = json_text.loads(line)
         except ValueError:
             continue
         step = report.get("step") if isinstance(report, dict) else None
-        if is_number(step) and step >= 0 and not any(map(beyond_float, report.values())) and _finite_but_loss(report):
+        if is_number(step) and step >= 0 and _measured(report):
             yield number, report, next((k for k in report if metric_name_problem(k)), None)
 
 
-def _finite_but_loss(report: dict) -> bool:
-    """Every number finite, but for the loss of the trainer's divergence report (`diverged` 1): a
-    NaN or an infinite metric is no measurement, and JSON's strict readers refuse it."""
-    return all(not isinstance(v, float) or math.isfinite(v) or (k == "loss" and report.get("diverged") == 1)
-               for k, v in report.items())
+def _measured(report: dict) -> bool:
+    """Every number one a float holds and finite, but for the loss of the trainer's divergence
+    report (`diverged` 1): a NaN, an infinite metric or 10**400 is no measurement, and JSON's
+    strict readers refuse the first two."""
+    return not any(beyond_float(v) or (isinstance(v, float) and not math.isfinite(v)
+                                       and not (k == "loss" and report.get("diverged") == 1))
+                   for k, v in report.items())
 
 
-def check_metric_names(data: bytes, source: str) -> None:
+def check_reports(data: bytes, source: str, max_step: int) -> None:
     """The first report the lenient reader would take (and a sweep would log to MLflow) with a
-    metric name MLflow refuses, as one ConfigError line naming the line and the key."""
-    for number, _, bad in _lenient_reports(data):
+    metric name MLflow refuses, or past the run's budget `max_step`, as one ConfigError line
+    naming the line and the key."""
+    for number, report, bad in _lenient_reports(data):
         if bad is not None:
             raise ConfigError(f"{source} line {number}: {cut(bad, 40)}: {metric_name_problem(bad)}")
+        if report["step"] > max_step:
+            raise ConfigError(f"{source} line {number}: step: {brief(report['step'], 30)} is past the sweep's "
+                              f"budget of {max_step:,} steps (max_steps); the trainer reports no step past it")
 
 
 MAX_METRIC_NAME = 250  # MLflow's MAX_ENTITY_KEY_LENGTH
