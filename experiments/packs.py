@@ -20,6 +20,7 @@ from typing import Callable
 from core.errors import ConfigError, brief, cut, error_line, short_path, visible
 from experiments.record import RecordBusy, head_commit, provenance, record_lock
 from experiments.sweep_chunks import ROOT, Chunks, Planned, sweep_cells
+from trainables.run_dir import UTC
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,6 @@ class PackError(Exception):
 MAX_PACK_FILE = 64 * 2**20  # a member read from a pack: config, reports, machine.json
 MAX_TEXT = 100  # the accelerator's and torch's names in machine.json
 COMMIT = re.compile(r"[0-9a-f]{7,64}(?:-dirty)?")  # whole or abbreviated
-UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")  # a run's start or end, as the trainer writes it
 MAX_LEFT_OUT = 20  # lines naming the runs an import leaves out; the rest counted
 
 

@@ -446,3 +446,15 @@ def test_a_report_past_the_run_s_budget_is_not_read_as_its_newest(tmp_path):
                                             '{"step": 9000, "acc_3x": 1.0}\n')  # no trainer of a 100-step budget wrote it
     assert RunDir(tmp_path, max_step=100).last_report() == {"step": 100, "acc_3x": 0.5}
     assert RunDir(tmp_path).last_report()["step"] == 9000  # a reader that knows no budget takes every report
+
+
+@pytest.mark.parametrize("times", ['{"started_utc": 5, "ended_utc": ["x"]}', '{"started_utc": "yesterday"}',
+                                   '["2026-11-27T18:01:56Z"]', '{"started_utc": "2026-11-27T18:01:56Z; rm -rf /"}'])
+def test_a_run_s_times_of_the_wrong_form_are_not_known(tmp_path, times):
+    # a run's record carries these as its provenance: a time the file's damage made is none
+    from trainables.run_dir import RunDir
+
+    (tmp_path / "times.json").write_text(times)
+    assert RunDir(tmp_path).times() == {}
+    (tmp_path / "times.json").write_text('{"started_utc": "2026-11-27T18:01:56Z", "ended_utc": 7}')
+    assert RunDir(tmp_path).times() == {"started_utc": "2026-11-27T18:01:56Z"}

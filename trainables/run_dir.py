@@ -28,6 +28,7 @@ from trainables.config import MAX_STEPS
 
 CONFIG, REPORTS, CHECKPOINT, TIMES = "config.yaml", "metrics.jsonl", "checkpoint", "times.json"
 SWAP = f"{CHECKPOINT}.swap"  # the new link, made beside `checkpoint` and renamed over it
+UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")  # a run's start or end, as `utc_now` writes it
 MAX_REPORTS_BYTES = 64 * 2**20  # metrics.jsonl read back: ~30,000 reports of ~2 KB; a larger file is not a run's
 
 
@@ -78,7 +79,8 @@ class RunDir:
 
     def times(self) -> dict:
         """{"started_utc", "ended_utc"} as far as they are known ({} before the run began, or when
-        what stands there is not a regular file: it is never waited on)."""
+        what stands there is not a regular file: it is never waited on); a value not a time as
+        `utc_now` writes it is not known."""
         try:
             fd = os.open(self.path / TIMES, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         except OSError:
@@ -89,8 +91,8 @@ class RunDir:
             return {}
         finally:
             os.close(fd)
-        return {k: v for k, v in times.items() if k in ("started_utc", "ended_utc") and isinstance(v, str)} \
-            if isinstance(times, dict) else {}
+        return {k: v for k, v in times.items() if k in ("started_utc", "ended_utc") and isinstance(v, str) and UTC.fullmatch(v)} \
+            if isinstance(times, dict) else {}  # a time the run's record can vouch for, or none
 
     def note_started(self) -> None:
         """Record when training began, unless an earlier start is recorded (a resumed run keeps its first)."""
