@@ -2,7 +2,8 @@
 
 Permission bits alone do not tell (root ignores them; a read-only mount or a full disk does not
 show in them), so `check_writable` writes: PROBE_BYTES of real data, flushed to the disk with
-fsync, in a probe file it then removes. An empty probe file would pass on a full disk (making a
+fsync, in an unnamed probe file (O_TMPFILE: the folder is not changed) or, where the file system
+has none, a hidden one it then removes. An empty probe file would pass on a full disk (making a
 file needs an inode, not a block). Every refusal is one ConfigError line naming the flag and the
 path.
 """
@@ -10,6 +11,7 @@ path.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -40,7 +42,7 @@ def check_writable(path: str | Path, what: str) -> None:
         probe_dir = nearest_existing(target)
         if not probe_dir.is_dir():
             raise ConfigError(f"{what} {cut(str(path), 120)}: {cut(str(probe_dir), 80)} is a file, not a folder")
-        fd, name = tempfile.mkstemp(prefix=".sweeper-probe-", dir=probe_dir)
+        fd, name = _probe_file(probe_dir)
         try:
             block = b"\0" * PROBE_BYTES
             written = 0
@@ -49,9 +51,22 @@ def check_writable(path: str | Path, what: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-            os.unlink(name)
+            if name is not None:
+                os.unlink(name)
     except OSError as err:
         raise ConfigError(f"{what} {cut(str(path), 120)}: cannot write there ({err.strerror or err})") from None
+
+
+def _probe_file(folder: Path) -> tuple[int, str | None]:
+    """A file to probe `folder` with, open for writing, and its name (None: it has none). An unnamed
+    one (O_TMPFILE) where the file system makes it: the folder is left as it was, its time
+    included, and a kill leaves nothing behind; else a hidden file there, removed after."""
+    try:
+        return os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o600), None
+    except OSError as err:
+        if err.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):  # EISDIR: a kernel without O_TMPFILE
+            raise
+    return tempfile.mkstemp(prefix=".sweeper-probe-", dir=folder)
 
 
 def check_output_file(path: str | Path, what: str) -> None:

@@ -207,3 +207,13 @@ def test_a_launch_whose_stdout_reader_leaves_runs_its_sweep_to_the_end_and_says_
     assert stderr_too or (err.count("stdout's reader left") == 1 and "Traceback" not in err), err
     status = json.loads((tmp_path / "sweeps" / "pipe" / "status.json").read_text())
     assert status["state"] == "finished" and [t["status"] for t in status["trials"]] == ["completed"] * 2, status
+
+
+@pytest.mark.parametrize("args, must", [(("ui",), "no tracking store there yet"),
+                                        (("report", "nosuch", "--markdown", "r.md"), "no sweep here")])
+def test_a_refused_view_leaves_the_working_folder_untouched(tmp_path, args, must):
+    # the writability probe (a file made and removed) ran before these refusals: the folder's time changed
+    os.utime(tmp_path, ns=(0, 0))
+    r = sweeper(*args, cwd=tmp_path, env=NO_SERVICE)
+    assert_refused(r, must)
+    assert os.stat(tmp_path).st_mtime_ns == 0 and list(tmp_path.iterdir()) == []

@@ -8,7 +8,9 @@ An empty probe file still fits there (an inode, no block), so only a probe of re
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -50,9 +52,20 @@ def test_check_writable_sees_a_full_disk_an_empty_probe_would_miss(full_disk):
     assert sorted(p.name for p in full_disk.iterdir()) == ["fill"]
 
 
-def test_check_writable_leaves_nothing_behind(tmp_path):
+@pytest.mark.parametrize("unnamed", [True, False], ids=["unnamed probe", "file systems without O_TMPFILE"])
+def test_check_writable_leaves_nothing_behind(tmp_path, monkeypatch, unnamed):
+    if not unnamed:  # NFS, vfat: the probe is a hidden file, removed
+        real_open = os.open
+        monkeypatch.setattr(os, "open", lambda path, flags, *a: _no_tmpfile() if flags & os.O_TMPFILE == os.O_TMPFILE
+                            else real_open(path, flags, *a))
+    os.utime(tmp_path, ns=(0, 0))
     check_writable(tmp_path / "a" / "b", "--out")
     assert list(tmp_path.iterdir()) == [] and PROBE_BYTES >= 4096
+    assert (os.stat(tmp_path).st_mtime_ns == 0) == unnamed  # an unnamed probe leaves even the folder's time as it was
+
+
+def _no_tmpfile():
+    raise OSError(errno.EOPNOTSUPP, "Operation not supported")
 
 
 @pytest.mark.parametrize("command", [("trial", "tiny", "--out", "run"), (*QUICK, "--out", "results"),
