@@ -44,7 +44,7 @@ def verb(module: str, function: str = "run") -> Callable[[argparse.Namespace], i
 def _add_trial(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("trial", help="train one configuration, without Ray",
                        description="Train one trial config (a YAML file or a preset name) and print its metrics.")
-    p.add_argument("config", type=plain, help="trial config YAML, or a preset: " + ", ".join(preset_names()))
+    p.add_argument("config", type=file_name, help="trial config YAML, or a preset: " + ", ".join(preset_names()))
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field by dotted path, e.g. --set dat.switch_step=500 (repeatable)")
     p.add_argument("--steps", type=positive_int, help="shorthand for --set steps=N")
@@ -56,14 +56,14 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
 
 def _add_validate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check a search-space file and show what it searches; runs nothing")
-    p.add_argument("file", type=plain, help="search-space YAML (search_spaces/*.yaml)")
+    p.add_argument("file", type=file_name, help="search-space YAML (search_spaces/*.yaml)")
     p.add_argument("--samples", type=sample_count, default=3, help="sampled configs to print (default 3; 0 for none; at most 10,000)")
     p.set_defaults(func=verb("sweeper.commands.validate"))
 
 
 def _add_replay(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="try a space's search and early stopping on curves already recorded; trains nothing")
-    p.add_argument("file", type=plain, help="search-space YAML to try (search_spaces/*.yaml)")
+    p.add_argument("file", type=file_name, help="search-space YAML to try (search_spaces/*.yaml)")
     p.add_argument("--curves", type=plain, action="append", required=True, metavar="SWEEP_OR_RECORD",
                    help="a sweep's name under --storage or its folder, or a record file (.json, .json.gz); repeatable")
     p.add_argument("--storage", type=folder, help=f"where named sweeps are (default ./{DEFAULT_STORAGE})")
@@ -80,7 +80,7 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
                                    "directory exists is resumed. Starts with one line of plan (trials, steps, "
                                    "concurrency, the estimate), then a live table on a terminal or a progress "
                                    "line with the ETA elsewhere; Ctrl-C stops, the same command resumes.")
-    p.add_argument("file", type=plain, help="search-space YAML (search_spaces/*.yaml)")
+    p.add_argument("file", type=file_name, help="search-space YAML (search_spaces/*.yaml)")
     p.add_argument("--address", help="an existing Ray cluster: auto, or ray://HOST:10001 (default: a local Ray)")
     p.add_argument("--storage", type=folder, help=f"the folder of the sweep and its trials, one every node sees (default ./{DEFAULT_STORAGE})")
     p.add_argument("--shared-storage", action="store_true", help="confirm that a local --storage path is shared by all nodes")
@@ -122,7 +122,7 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
                        description="Submit a sweep to a remote Ray cluster as a Ray job (the space file travels "
                                    "with it; the code comes from the cluster's image). Prints the job id; "
                                    "`sweeper job status|logs|stop JOB` looks after it.")
-    p.add_argument("file", nargs="?", type=plain, help="search-space YAML to submit")
+    p.add_argument("file", nargs="?", type=file_name, help="search-space YAML to submit")
     p.add_argument("--address", help="the cluster's Ray dashboard, http://HEAD:8265 (default $RAY_ADDRESS)")
     p.add_argument("--storage", type=folder, help="the folder of the sweep and its trials: an absolute path every node of the cluster mounts")
     p.add_argument("--shared-storage", action="store_true", help="confirm that a --storage path is shared by all nodes")

@@ -111,7 +111,8 @@ def folder(text: str) -> str:
 
 
 def file_name(text: str) -> str:
-    """A file's path to write (`plain`), not one that names a folder (a trailing /)."""
+    """A file's path, to read or write (`plain`), not one that names a folder: a trailing / (which
+    pathlib and os.path.abspath drop, reading `smoke.yaml/` as `smoke.yaml`)."""
     if plain(text).endswith(("/", "/.", "/..")) or text in (".", ".."):
         raise argparse.ArgumentTypeError(f"names a folder, not a file, got {brief(text, 40)}")
     return text

@@ -180,6 +180,10 @@ CLI_MISUSE = {
     "report_markdown_blank": (["report", "s", "--markdown", " "], "--markdown"),
     "report_markdown_empty": (["report", "s", "--markdown", ""], "--markdown"),
     "report_markdown_a_folder_name": (["report", "s", "--markdown", "new.md/"], "names a folder"),
+    # a space file named as a folder: pathlib dropped the slash and the file was read
+    "validate_file_with_a_trailing_slash": (["validate", f"{SMOKE}/"], "argument file: names a folder, not a file"),
+    "launch_file_with_a_trailing_slash_dot": (["launch", f"{SMOKE}/."], "argument file: names a folder, not a file"),
+    "trial_config_with_a_trailing_slash": (["trial", "tiny/"], "argument config: names a folder, not a file"),
     "report_markdown_an_escape": (["report", "s", "--markdown", "\x1b[31mr.md"], "\\x1b"),
     "report_experiment_empty": (["report", "s", "--experiment", ""], "--experiment"),
     "report_tracking_empty": (["report", "s", "--tracking-uri", ""], "blank or with spaces around it"),
