@@ -6,7 +6,8 @@ it ends (SIGKILL included), so a lock left by a dead driver never blocks the nex
 A lock file sits in a folder others may write to (a shared `--storage`), and the driver writes
 its pid into it, so it is opened without following a link (O_NOFOLLOW): a lock file planted as a
 link, to a file the user can write, is refused in one line and its target never opened for
-writing; so is a lock path that is a folder, a FIFO or a device.
+writing; so is a lock path that is a folder, a FIFO or a device, or a file hard-linked with another
+(O_NOFOLLOW does not see a hard link: its other name's file would take the pid).
 """
 
 from __future__ import annotations
@@ -31,19 +32,26 @@ def _not_regular(path: Path) -> ConfigError:
     return ConfigError(f"lock file {path}: not a regular file; remove it")
 
 
+def _hard_linked(path: Path, links: int) -> ConfigError:
+    return ConfigError(f"lock file {path}: hard-linked with another file ({links} links), which the driver's pid "
+                       "would overwrite; remove it (a lock file is the sweeper's own)")
+
+
 def check_lock_file(path: Path) -> None:
     """What `open_lock_file` would refuse, found without opening or making anything: a check run
     before a launch changes anything (a `--restart` removes the sweep's folder only after it)."""
     try:
-        mode = os.lstat(path).st_mode
+        st = os.lstat(path)
     except FileNotFoundError:
         return
     except OSError as err:
         raise ConfigError(f"lock file {path}: cannot be read ({err.strerror or err})") from None
-    if stat.S_ISLNK(mode):
+    if stat.S_ISLNK(st.st_mode):
         raise _link_refused(path)
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISREG(st.st_mode):
         raise _not_regular(path)
+    if st.st_nlink > 1:
+        raise _hard_linked(path, st.st_nlink)
     if not os.access(path, os.R_OK | os.W_OK):
         raise ConfigError(f"lock file {path}: cannot be opened (Permission denied)")
 
@@ -57,10 +65,10 @@ def open_lock_file(path: Path) -> IO:
         if os.path.islink(path):
             raise _link_refused(path) from None
         raise ConfigError(f"lock file {path}: cannot be opened ({err.strerror or err})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
         os.close(fd)
-        raise _not_regular(path)
+        raise _not_regular(path) if not stat.S_ISREG(st.st_mode) else _hard_linked(path, st.st_nlink)
     os.set_blocking(fd, True)
     return os.fdopen(fd, "r+")
 

@@ -6,6 +6,7 @@ status.json (which the live view, sweeper/live.py, draws from), the MLflow mirro
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -80,6 +81,8 @@ class SweepViews:
             if t.status in ("completed", "diverged", "stopped") and t.values:
                 judged[t.last_step] = t.values[t.last_step]
             for step, value in judged.items():
+                if not math.isfinite(value):  # a rung of a trial that diverged before it: never the best
+                    continue
                 if best is None or sign * value > sign * best["value"]:
                     best = {"value": value, "step": step, "trial_id": t.name}
         return best

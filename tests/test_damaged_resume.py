@@ -142,6 +142,26 @@ DAMAGES = {
                                                          "t0001/metrics.jsonl line 1: lo*ss: not a metric name MLflow takes"),
     "a_metric_name_too_long_in_a_running_trial": (_metric_renamed("t0000", "l" * 600),
                                                   "t0000/metrics.jsonl line 1: " + "l" * 37 + "...: a metric name of 600 characters"),
+    # the study's own values, edited: each was taken (a second parent run, a best no trial reached,
+    # a traceback) or refused only after the sweep's files were written
+    "the_tracking_uri_attribute_a_number": (_sql("update study_user_attributes set value_json = '5' "
+                                                 "where key = 'sweeper.tracking_uri'"),
+                                            "study attribute sweeper.tracking_uri is 5, not a tracking URI"),
+    "the_parent_run_s_uid_not_a_uid": (_sql("update study_user_attributes set value_json = '\"nope\"' "
+                                            "where key = 'sweeper.mlflow_uid'"), "is 'nope', not an MLflow run's uid"),
+    "a_trial_status_no_end": (_sql("update trial_user_attributes set value_json = '\"weird\"' where key = 'status'"),
+                              "attribute status is 'weird', not how a trial ends"),
+    "a_rung_value_no_report_made": (_sql("insert or replace into trial_user_attributes (trial_id, key, value_json) "
+                                         "values (1, 'rung.20', '7.0')"), "a value the trial never reported at or past step 20"),
+    "a_rung_value_infinite": (_sql("insert or replace into trial_user_attributes (trial_id, key, value_json) "
+                                   "values (1, 'rung.20', 'Infinity')"), "no value a trial reports"),
+    "a_parameter_off_its_step": (_sql("update trial_params set param_value = 30 where trial_id = 1"),
+                                 "dat.switch_step is 30, not a value the space draws"),
+    "a_parameter_of_another_distribution": (_sql("update trial_params set distribution_json = '{\"name\": \"IntDistribution\", "
+                                                 "\"attributes\": {\"log\": false, \"step\": 10, \"low\": 0, \"high\": 80}}' "
+                                                 "where trial_id = 1"), "dat.switch_step was drawn from"),
+    "the_study_s_direction_turned": (_sql("update study_directions set direction = 'MINIMIZE'"),
+                                     "the study minimizes, the space's mode is max"),
     "a_report_past_the_budget_in_a_finished_trial": (_report_past_the_budget,
                                                      "t0001/metrics.jsonl line 3: step: 400 is past the sweep's budget of 40"),
 }
@@ -179,6 +199,18 @@ def test_a_damaged_sweep_folder_is_refused_in_one_line_and_left_as_it_was(tmp_pa
         assert "Traceback" not in r.stderr and r.stdout == "", (name, r.stdout[-500:])
         assert _files(storage) == before, f"{name}: the refused resume changed the storage"
         assert not (storage / ".dmg.lock").exists(), f"{name}: the refused resume made a lock file"
+
+    # the space file and the sweep's copy of it, both edited to another valid space: not taken for the sweep's
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(SPACE.replace("high: 40, step: 20", "high: 40, step: 10"))
+    storage = tmp_path / "both_space_files_edited"
+    shutil.copytree(made, storage, symlinks=True)
+    shutil.copy(edited, storage / "dmg" / "space.yaml")
+    before = _files(storage)
+    r = sweeper("launch", edited, "--storage", storage, "--progress", "none", cwd=tmp_path, timeout=300)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "not the space the sweep began with" in lines[0], r.stderr
+    assert _files(storage) == before
 
     # the view rebuilt from that folder shows the trial where it trained to: not the report past the budget
     storage = tmp_path / "a_report_past_the_budget_in_a_finished_trial"

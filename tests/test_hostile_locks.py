@@ -34,6 +34,20 @@ def test_a_dangling_lock_link_creates_nothing_at_its_target(tmp_path):
     assert not (tmp_path / "would_be_created").exists()
 
 
+def test_a_sweep_lock_hard_linked_with_another_file_is_refused_and_that_file_untouched(tmp_path):
+    # O_NOFOLLOW does not see a hard link: the driver wrote its pid into the user's file
+    (tmp_path / "sweeps").mkdir()
+    precious = tmp_path / "precious.txt"
+    precious.write_text("the user's file\n")
+    os.link(precious, tmp_path / "sweeps" / ".smoke.lock")
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("launch", SMOKE, cwd=tmp_path), ".smoke.lock", "hard-linked with another file (2 links)",
+                   root=tmp_path, before=before)
+    with pytest.raises(ConfigError, match="hard-linked"):
+        hold_sweep_lock(tmp_path / "sweeps" / "smoke", "smoke")  # the lock's own open refuses it too
+    assert precious.read_text() == "the user's file\n"
+
+
 @pytest.mark.parametrize("kind", ["fifo", "folder"])
 def test_a_sweep_lock_that_is_not_a_regular_file_is_refused(tmp_path, kind):
     (tmp_path / "sweeps").mkdir()

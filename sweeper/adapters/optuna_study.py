@@ -21,7 +21,7 @@ from sweeper.adapters.optuna_ledger import FORMAT, FORMAT_ATTR, storage_for
 from sweeper.fs import half_done, journal_left, sqlite_read_only_url, why_unreadable
 from sweeper.space import SearchSpace
 from trainables.config import ConfigError
-from core.errors import brief, cut, short_path
+from core.errors import cut, short_path
 
 RESTART_ADVICE = "; move it away, or pass --restart to start the sweep over"
 
@@ -70,7 +70,8 @@ def _the_sweep_s(summaries: list, name: str, where: str, advice: str) -> Any:
 
 
 def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
-    """One line when the study of a sweep folder is not this project's ledger of `spec`; read-only."""
+    """One line when the study of a sweep folder is not this project's ledger of `spec` (its format,
+    and what it holds: `ledger_checks`); read-only."""
     with reading(db, where=where, advice=RESTART_ADVICE) as storage:
         summaries = optuna.study.get_all_study_summaries(storage=storage)
     mine = [s for s in summaries if s.study_name == spec.name]
@@ -84,6 +85,13 @@ def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
         raise ConfigError(f"{where}: a sweep of folder format {version or 1} (this sweeper reads format {FORMAT}: "
                           "the study is the ledger, each trial's folder its own); pass --restart to start it over, "
                           "or finish it with the sweeper version that started it")
+    from sweeper.adapters.ledger_checks import ledger_problem
+
+    with reading(db, where=where, advice=RESTART_ADVICE) as storage:
+        study = optuna.load_study(study_name=spec.name, storage=storage)
+        problem = ledger_problem(study, study.get_trials(deepcopy=False), spec)
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
 
 
 def resume_facts(db: str | Path, study_name: str) -> tuple[dict[int, dict[str, Any]], str | None]:
@@ -95,33 +103,12 @@ def resume_facts(db: str | Path, study_name: str) -> tuple[dict[int, dict[str, A
         trials = study.get_trials(deepcopy=False)
         started_with = study.user_attrs.get("sweeper.tracking_uri")
         rows = storage.get_n_trials(storage.get_study_id_from_name(study_name))  # Optuna keeps one trial per number
-        bad = _bad_value(study.user_attrs, trials) or (f"{rows} trial rows hold {len(trials)} trial numbers (a number "
-                                                        "given twice)" if rows != len(trials) else None)
+        bad = f"{rows} trial rows hold {len(trials)} trial numbers (a number given twice)" if rows != len(trials) else None
     if bad:
         raise ConfigError(f"{db}: {bad}; the study was changed outside the sweeper: put the sweep's own back, "
                           "or pass --restart to start the sweep over")
     running = [t for t in trials if t.state == TrialState.RUNNING and "duplicate_of" not in t.user_attrs]
     return {t.number: t.params for t in sorted(running, key=lambda t: t.number)}, started_with
-
-
-NUMBER_ATTRS = ("rung.", "pre_rung.", "stopped_at", "paused_at", "duplicate_of")  # trial attributes that hold numbers
-
-
-def _bad_value(study_attrs: dict, trials: list) -> str | None:
-    """What in a study's attributes the sweeper could not read back (a number that is not one), or None."""
-    def number(value: Any) -> bool:  # what float() reads back (a rung may hold nan: a diverged trial)
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-    for key in ("sweeper.started", "sweeper.elapsed_s"):
-        if key in study_attrs and not number(study_attrs[key]):
-            return f"study attribute {key} is {brief(study_attrs[key])}, not a number"
-    for t in trials:
-        for key, value in t.user_attrs.items():
-            if key.startswith(NUMBER_ATTRS) and not number(value):
-                return f"trial {t.number}'s attribute {cut(key, 40)} is {brief(value)}, not a number"
-            if key.startswith(("rung.", "pre_rung.")) and not key.split(".", 1)[1].isdigit():
-                return f"trial {t.number}'s attribute {cut(key, 40)} names no step"
-    return None
 
 
 def trial_points(db: str | Path, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
