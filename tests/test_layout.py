@@ -41,7 +41,7 @@ def test_only_the_adapters_import_ray_optuna_or_mlflow():
 def test_each_adapter_imports_its_framework():
     expected = {"ray_tune": "ray", "ray_search": "ray", "ray_trainable": "ray", "ray_jobs": "ray", "ray_warm": "ray",
                 "optuna_search": "optuna", "optuna_trial": "optuna",
-                "optuna_ledger": "optuna", "optuna_study": "optuna", "mlflow_store": "mlflow", "mlflow_tracking": "mlflow",
+                "optuna_ledger": "optuna", "optuna_study": "optuna", "optuna_checks": "optuna", "mlflow_store": "mlflow", "mlflow_tracking": "mlflow",
                 "mlflow_summary": "mlflow"}
     found = {p.stem: imported_roots(p) for p in ADAPTERS.glob("*.py") if p.stem != "__init__"}
     assert set(found) == set(expected), f"adapters changed: {sorted(found)}"

@@ -71,7 +71,7 @@ def _the_sweep_s(summaries: list, name: str, where: str, advice: str) -> Any:
 
 def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
     """One line when the study of a sweep folder is not this project's ledger of `spec` (its format,
-    and what it holds: `ledger_checks`); read-only."""
+    and what it holds: `optuna_checks`); read-only."""
     with reading(db, where=where, advice=RESTART_ADVICE) as storage:
         summaries = optuna.study.get_all_study_summaries(storage=storage)
     mine = [s for s in summaries if s.study_name == spec.name]
@@ -85,7 +85,7 @@ def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
         raise ConfigError(f"{where}: a sweep of folder format {version or 1} (this sweeper reads format {FORMAT}: "
                           "the study is the ledger, each trial's folder its own); pass --restart to start it over, "
                           "or finish it with the sweeper version that started it")
-    from sweeper.adapters.ledger_checks import ledger_problem
+    from sweeper.adapters.optuna_checks import ledger_problem
 
     with reading(db, where=where, advice=RESTART_ADVICE) as storage:
         study = optuna.load_study(study_name=spec.name, storage=storage)
