@@ -149,6 +149,16 @@ def expand_user(path: str | os.PathLike) -> Path:
                           "write the path out (~/ is your own home)") from None
 
 
+def check_folder_variable(name: str) -> None:
+    """An environment variable naming a folder (`$RAY_TMPDIR`, `$XDG_STATE_HOME`, ...) holds no
+    control character: a folder would be made under a name no one typed, and a refusal would show
+    another one. One ConfigError line otherwise."""
+    value = os.environ.get(name, "")
+    controls = [c for c in value if not c.isprintable() and not "\udc80" <= c <= "\udcff"]  # an undecodable byte: a name's
+    if controls:
+        raise ConfigError(f"${name} {brief(value, 60)}: holds {controls[0]!a}, a control character; name a folder without one")
+
+
 def warnings_as_errors() -> str | None:
     """The option that makes Python raise warnings as errors (`PYTHONWARNINGS=error`, `-W error`),
     under which the libraries' own warnings (deprecations deep in MLflow's SQLAlchemy) fail calls

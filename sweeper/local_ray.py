@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from core.errors import ConfigError, cut
+from core.errors import ConfigError, check_folder_variable, cut
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
@@ -61,6 +61,8 @@ def check_ray_temp() -> None:
     socket paths fit (`check_socket_room`); one ConfigError line otherwise."""
     from sweeper.fs import check_writable
 
+    check_folder_variable("RAY_TMPDIR")
+    check_folder_variable("TMPDIR")
     if chosen := os.environ.get("RAY_TMPDIR"):
         check_writable(chosen, "$RAY_TMPDIR")
     else:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Iterator
 
 from core import json_text
-from core.errors import ConfigError, brief, cut
+from core.errors import ConfigError, brief, check_folder_variable, cut
 from sweeper.lock import lock_held
 from sweeper.orphans import PROCESSES_FILE
 from sweeper.status import a_pid
@@ -47,6 +47,7 @@ MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 
 def service_dir() -> Path:
     if os.environ.get("SWEEPER_SERVICE_DIR"):
+        check_folder_variable("SWEEPER_SERVICE_DIR")
         given = os.environ["SWEEPER_SERVICE_DIR"]
         try:
             folder = Path(given).expanduser()

@@ -25,7 +25,7 @@ from sweeper.space import SearchSpace, SpaceError
 from sweeper.space_file import load_space
 from sweeper.sweep_dir import DEFAULT_STORAGE, OPTUNA_DB, SPACE_FILE, check_no_sweep_inside, check_not_in_sweep, folder_kind, sweep_dir_for
 from sweeper.tracking_uri import artifacts_folder, hide_password, preflight, sqlite_path
-from core.errors import ConfigError, check_warnings_are_warnings, cut, short_path
+from core.errors import ConfigError, check_folder_variable, check_warnings_are_warnings, cut, short_path
 from core.uri_secrets import shown as shown_uri
 from trainables.safe_yaml import MAX_BYTES as MAX_SPACE_BYTES
 
@@ -48,6 +48,7 @@ def check_request(request: SweepRequest) -> Checked:
     if request.restart:  # and again under the sweep's lock, just before the folder is removed
         check_no_sweep_inside(sweep_dir)
     check_writable(sweep_dir, "the sweep directory" if default else "--storage")
+    check_folder_variable("XDG_STATE_HOME")
     check_writable(key_path().parent, "the sweeper's state folder" + (" ($XDG_STATE_HOME)" if os.path.isabs(os.environ.get("XDG_STATE_HOME", "")) else ""))
     check_warnings_are_warnings("the sweep")  # this process drives Ray, MLflow and Optuna
     if request.address is None:

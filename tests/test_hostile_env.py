@@ -78,6 +78,16 @@ def test_a_relative_home_is_one_line_before_anything_is_written_under_the_workin
     assert_refused(r, "$HOME", "not an absolute path", root=tmp_path, before=before)
 
 
+@pytest.mark.parametrize("variable", ["SWEEPER_SERVICE_DIR", "RAY_TMPDIR", "TMPDIR", "XDG_STATE_HOME"])
+def test_a_folder_variable_with_a_control_character_is_one_line_before_its_folder_is_made(tmp_path, variable):
+    # `$XDG_STATE_HOME` or `$RAY_TMPDIR` holding \x01 made folders of that name; the service's was passed by silently
+    folder = tmp_path / "a\x01b"
+    before = snapshot(tmp_path)
+    r = sweeper("launch", SMOKE, cwd=tmp_path, env={variable: str(folder)})  # RAY_TMPDIR as given, not a watcher's
+    assert_refused(r, f"${variable}", "control character", root=tmp_path, before=before)
+    assert r.stdout == "" and not folder.exists()
+
+
 @pytest.mark.parametrize("uri", ["sqlite:///{tmp}/x\ny.db", "http://127.0.0.1:5000/\x1b[2J"], ids=["newline", "escape"])
 def test_a_tracking_uri_with_a_control_character_from_the_environment_is_one_line_as_from_the_flag(tmp_path, uri):
     # the store (`x<newline>y.db`) would be made in tmp_path: refused_before_ray sees nothing written
