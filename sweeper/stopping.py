@@ -61,6 +61,7 @@ class RungStopper:
         step, value = int(step), float(value)
         self.ledger.report(number, step, value)  # before judging: the rung's record is the ledger's
         entry = self.ledger.trials[number]
+        value = entry.values.get(step, value)  # a step trained again after a kill: judged by the value recorded first
         stopped_at = entry.attrs.get("stopped_at")
         if stopped_at is not None and step >= stopped_at:
             return True  # decided before a kill, never carried out

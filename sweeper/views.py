@@ -81,7 +81,7 @@ class SweepViews:
             if t.status in ("completed", "diverged", "stopped") and t.values:
                 judged[t.last_step] = t.values[t.last_step]
             for step, value in judged.items():
-                if not math.isfinite(value):  # a rung of a trial that diverged before it: never the best
+                if not math.isfinite(value):  # no value a trial reports (the study checks say so on a resume)
                     continue
                 if best is None or sign * value > sign * best["value"]:
                     best = {"value": value, "step": step, "trial_id": t.name}

@@ -181,3 +181,13 @@ def test_validate_names_how_the_phases_are_judged(tmp_path, capsys):
                                         "resources": {"cpu": 1, "gpu": 0}}))
         assert validate.run(validate.Options(str(path), 0)) == 0
         assert said in capsys.readouterr().out
+
+
+def test_a_step_reported_again_after_a_kill_is_judged_by_the_value_the_ledger_recorded(tmp_path):
+    # a kill between the ledger's record of a report and the rung's: the step trains again, its value may differ
+    ledger = ledger_at(tmp_path, phase_aware=False)
+    stopper = stopper_for(ledger.spec, ledger)
+    number = trial_at(ledger, 0).config["number"]
+    ledger.report(number, 100, 0.25)  # recorded, then the driver was killed before the rung
+    stopper.on_report(number, {"step": 100, "acc": 0.75, "switch_step": 0.0})
+    assert ledger.trials[number].rungs() == {100: 0.25} and ledger.trials[number].values == {100: 0.25}

@@ -86,8 +86,9 @@ def _trial_problem(t: optuna.trial.FrozenTrial, trials: list, spec: SearchSpace)
 
 
 def _rung_problem(t: optuna.trial.FrozenTrial, rung: int, value: float) -> str | None:
-    """A rung holds the value the trial reported at its first step at or past the rung (NaN: a
-    trial that diverged); where the study holds those reports, the value is one of them."""
+    """A rung holds the value the study recorded for the trial at its first step at or past the rung
+    (`stopping.on_report`: a step trained again is judged by its first value); where the study
+    holds those values, the rung's is one of them. NaN is taken (a study of an older sweeper's)."""
     if math.isnan(value):
         return None
     if math.isinf(value):
