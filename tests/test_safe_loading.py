@@ -96,7 +96,8 @@ def test_expansion_limit_counts_aliases():
 
 
 @pytest.mark.parametrize("text, key", [("a: 1\nb: 2\na: 3\n", "a"), ("x:\n  y: 1\n  y: 2\n", "x.y"),
-                                      ("l:\n  - {k: 1, k: 2}\n", "l[0].k")])
+                                      ("l:\n  - {k: 1, k: 2}\n", "l[0].k"),
+                                      ("o: {<<: {lr: 0.001}, <<: {lr: 0.003}}\n", "o.<<")])  # the first merge was dropped
 def test_duplicate_keys_are_named_with_their_path(text, key):
     with pytest.raises(ConfigError) as err:
         safe_yaml.load_yaml_text(text, "d.yaml")
@@ -131,3 +132,12 @@ def test_the_parameter_count_matches_the_model():
         model = HybridLM(cfg.model, make_objective(cfg).vocab_size)
         real = sum(p.numel() for p in model.parameters())
         assert real <= footprint.n_parameters(cfg) <= 1.5 * real + 20_000, (preset, real, footprint.n_parameters(cfg))
+
+
+@pytest.mark.parametrize("text, value", [("1e-3", 0.001), ("2.5E4", 25000.0), ("-.5", -0.5), ("+.5e-3", 0.0005),
+                                         ("1.0e3", 1000.0), ("10", 10), ("1.5", 1.5), (".5", 0.5),
+                                         ('"1e-3"', "1e-3"), ("1e", "1e"), ("e3", "e3")])
+def test_a_number_with_an_exponent_is_read_as_the_number_it_is(text, value):
+    # YAML 1.1 reads 1e-3 (no dot, no signed exponent) as text: a space's `low: 1e-3` was refused as a number in quotes
+    loaded = safe_yaml.load_yaml_text(f"v: {text}\n", "n.yaml")["v"]
+    assert loaded == value and type(loaded) is type(value)

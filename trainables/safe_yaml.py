@@ -42,8 +42,16 @@ _SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")  
 
 _DECIMAL = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _MERGE = "<<"
+_EXPONENT_FLOAT = re.compile(r"[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+|[-+]\.[0-9]+)")
+
+
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """The safe loader, reading `1e-3`, `2.5E4` and `-.5` as the numbers they are (YAML 1.2 does;
+    YAML 1.1 wants a dot and a signed exponent, `1.0e-3`, and read them as text)."""
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789."))
 
 
 @dataclass
@@ -144,9 +152,10 @@ def check_events(text: str, source: str) -> None:
                 raise UnplainNumber(f"{source}: {where}{rule}; write the number in plain decimal, or quote the text")
             if frame is not None and frame.is_mapping and frame.expect_key:
                 key = event.value
-                if key in frame.seen and key != _MERGE:
+                if key in frame.seen:  # `<<` twice too: the first merge's values would be dropped without a word
+                    merge = "; merge several mappings with one `<<: [*a, *b]`" if key == _MERGE else ""
                     raise ConfigError(f"{source}: {_join(frame.path, key)}: duplicate key (line {event.start_mark.line + 1}); "
-                                      "each key may appear once")
+                                      f"each key may appear once{merge}")
                 frame.seen.add(key)
                 frame.key = key
             if event.anchor is not None:
