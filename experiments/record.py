@@ -40,6 +40,7 @@ def read_record(path: Path, empty: Callable[[], dict]) -> dict:
     import zlib
 
     from core import json_text
+    from sweeper.curves import MAX_RECORD_VALUES
     from sweeper.fs import read_limited
 
     if not os.path.lexists(path):
@@ -51,6 +52,9 @@ def read_record(path: Path, empty: Callable[[], dict]) -> dict:
             text = f.read(MAX_TEXT + 1)
         if len(text) > MAX_TEXT:
             raise ConfigError(f"{short_path(path, 100)}: unpacks to more than {MAX_TEXT:,} bytes; {advice}")
+        if (values := text.count(b",")) > MAX_RECORD_VALUES:  # parsed, tiny values take ~25x their text
+            raise ConfigError(f"{short_path(path, 100)}: about {values:,} values, more than a record holds "
+                              f"({MAX_RECORD_VALUES:,}); {advice}")
         data = json_text.loads(text)
     except (OSError, EOFError, zlib.error, ValueError) as err:  # not gzip, cut short, not JSON (or too deep)
         if isinstance(err, ConfigError):
@@ -73,6 +77,7 @@ def read_json_rows(path: Path, keys: dict[str, type | tuple[type, ...]], *, keye
     else (a merge's conflict markers, a cut file, JSON nested past the parser, a row of another
     shape) is one ConfigError line with the command that restores it."""
     from core import json_text
+    from sweeper.curves import MAX_RECORD_VALUES
     from sweeper.fs import read_limited
 
     if not os.path.lexists(path):
