@@ -64,7 +64,8 @@ def grid() -> CurveGrid:
     return CurveGrid("adaptive_grid", DATA, AXES, tuple(cells()), FIXED, switch_grid.MAX_STEPS, switch_grid.EVAL_EVERY, {
         "command": "python -m experiments.adaptive_grid run",
         "seeds_note": "training seeds 42001-42002 and evaluation seed 42100: used by nothing before this grid",
-        "design": "the confirmation set of docs/results/search_efficiency.md's design rule"}, cell_of)
+        "design": "the confirmation set of docs/results/search_efficiency.md's design rule"}, cell_of,
+        reads=("acc_3x", "switch_step"))
 
 
 REPORT = ROOT / "docs" / "results" / "adaptive_grid"

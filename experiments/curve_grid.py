@@ -19,7 +19,8 @@ from typing import Callable
 from core.tool_cli import Parser
 from experiments.launching import sweeper_launch
 from sweeper.cli_types import cpus
-from experiments.record import append_new, finished_trials, read_record, write_record
+from core.errors import ConfigError, brief, cut, short_path
+from experiments.record import append_new, finished_trials, git_restore, read_record, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = ROOT / "sweeps"
@@ -39,6 +40,7 @@ class CurveGrid:
     eval_every: int
     description: dict  # what the data file says of the grid beside its axes
     cell_of: Callable[[dict], dict]  # a trained trial's config -> its cell
+    reads: tuple[str, ...] = ("acc_3x",)  # the metrics its report reads of every report
 
     def key(self, cell: dict) -> tuple:
         return tuple(cell[a] for a in self.axes)
@@ -46,9 +48,44 @@ class CurveGrid:
     def load(self) -> dict:
         """The data file: {"grid": ..., "runs": [{"params": cell, "reports": [report, ...]}, ...]}."""
         axes = {a: sorted({c[a] for c in self.cells}, key=str) for a in self.axes}
-        return read_record(self.data, lambda: {"grid": {"axes": axes, "fixed": self.fixed, "max_steps": self.max_steps,
+        data = read_record(self.data, lambda: {"grid": {"axes": axes, "fixed": self.fixed, "max_steps": self.max_steps,
                                                         "eval_every": self.eval_every, "metric": "acc_3x", "mode": "max",
                                                         **self.description}, "runs": []})
+        if problem := self.not_its_record(data):
+            raise ConfigError(f"{short_path(self.data, 100)}: {problem}; restore it with {git_restore(self.data)}")
+        return data
+
+    def not_its_record(self, data: dict) -> str | None:
+        """Why `data` is not this grid's record, or None: every run a cell of the grid, once, with
+        reports whose steps rise from above 0 to `max_steps`, each holding the metrics read
+        (`reads`) as numbers, its accuracies within [0, 1]."""
+        from experiments.sweep_chunks import ACCURACY
+        from trainables.run_dir import is_number
+
+        if not isinstance(data.get("grid"), dict) or data["grid"].get("max_steps") != self.max_steps:
+            return f"`grid` is not this grid's description (max_steps {self.max_steps:,})"
+        planned, seen = {self.key(c) for c in self.cells}, set()
+        for i, run in enumerate(data["runs"]):
+            params, reports = run.get("params"), run.get("reports")
+            if not isinstance(params, dict) or set(params) != set(self.axes):
+                return f"run {i}: `params` must give exactly the grid's axes ({cut(', '.join(self.axes), 80)})"
+            if any(isinstance(v, (dict, list)) for v in params.values()) or (key := self.key(params)) not in planned:
+                return f"run {i}: {brief(params, 80)} is no cell of the grid"
+            if key in seen:
+                return f"run {i}: cell {brief(params, 60)} recorded twice"
+            seen.add(key)
+            if not isinstance(reports, list) or not reports or not all(isinstance(r, dict) for r in reports):
+                return f"run {i}: `reports` must be a list of report objects"
+            steps = [r.get("step") for r in reports]
+            if not all(is_number(s) for s in steps) or steps[0] < 1 or any(a >= b for a, b in zip(steps, steps[1:])) \
+                    or steps[-1] != self.max_steps:
+                return f"run {i}: report steps {brief(steps, 40)} do not rise from above 0 to {self.max_steps:,}"
+            for r in reports:
+                if bad := next((m for m in self.reads if not is_number(r.get(m))), None):
+                    return f"run {i}: step {r['step']}: {bad} is {brief(r.get(bad), 20)}, not a number"
+                if bad := next((m for m, v in r.items() if ACCURACY.search(m) and not (is_number(v) and 0 <= v <= 1)), None):
+                    return f"run {i}: step {r['step']}: {cut(bad, 40)} {brief(r[bad], 20)} is not an accuracy in [0, 1]"
+        return None
 
     def save(self, data: dict) -> None:
         data["runs"].sort(key=lambda r: [(isinstance(v, str), v) for v in self.key(r["params"])])

@@ -77,7 +77,6 @@ def read_json_rows(path: Path, keys: dict[str, type | tuple[type, ...]], *, keye
     else (a merge's conflict markers, a cut file, JSON nested past the parser, a row of another
     shape) is one ConfigError line with the command that restores it."""
     from core import json_text
-    from sweeper.curves import MAX_RECORD_VALUES
     from sweeper.fs import read_limited
 
     if not os.path.lexists(path):
