@@ -232,7 +232,7 @@ class Service:
             with self.sweeps_lock:
                 self.sweeps.pop(me, None)
             ended.set()
-            sink.send({"exit": code})
+            sink.end(code)
             log.info(f"sweep {served.name}: ended with {code}")
 
     def _running(self, but: int) -> int:

@@ -107,6 +107,13 @@ class LaunchSink:
         except OSError:
             pass  # the launch left; its sweep is being stopped
 
+    def end(self, code: int) -> None:
+        """The launch's exit code, and the end of its connection (the reader of its messages holds
+        the socket's file open: a client that reads on would wait for ever, its thread held)."""
+        self.send({"exit": code})
+        with contextlib.suppress(OSError):
+            self.conn.shutdown(socket.SHUT_RDWR)
+
 
 class Served:
     """A sweep the service runs for one attached launch."""

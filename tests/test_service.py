@@ -319,12 +319,9 @@ def test_the_socket_answers_its_user_only_and_bad_requests_get_one_line(tmp_path
         s.connect(str(sock))
         s.sendall(json.dumps({"verb": "launch", "code": "f" * 16, "root": str(ROOT), **here,
                               "file": str(tmp_path / "absent.yaml")}).encode() + b"\n")
-        answers = []
-        for answer in Messages(s):
-            answers.append(answer)
-            if "exit" in answer or "error" in answer:
-                break
-    assert "accepted" in answers[0] and "absent.yaml" in json.dumps(answers[1:]), answers
+        s.settimeout(60)
+        answers = list(Messages(s, timeout_is_error=True))  # the service ends the connection with its exit
+    assert "accepted" in answers[0] and "absent.yaml" in json.dumps(answers[1:]) and "exit" in answers[-1], answers
     assert "restarting" not in (service_dir / "service.log").read_text()
     _out_of_descriptors_for_a_while(read_state(service_dir)["pid"], sock)
     assert "cannot take a connection now" in (service_dir / "service.log").read_text()  # said once, not raised
