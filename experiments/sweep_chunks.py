@@ -271,7 +271,7 @@ class Chunks:
 def status_command(label: str, data: dict, p: Planned) -> int:
     """A `status` verb: how many runs the record holds and where the plan stands, its notes one per line."""
     print(f"{label}: {len(data['runs'])} runs recorded; phase {p.phase}, budget {p.budget}, "
-          f"switch {p.switch}, {len(p.todo)} runs to go")
+          f"switch {'not set yet' if p.switch is None else p.switch}, {len(p.todo)} runs to go")
     for note in p.notes:
         print(f"  {note}")
     return 0
