@@ -31,10 +31,12 @@ def test_a_relative_runtime_folder_is_ignored(monkeypatch, tmp_path):
     assert service_link.service_dir() == tmp_path / "run" / "dat-sweeper"
 
 
-@pytest.mark.parametrize("value", [" ", "svc", "\x1b[31mX"])
-def test_a_relative_service_folder_is_one_line(monkeypatch, value):
+@pytest.mark.parametrize("value, expect", [(" ", "a relative path; give an absolute one"),
+                                           ("svc", "a relative path; give an absolute one"),
+                                           ("\x1b[31mX", "holds '\\\\x1b', a control character")])
+def test_a_relative_service_folder_is_one_line(monkeypatch, value, expect):
     monkeypatch.setenv("SWEEPER_SERVICE_DIR", value)
-    with pytest.raises(ConfigError, match="a relative path; give an absolute one") as err:
+    with pytest.raises(ConfigError, match=expect) as err:
         service_link.service_dir()
     assert "\n" not in str(err.value) and "\x1b" not in str(err.value)
 
