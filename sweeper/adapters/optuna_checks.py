@@ -16,6 +16,7 @@ from core.errors import brief, cut
 from sweeper.adapters.optuna_search import contains, distribution, walk
 from sweeper.records import FINAL
 from sweeper.space import SearchSpace, param_names
+from trainables.run_dir import is_number
 
 NUMBER_ATTRS = ("rung.", "pre_rung.", "stopped_at", "paused_at", "duplicate_of")  # trial attributes that hold numbers
 STEP_ATTRS = ("stopped_at", "paused_at")  # trial attributes that hold a training step
@@ -37,13 +38,13 @@ def _number(value: Any) -> bool:
 
 
 def _whole(value: Any) -> bool:
-    return _number(value) and math.isfinite(value) and value == int(value)
+    return is_number(value) and value == int(value)
 
 
 def _study_problem(study: optuna.Study, spec: SearchSpace) -> str | None:
     attrs = study.user_attrs
     for key in ("sweeper.started", "sweeper.elapsed_s"):
-        if key in attrs and not (_number(attrs[key]) and math.isfinite(attrs[key]) and attrs[key] >= 0):
+        if key in attrs and not (is_number(attrs[key]) and attrs[key] >= 0):
             return f"study attribute {key} is {brief(attrs[key])}, not a number"
     uri = attrs.get("sweeper.tracking_uri")
     if uri is not None and not (isinstance(uri, str) and 0 < len(uri) <= MAX_URI and uri.isprintable()):
