@@ -298,3 +298,15 @@ def test_a_metric_name_mlflow_refuses_in_an_interrupted_sweep_is_one_line_and_th
         again = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert ray_left_running(tmp_path / "sweeps" / "dmg") == []
+
+
+@pytest.mark.parametrize("value, expect", [(10**400, "no value a trial reports"), (float("inf"), "no value a trial reports"),
+                                           (7.0, "never reported at or past step 20"), (0.5, None), (float("nan"), None)])
+def test_a_rung_value_no_trial_reports_is_named_never_a_traceback(value, expect):
+    # a whole number past a float raised OverflowError in math.isnan
+    from types import SimpleNamespace
+
+    from sweeper.adapters.optuna_checks import _rung_problem
+
+    problem = _rung_problem(SimpleNamespace(intermediate_values={20: 0.5, 40: 0.6}), 20, value)
+    assert problem == expect if expect is None else expect in problem

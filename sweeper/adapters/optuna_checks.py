@@ -90,9 +90,9 @@ def _rung_problem(t: optuna.trial.FrozenTrial, rung: int, value: float) -> str |
     """A rung holds the value the study recorded for the trial at its first step at or past the rung
     (`stopping.on_report`: a step trained again is judged by its first value); where the study
     holds those values, the rung's is one of them. NaN is taken (a study of an older sweeper's)."""
-    if math.isnan(value):
+    if isinstance(value, float) and math.isnan(value):
         return None
-    if math.isinf(value):
+    if not is_number(value):  # infinite, or a whole number past a float
         return "no value a trial reports"
     reported = {v for s, v in t.intermediate_values.items() if s >= rung}
     if reported and value not in reported:
