@@ -57,10 +57,8 @@ class CurveGrid:
 
     def not_its_record(self, data: dict) -> str | None:
         """Why `data` is not this grid's record, or None: every run a cell of the grid, once, with
-        reports whose steps rise from above 0 to `max_steps`, each holding the metrics read
-        (`reads`) as numbers, its accuracies within [0, 1]."""
-        from experiments.sweep_chunks import ACCURACY
-        from trainables.run_dir import is_number
+        the reports of a run finished at `max_steps` (`sweep_chunks.reports_problem`)."""
+        from experiments.sweep_chunks import reports_problem
 
         if not isinstance(data.get("grid"), dict) or data["grid"].get("max_steps") != self.max_steps:
             return f"`grid` is not this grid's description (max_steps {self.max_steps:,})"
@@ -76,15 +74,8 @@ class CurveGrid:
             seen.add(key)
             if not isinstance(reports, list) or not reports or not all(isinstance(r, dict) for r in reports):
                 return f"run {i}: `reports` must be a list of report objects"
-            steps = [r.get("step") for r in reports]
-            if not all(is_number(s) for s in steps) or steps[0] < 1 or any(a >= b for a, b in zip(steps, steps[1:])) \
-                    or steps[-1] != self.max_steps:
-                return f"run {i}: report steps {brief(steps, 40)} do not rise from above 0 to {self.max_steps:,}"
-            for r in reports:
-                if bad := next((m for m in self.reads if not is_number(r.get(m))), None):
-                    return f"run {i}: step {r['step']}: {bad} is {brief(r.get(bad), 20)}, not a number"
-                if bad := next((m for m, v in r.items() if ACCURACY.search(m) and not (is_number(v) and 0 <= v <= 1)), None):
-                    return f"run {i}: step {r['step']}: {cut(bad, 40)} {brief(r[bad], 20)} is not an accuracy in [0, 1]"
+            if problem := reports_problem(reports, self.max_steps, self.reads):
+                return f"run {i}: reports: {problem}"
         return None
 
     def save(self, data: dict) -> None:

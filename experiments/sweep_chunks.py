@@ -29,6 +29,28 @@ ACCURACY = re.compile(r"(^|_)acc(_|$)")  # a metric that is a share of targets r
 COMMIT_SUFFIX = ".commit"  # beside a sweep's file: the commit it was first launched from
 
 
+def reports_problem(reports: list[dict], budget: int, reads) -> str | None:
+    """Why a run's reports (a non-empty list of objects) are not a finished run's, or None: steps
+    that are numbers rising from above 0 to the budget, each report holding every metric read
+    (`reads`) as a number, its accuracies within [0, 1]."""
+    from trainables.run_dir import is_number
+
+    steps = [rep.get("step") for rep in reports]
+    if not all(is_number(s) for s in steps) or steps[0] < 1 or any(a >= b for a, b in zip(steps, steps[1:])):
+        return f"steps {brief(steps, 40)} do not rise from above 0"
+    if steps[-1] != budget:
+        return f"the last is at step {brief(steps[-1], 20)}, not the budget {budget} (a recorded run is finished)"
+    for rep in reports:
+        if missing := [m for m in reads if m not in rep]:
+            return f"step {rep['step']} lacks {cut(', '.join(missing), 60)}, which the experiment reads"
+        if wrong := next((m for m in reads if not is_number(rep[m])), None):
+            return f"step {rep['step']}: {cut(wrong, 40)} is {brief(rep[wrong], 20)}, not a number"
+    for rep in reports:
+        if wrong := next((m for m, v in rep.items() if ACCURACY.search(m) and not (is_number(v) and 0 <= v <= 1)), None):
+            return f"{cut(wrong, 40)} {brief(rep[wrong], 20)} at step {rep['step']} is not an accuracy in [0, 1]"
+    return None
+
+
 class Planned(Protocol):
     """What the driver reads of an experiment's plan."""
 
@@ -91,23 +113,8 @@ class Chunks:
         return self.not_its_reports(r["budget"], r["reports"])
 
     def not_its_reports(self, budget: int, reports: list[dict]) -> str | None:
-        """Why the reports are not what a finished run reports, or None: steps rising from
-        above 0 to the budget, each holding every metric the experiment reads (`reads`), accuracies
-        within [0, 1]."""
-        from trainables.run_dir import is_number
-
-        steps = [rep["step"] for rep in reports]
-        if steps[0] < 1 or any(a >= b for a, b in zip(steps, steps[1:])):
-            return f"reports: steps {brief(steps, 40)} do not rise from above 0"
-        if steps[-1] != budget:
-            return f"reports: the last is at step {steps[-1]}, not the budget {budget} (a recorded run is finished)"
-        for rep in reports:
-            if missing := [m for m in self.reads if m not in rep]:
-                return f"reports: step {rep['step']} lacks {cut(', '.join(missing), 60)}, which the experiment reads"
-        for rep in reports:
-            if wrong := next((m for m, v in rep.items() if ACCURACY.search(m) and not (is_number(v) and 0 <= v <= 1)), None):
-                return f"reports: {cut(wrong, 40)} {brief(rep[wrong], 20)} at step {rep['step']} is not an accuracy in [0, 1]"
-        return None
+        """Why the reports are not what a finished run of this experiment reports, or None (`reports_problem`)."""
+        return reports_problem(reports, budget, self.reads)
 
     def _not_a_config(self, budget: int, params: dict) -> str | None:
         """Why a run's budget and cell make no trial config of this experiment, or None: each value of

@@ -15,8 +15,8 @@ try:  # Ctrl-C while the command line loads gets the word a later one gets, not 
 
     from trainables.config import preset_names
     from core.tool_cli import Parser, closed_stdout, say
-    from sweeper.cli_types import (cpus, experiment_name, file_name, folder, plain, port, positive_int, replay_count,
-                                   sample_count, tolerance)
+    from sweeper.cli_types import (cpus, experiment_name, file_name, folder, plain, port, positive_int, progress_seconds,
+                                   replay_count, sample_count, tolerance, top_count)
     from sweeper.cli_process import adopt_orphans, check_working_dir, exit_at_once
     from sweeper.sweep_dir import DEFAULT_STORAGE
 except KeyboardInterrupt:
@@ -69,7 +69,7 @@ def _add_replay(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", type=folder, help=f"where named sweeps are (default ./{DEFAULT_STORAGE})")
     p.add_argument("--replays", type=replay_count, default=100, help="replays per method (default 100; at most 10,000)")
     p.add_argument("--tolerance", type=tolerance, default=0.01, help="how close to the best counts as found (default 0.01)")
-    p.add_argument("--top", type=positive_int, default=3, help="the best points whose stopped trials are counted (default 3)")
+    p.add_argument("--top", type=top_count, default=3, help="the best points whose stopped trials are counted (default 3)")
     p.set_defaults(func=verb("sweeper.commands.replay"))
 
 
@@ -113,7 +113,7 @@ def _add_progress(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress", choices=["auto", "table", "lines", "none"], default="auto",
                    help="how progress is shown: a live table, plain lines with the ETA, or nothing "
                         "(default auto: the table on a terminal, lines anywhere else)")
-    p.add_argument("--progress-every", type=positive_int, default=30, metavar="SECONDS",
+    p.add_argument("--progress-every", type=progress_seconds, default=30, metavar="SECONDS",
                    help="seconds between plain progress lines (default 30; a trial starting or ending prints one too)")
 
 
@@ -183,7 +183,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", type=folder, help=f"the storage the sweep ran with (default ./{DEFAULT_STORAGE})")
     p.add_argument("--tracking-uri", help="default: the one the sweep logged to")
     p.add_argument("--experiment", type=experiment_name, help="MLflow experiment (default: the sweep's name)")
-    p.add_argument("--top", type=positive_int, default=10, help="trials in the table (default 10)")
+    p.add_argument("--top", type=top_count, default=10, help="trials in the table (default 10)")
     p.add_argument("--markdown", type=file_name, metavar="FILE", help="also write the report as Markdown")
     p.set_defaults(func=verb("sweeper.commands.report"))
 

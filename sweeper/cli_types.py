@@ -59,6 +59,28 @@ def replay_count(text: str) -> int:
     return value
 
 
+MAX_TOP = 10_000  # `--top`: rows of a table, points of a replay
+
+
+def top_count(text: str) -> int:
+    """A number of best trials or points to show or count, 1 to MAX_TOP."""
+    value = positive_int(text)
+    if value > MAX_TOP:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_TOP:,}, got {brief(text, 40)}")
+    return value
+
+
+MAX_PROGRESS_S = 86_400  # `--progress-every`: past a day, no line would ever come
+
+
+def progress_seconds(text: str) -> int:
+    """Seconds between progress lines, 1 to MAX_PROGRESS_S."""
+    value = positive_int(text)
+    if value > MAX_PROGRESS_S:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_PROGRESS_S:,} seconds (a day), got {brief(text, 40)}")
+    return value
+
+
 def tolerance(text: str) -> float:
     """A finite number >= 0 (a difference in the metric's units)."""
     try:  # ASCII as typed: float() would also take spaces, underscores and other scripts' digits

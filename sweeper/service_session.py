@@ -75,11 +75,20 @@ class StoreFiles:
                 self.seen.setdefault(uri, identity)
 
 
+DRAIN_S, DRAIN_BYTES = 2.0, 64 << 20  # what a refused client may still send, read and dropped
+
+
 def reply_error(conn: socket.socket, text: str) -> None:
-    """A refused request: its one line, then exit code 2 (a launch that left hears nothing)."""
+    """A refused request: its one line, then exit code 2 (a launch that left hears nothing). What the
+    client still sends (the rest of a line too long) is then read and dropped, within DRAIN_S and
+    DRAIN_BYTES, so that its writing ends and it reads the line rather than a broken pipe."""
     try:
         send(conn, {"error": text})
         send(conn, {"exit": 2})
+        conn.settimeout(DRAIN_S)
+        deadline, left = time.monotonic() + DRAIN_S, DRAIN_BYTES
+        while left > 0 and time.monotonic() < deadline and (chunk := conn.recv(min(left, 1 << 16))):
+            left -= len(chunk)
     except OSError:
         pass
 

@@ -203,13 +203,12 @@ def check_resume(sweep_dir: Path, spec, uri: str, source: str) -> None:
     """Everything a resume needs of the folder, read without a write: the study is this project's
     ledger of `spec`, the checkpoints its unfinished trials continue from are sound, and the
     tracking store is the one the sweep started with."""
-    from sweeper.adapters.optuna_study import check_ledger, resume_facts
+    from sweeper.adapters.optuna_study import check_ledger
     from sweeper.sweep_dir import OPTUNA_DB
 
     db = Path(sweep_dir) / OPTUNA_DB
     check_layout(Path(sweep_dir))
-    check_ledger(db, spec, str(db))  # one line for a damaged or foreign study
-    unfinished, started_with = resume_facts(db, spec.name)
+    unfinished, started_with = check_ledger(db, spec, str(db))  # one line for a damaged or foreign study
     check_checkpoints(spec, unfinished, Path(sweep_dir) / "trials")
     check_same_store(Path(sweep_dir), uri, source, started_with)
 

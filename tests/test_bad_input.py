@@ -192,6 +192,10 @@ CLI_MISUSE = {
     "replay_tolerance_in_other_digits": (["replay", SMOKE, "--curves", "x.json", "--tolerance", "\u0663"], "must be a number"),
     "trial_set_a_blank_key": (["trial", "tiny", "--set", " =5"], "must be KEY=VALUE"),
     "status_storage_under_a_file": (["status", "--storage", "/etc/hostname/sub"], "/etc/hostname is a file"),
+    # counts with no use past a bound
+    "report_top_past_a_table": (["report", "s", "--top", str(10**30)], "--top: must be at most 10,000"),
+    "replay_top_past_a_table": (["replay", SMOKE, "--curves", "x.json", "--top", "10001"], "--top: must be at most 10,000"),
+    "launch_progress_every_past_a_day": (["launch", SMOKE, "--progress-every", "86401"], "--progress-every: must be at most"),
 }
 
 

@@ -181,13 +181,19 @@ def _finished_sweep(tmp_path: Path) -> Path:
     return space
 
 
-def test_a_damaged_sweep_folder_is_refused_in_one_line_and_left_as_it_was(tmp_path):
-    space = _finished_sweep(tmp_path)
-    made = tmp_path / "sweeps"
-    assert (made / "dmg" / "status.json").is_file() and (made / "dmg" / "trials" / "t0000").is_dir()
-    assert set(_sql_rows(made / "dmg")) >= {"sweeper.elapsed_s"}
+# one case of each class under `make test`; the rest of the matrix under `make test-long`
+EACH_CLASS = ("status_json_a_folder", "a_trial_folder_a_file", "elapsed_time_a_word", "one_trial_number_twice",
+              "a_checkpoint_of_another_run", "its_reports_a_folder", "the_saved_space_emptied",
+              "the_ray_record_a_folder", "its_reports_hard_linked_with_another_trial_s",
+              "a_metric_name_mlflow_refuses_in_a_finished_trial", "a_rung_value_no_report_made",
+              "the_study_s_direction_turned", "a_report_past_the_budget_in_a_finished_trial")
 
-    for name, (damage, must) in DAMAGES.items():
+
+def _refused_as_it_was(tmp_path: Path, space: Path, made: Path, names) -> None:
+    """Each damage of `names`, made to a copy of the finished sweep's storage, is refused by a
+    relaunch in one line, the copy left byte for byte as it was."""
+    for name in names:
+        damage, must = DAMAGES[name]
         storage = tmp_path / name
         shutil.copytree(made, storage, symlinks=True)
         damage(storage / "dmg")
@@ -199,6 +205,21 @@ def test_a_damaged_sweep_folder_is_refused_in_one_line_and_left_as_it_was(tmp_pa
         assert "Traceback" not in r.stderr and r.stdout == "", (name, r.stdout[-500:])
         assert _files(storage) == before, f"{name}: the refused resume changed the storage"
         assert not (storage / ".dmg.lock").exists(), f"{name}: the refused resume made a lock file"
+
+
+@pytest.mark.long
+def test_every_damage_of_the_matrix_is_refused_in_one_line_and_left_as_it_was(tmp_path):
+    space = _finished_sweep(tmp_path)
+    _refused_as_it_was(tmp_path, space, tmp_path / "sweeps", [name for name in DAMAGES if name not in EACH_CLASS])
+
+
+def test_a_damaged_sweep_folder_is_refused_in_one_line_and_left_as_it_was(tmp_path):
+    assert set(EACH_CLASS) <= set(DAMAGES)
+    space = _finished_sweep(tmp_path)
+    made = tmp_path / "sweeps"
+    assert (made / "dmg" / "status.json").is_file() and (made / "dmg" / "trials" / "t0000").is_dir()
+    assert set(_sql_rows(made / "dmg")) >= {"sweeper.elapsed_s"}
+    _refused_as_it_was(tmp_path, space, made, EACH_CLASS)
 
     # the space file and the sweep's copy of it, both edited to another valid space: not taken for the sweep's
     edited = tmp_path / "edited.yaml"

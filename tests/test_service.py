@@ -278,7 +278,10 @@ def test_the_socket_answers_its_user_only_and_bad_requests_get_one_line(tmp_path
                             "file: must be an absolute path"), (b"[1, 2]\n", "must be a JSON object"),
                            (b'{"verb": "status", "verb": "stop"}\n', 'the key "verb" is given twice'),
                            (b'{"verb": "stop", "sweep": "another", "pid": 1}\n', "stop request: takes no field but `verb`"),
-                           (b'{"verb": "status", "sweep": "another"}\n', "status request: takes no field but `verb`")):
+                           (b'{"verb": "status", "sweep": "another"}\n', "status request: takes no field but `verb`"),
+                           # a line past the limit: the rest is read and dropped, so the client's writing ends and
+                           # it reads the refusal (it was a broken pipe)
+                           (b'{"verb": "status", "pad": "' + b"x" * (3 << 20) + b'"}\n', "a message longer than")):
         with socket.socket(socket.AF_UNIX) as s:
             s.connect(str(sock))
             s.sendall(line)

@@ -69,14 +69,23 @@ def _the_sweep_s(summaries: list, name: str, where: str, advice: str) -> Any:
     return mine[0]
 
 
-def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
+def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> tuple[dict[int, dict[str, Any]], str | None]:
     """One line when the study of a sweep folder is not this project's ledger of `spec` (its format,
-    and what it holds: `optuna_checks`); read-only."""
+    and what it holds: `optuna_checks`); read-only, in one read. Else what a resume continues: the
+    trials started and not ended (duplicate draws left out), oldest first, each with its drawn
+    parameters, and the tracking URI the sweep started with."""
+    from sweeper.adapters.optuna_checks import ledger_problem
+
     with reading(db, where=where, advice=RESTART_ADVICE) as storage:
         summaries = optuna.study.get_all_study_summaries(storage=storage)
-    mine = [s for s in summaries if s.study_name == spec.name]
+        if ours := spec.name in {s.study_name for s in summaries}:
+            study = optuna.load_study(study_name=spec.name, storage=storage)
+            trials = study.get_trials(deepcopy=False)
+            rows = storage.get_n_trials(storage.get_study_id_from_name(spec.name))  # Optuna keeps one trial per number
+            if made_by_a_sweep(study.user_attrs) and study.user_attrs.get(FORMAT_ATTR) == FORMAT:
+                problem, started_with = ledger_problem(study, trials, spec), study.user_attrs.get("sweeper.tracking_uri")
     folder = Path(db).parent
-    if not mine and folder.name != spec.name and folder.name in {s.study_name for s in summaries}:
+    if not ours and folder.name != spec.name and folder.name in {s.study_name for s in summaries}:
         raise ConfigError(f"{short_path(folder / 'space.yaml', 100)}: names sweep `{cut(spec.name, 60)}`, but its folder "
                           f"and study are `{cut(folder.name, 60)}`: the saved copy was changed; put it back, or pass --restart")
     version = _the_sweep_s(summaries, spec.name, where,
@@ -85,28 +94,12 @@ def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> None:
         raise ConfigError(f"{where}: a sweep of folder format {version or 1} (this sweeper reads format {FORMAT}: "
                           "the study is the ledger, each trial's folder its own); pass --restart to start it over, "
                           "or finish it with the sweeper version that started it")
-    from sweeper.adapters.optuna_checks import ledger_problem
-
-    with reading(db, where=where, advice=RESTART_ADVICE) as storage:
-        study = optuna.load_study(study_name=spec.name, storage=storage)
-        problem = ledger_problem(study, study.get_trials(deepcopy=False), spec)
     if problem:
         raise ConfigError(f"{where}: {problem}")
-
-
-def resume_facts(db: str | Path, study_name: str) -> tuple[dict[int, dict[str, Any]], str | None]:
-    """Read-only, of a checked ledger: the trials a resume continues (started, not ended, not a
-    duplicate draw), oldest first, each with its drawn parameters, and the tracking URI the sweep
-    started with."""
-    with reading(db, advice=RESTART_ADVICE) as storage:
-        study = optuna.load_study(study_name=study_name, storage=storage)
-        trials = study.get_trials(deepcopy=False)
-        started_with = study.user_attrs.get("sweeper.tracking_uri")
-        rows = storage.get_n_trials(storage.get_study_id_from_name(study_name))  # Optuna keeps one trial per number
-        bad = f"{rows} trial rows hold {len(trials)} trial numbers (a number given twice)" if rows != len(trials) else None
-    if bad:
-        raise ConfigError(f"{db}: {bad}; the study was changed outside the sweeper: put the sweep's own back, "
-                          "or pass --restart to start the sweep over")
+    if rows != len(trials):
+        raise ConfigError(f"{where}: {rows} trial rows hold {len(trials)} trial numbers (a number given twice); the "
+                          "study was changed outside the sweeper: put the sweep's own back, or pass --restart to start "
+                          "the sweep over")
     running = [t for t in trials if t.state == TrialState.RUNNING and "duplicate_of" not in t.user_attrs]
     return {t.number: t.params for t in sorted(running, key=lambda t: t.number)}, started_with
 
