@@ -114,7 +114,8 @@ class Chunks:
 
     def not_its_reports(self, budget: int, reports: list[dict]) -> str | None:
         """Why the reports are not what a finished run of this experiment reports, or None (`reports_problem`)."""
-        return reports_problem(reports, budget, self.reads)
+        problem = reports_problem(reports, budget, self.reads)
+        return problem and f"reports: {problem}"
 
     def _not_a_config(self, budget: int, params: dict) -> str | None:
         """Why a run's budget and cell make no trial config of this experiment, or None: each value of
