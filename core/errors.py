@@ -149,14 +149,20 @@ def expand_user(path: str | os.PathLike) -> Path:
                           "write the path out (~/ is your own home)") from None
 
 
+def control_character(text: str) -> str | None:
+    """The first control character of `text` (a line break, a terminal escape: a line showing it
+    would show another text), or None. A byte the locale did not decode (a surrogate escape) is
+    not one: each reader says what it makes of those."""
+    return next((c for c in text if not c.isprintable() and not "\udc80" <= c <= "\udcff"), None)
+
+
 def check_folder_variable(name: str) -> None:
     """An environment variable naming a folder (`$RAY_TMPDIR`, `$XDG_STATE_HOME`, ...) holds no
     control character: a folder would be made under a name no one typed, and a refusal would show
     another one. One ConfigError line otherwise."""
     value = os.environ.get(name, "")
-    controls = [c for c in value if not c.isprintable() and not "\udc80" <= c <= "\udcff"]  # an undecodable byte: a name's
-    if controls:
-        raise ConfigError(f"${name} {brief(value, 60)}: holds {controls[0]!a}, a control character; name a folder without one")
+    if (char := control_character(value)) is not None:
+        raise ConfigError(f"${name} {brief(value, 60)}: holds {char!a}, a control character; name a folder without one")
 
 
 def warnings_as_errors() -> str | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from core.errors import brief
+from core.errors import brief, control_character
 
 
 def positive_int(text: str) -> int:
@@ -120,7 +120,7 @@ def plain(text: str) -> str:
                                              f"sweep's stores need UTF-8 names), got {brief(text, 40)}")
         raise argparse.ArgumentTypeError(f"holds the byte {byte!a}, which this locale's encoding ({encoding}) does not "
                                          f"read; under a UTF-8 locale (LANG=C.UTF-8) it is read, got {brief(text, 40)}")
-    if text != text.strip() or not text.isprintable():
+    if text != text.strip() or control_character(text) is not None:
         raise argparse.ArgumentTypeError(f"must have no spaces around it and no control characters, got {brief(text, 40)}")
     return text
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from sweeper.sweep_dir import DEFAULT_STORAGE, is_uri
 from sweeper.tracking_uri import resolve_uri, uri_source
-from core.errors import ConfigError, brief, expand_user
+from core.errors import ConfigError, brief, control_character, expand_user
 
 MAX_FIELD = 4096  # characters of a path or URI in a request
 TrackingSource = Literal["--tracking-uri", "$MLFLOW_TRACKING_URI", "the default tracking URI"]  # tracking_uri.uri_source
@@ -43,8 +43,7 @@ def path_text(value: str) -> str:
 def printable_path(value: str) -> str:
     """A path with no control character, as the command line takes it: a line break or a terminal
     escape would make a refusal or a log line show another value (ValueError otherwise)."""
-    if not path_text(value).isprintable():
-        char = next(c for c in value if not c.isprintable())
+    if (char := control_character(path_text(value))) is not None:
         raise ValueError(f"holds {char!a}, a control character; the command line takes no such name either")
     return value
 
