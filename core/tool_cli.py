@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import os
 import sys
 from typing import Callable, NoReturn
@@ -101,6 +102,20 @@ def answer(err: BaseException) -> tuple[str | None, int] | None:
             drop_stdout()
             return error_line(line), 2
     return None
+
+
+class StdoutLines(logging.StreamHandler):
+    """A log's lines on stdout; a reader that left (`| head`) or a full disk ends them there (stdout
+    then points at /dev/null), not with a traceback on stderr for every line after."""
+
+    def __init__(self):
+        super().__init__(sys.stdout)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            drop_stdout()
+        else:
+            super().handleError(record)
 
 
 def hold_closed_stderr() -> None:

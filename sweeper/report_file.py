@@ -54,7 +54,7 @@ def is_report(path: Path) -> bool:
 def check_own_place(path: str, target: Path, resolved: Path, sweep_dir: Path | None) -> None:
     """A report file is no lock file and lies outside the service's folder and every sweep's folder
     (realpath-resolved: a link or `..` leads nowhere else)."""
-    from sweeper.service_link import service_dir
+    from sweeper.service_folder import service_dir
     from sweeper.sweep_dir import check_not_in_sweep
 
     if target.name.endswith(".lock") or resolved.name.endswith(".lock"):

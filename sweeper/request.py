@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from sweeper.sweep_dir import DEFAULT_STORAGE, is_uri
 from sweeper.tracking_uri import resolve_uri, uri_source
-from core.errors import ConfigError, brief, control_character, expand_user
+from core.errors import ConfigError, brief, control_character, cut, expand_user
 
 MAX_FIELD = 4096  # characters of a path or URI in a request
 TrackingSource = Literal["--tracking-uri", "$MLFLOW_TRACKING_URI", "the default tracking URI"]  # tracking_uri.uri_source
@@ -146,7 +146,7 @@ class SweepRequest(BaseModel):
     @classmethod
     def from_message(cls, message: Mapping[str, Any]) -> "SweepRequest":
         """The request an attached launch sent (its `verb`, `code` and `root` are the service's)."""
-        fields = {k: v for k, v in message.items() if k not in ("verb", "code", "root", "progress_every")}
+        fields = {k: v for k, v in message.items() if k not in ("verb", "code", "root", "tracking_env", "progress_every")}
         return cls.checked(fields, "launch request")
 
     @classmethod
@@ -185,16 +185,50 @@ def current_umask() -> int:
     return old
 
 
-def launch_origin(message: Mapping[str, Any]) -> tuple[str, str]:
-    """An attached launch's `code` (the hash of its checkout's modules) and `root` (that checkout),
-    checked: a service acts on them (runs the sweep, refers it back, or restarts on new code)."""
-    code, root = message.get("code"), message.get("root")
+TRACKING_ENV = re.compile(r"(MLFLOW|DATABRICKS|AWS|AZURE|GOOGLE)_[A-Z0-9_]*")  # what MLflow and its stores read
+MAX_TRACKING_ENV = 500
+
+
+def tracking_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of `environ` that MLflow and its artifact stores read from their process
+    ($MLFLOW_ALLOW_FILE_STORE, credentials; $MLFLOW_TRACKING_URI aside: a request carries it
+    resolved), each as a hash of its value. A sweep on the service runs with the service's."""
+    import hashlib
+
+    return {k: hashlib.sha256(v.encode(errors="surrogateescape")).hexdigest()[:16]
+            for k, v in sorted(environ.items()) if TRACKING_ENV.fullmatch(k) and k != "MLFLOW_TRACKING_URI"}
+
+
+def launch_origin(message: Mapping[str, Any]) -> tuple[str, str, dict[str, str]]:
+    """An attached launch's `code` (the hash of its checkout's modules), `root` (that checkout) and
+    `tracking_env` (`tracking_environment` of its own), checked: a service acts on them (runs the
+    sweep, refers it back, or restarts on new code)."""
+    code, root, env = message.get("code"), message.get("root"), message.get("tracking_env", {})
     if not isinstance(code, str) or not re.fullmatch(r"[0-9a-f]{16}", code):
         raise ConfigError(f"launch request: code: must be the 16 hex digits of a checkout's code hash, got {brief(code, 40)}")
+    if not (isinstance(env, dict) and len(env) <= MAX_TRACKING_ENV and all(
+            isinstance(k, str) and TRACKING_ENV.fullmatch(k) and isinstance(v, str) and re.fullmatch(r"[0-9a-f]{16}", v)
+            for k, v in env.items())):
+        raise ConfigError(f"launch request: tracking_env: must map at most {MAX_TRACKING_ENV} variable names MLflow reads "
+                          f"to 16 hex digits, got {brief(env, 60)}")
     try:
-        return code, absolute_path(root if isinstance(root, str) else "")
+        return code, absolute_path(root if isinstance(root, str) else ""), env
     except ValueError as err:
         raise ConfigError(f"launch request: root: {err} (the launch's checkout), got {brief(root, 60)}") from None
+
+
+def elsewhere(message: Mapping[str, Any], root: str, environ: Mapping[str, str]) -> str | None:
+    """Why an attached launch's sweep runs in the launch's own process rather than on the service
+    of checkout `root` and environment `environ` (None: it runs on the service): another checkout,
+    or what MLflow reads from the environment set otherwise (one process has one of each)."""
+    _, theirs, env = launch_origin(message)
+    if theirs != root:
+        return f"the sweep service runs the checkout at {cut(root, 120)}, this launch is from {cut(theirs, 120)}: it runs in its own process"
+    mine = tracking_environment(environ)
+    if differ := sorted(k for k in set(env) | set(mine) if env.get(k) != mine.get(k)):
+        return (f"this launch's environment sets {brief(differ, 80)} otherwise than the sweep service's (MLflow reads "
+                "them from its process): it runs in its own process; a service started in this environment shares them")
+    return None
 
 
 def request_verb(message: Mapping[str, Any]) -> Any:

@@ -13,19 +13,19 @@ service's own lines go to its log (`logging`).
                 line back; neither stops the service
     state       service.json: pid, start time, code hash, workers; the log is service.log when
                 detached (`sweeper serve --detach`)
-    ending      `sweeper serve --stop`, SIGTERM or Ctrl-C: every sweep is interrupted and written
-                down (resumable), then Ray shuts down. SIGKILL loses nothing either: each sweep
-                resumes as after a killed driver, and the next service ends the killed one's Ray
-                processes (recorded in its folder, sweeper/orphans.py)
+    ending      `sweeper serve --stop`, SIGTERM, SIGHUP (its terminal closed) or Ctrl-C: every sweep
+                is interrupted and written down (resumable), then Ray shuts down; SIGKILL loses
+                nothing either (each sweep resumes as after a killed driver; the next service ends
+                the killed one's Ray processes, recorded in its folder: sweeper/orphans.py)
     new code    a launch while the checkout's modules on disk differ from those the service
-                imported (a hash of core/, sweeper/ and trainables/, taken by the service itself,
-                never the one a request claims) restarts the service first when it runs no sweep: new
-                imports, new warm workers; while sweeps run, that launch runs in its own process
-                and says so. A sweep never runs code older than its launch's.
+                imported (its own hash of core/, sweeper/ and trainables/, never a request's)
+                restarts the service first when it runs no sweep (new imports, new warm workers);
+                while sweeps run, it runs in its own process. No sweep runs older code than its launch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -43,15 +43,16 @@ from sweeper.events import Event, Running, Say
 from sweeper.faults import Faults
 from sweeper.local_ray import LATE_NOTE, check_ray_temp, loopback_only
 from sweeper.lock import open_lock_file
-from sweeper.request import SweepRequest, launch_origin, request_verb
+from sweeper.request import SweepRequest, elsewhere, request_verb
 from sweeper.service_session import LaunchSink, Served, StoreFiles, first_message, reply_error, say_alive, watch_client
 from sweeper.sweep import Sweep, SweepHost
-from sweeper.service_link import (LOCK, LOG, SOCKET, STATE, Messages, a_pid, check_entries, code_hash,
-                                  ensure_private_dir, listen, peer, project_root, read_state, send, service_dir)
+from sweeper.service_folder import LOCK, LOG, SOCKET, STATE, check_entries, ensure_private_dir, read_state, service_dir
+from sweeper.service_link import Messages, code_hash, listen, peer, project_root, send
+from sweeper.status import a_pid
 from core.files import write_atomic
 from core.errors import ConfigError, brief, cut, error_line, one_line, path_refusal, visible
 from core.uri_secrets import shown
-from core.tool_cli import Parser, run_tool
+from core.tool_cli import Parser, StdoutLines, run_tool
 from sweeper.cli_types import cpus
 
 JOIN_S = 120.0  # at the end, how long each sweep may take to write itself down
@@ -64,6 +65,7 @@ class Service:
     def __init__(self, directory: Path, workers: int):
         check_ray_temp()  # before its folder is made
         self.dir = ensure_private_dir(directory)
+        os.chdir(self.dir)  # its own: a launch's folder is the request's, and a folder it was started in may go
         check_entries(self.dir)  # a folder or link where its socket, state or log goes: one line, before Ray
         self.lock = self._take_lock()
         (self.dir / STATE).unlink(missing_ok=True)  # a killed service's: until this one listens, none answers
@@ -89,11 +91,11 @@ class Service:
         self.started = time.time()
         self.listener = listen(self.dir)
         self._write_state()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda *_: self._stop_everything())
 
     def _stop_everything(self) -> None:
-        """SIGTERM or Ctrl-C: every sweep stops now, as a launch's own driver would, then the service."""
+        """SIGTERM, SIGHUP or Ctrl-C: every sweep stops now, as a launch's own driver would, then the service."""
         self.ending.set()
         for sweep in list(self.sweeps.values()):  # no lock in a signal handler: a copy of the values
             sweep.stop.set()
@@ -179,13 +181,11 @@ class Service:
 
     def _launch(self, conn: socket.socket, message: dict, rest) -> None:
         request = SweepRequest.from_message(message)
-        _, root = launch_origin(message)  # the code it claims is not trusted: the checkout on disk decides
         if request.address is not None:  # its trials would train on this service's Ray, not there
             raise ConfigError(f"address {shown(request.address, 80)}: the service runs sweeps on its own Ray; "
                               "`sweeper launch --in-process --address ...` joins a cluster")
-        stale = (f"the sweep service runs the checkout at {project_root()}, this launch is from {cut(root, 120)}: it "
-                 "runs in its own process" if root != project_root() else self.stores.replaced(request.tracking_uri))
-        if stale:
+        # the code it claims is not trusted: the checkout on disk decides
+        if stale := elsewhere(message, project_root(), os.environ) or self.stores.replaced(request.tracking_uri):
             send(conn, {"stale": stale})
             return
         if code_hash() != self.code:
@@ -266,10 +266,8 @@ class Service:
                     break
             time.sleep(0.1)
         for name in (STATE, SOCKET):  # a socket without its state file: a service ending, not one gone astray
-            try:
+            with contextlib.suppress(OSError):
                 (self.dir / name).unlink()
-            except OSError:
-                pass
         from sweeper.adapters import ray_tune
 
         ray_tune.shutdown_ray()
@@ -284,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from sweeper.cli_types import usable_cpus
 
-    logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s", force=True)
+    logging.basicConfig(handlers=[StdoutLines()], level=logging.INFO, format="%(message)s", force=True)
     try:
         service = Service(service_dir(), max(1, args.workers or usable_cpus()))
     except ConfigError as err:

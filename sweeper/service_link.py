@@ -1,9 +1,6 @@
-"""The resident service's address and its wire, on both ends (stdlib only: a launch reaches it fast).
+"""The resident service's wire, on both ends (stdlib only: a launch reaches it fast); its folder
+and the files in it are sweeper/service_folder.py.
 
-    service_dir()     this user's folder of the service (mode 0700): $SWEEPER_SERVICE_DIR, else
-                      $XDG_RUNTIME_DIR/dat-sweeper, else ~/.cache/dat-sweeper/service
-    SOCKET, STATE, LOG  in it: the Unix socket (mode 0600), the running service's pid and code,
-                      its log
     connect()         a connection to this user's running service, or None where none runs; a
                       service that does not take the connection within a bound (stopped, its
                       queue full) is one ConfigError line, never silently passed by;
@@ -24,6 +21,7 @@ trials interrupted, resumable).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -35,77 +33,13 @@ from pathlib import Path
 from typing import Iterator
 
 from core import json_text
-from core.errors import ConfigError, brief, check_folder_variable, cut
+from core.errors import ConfigError, cut
 from sweeper.lock import lock_held
-from sweeper.orphans import PROCESSES_FILE
+from sweeper.service_folder import (LOCK, LOG, SOCKET, STATE, check_entries, ensure_private_dir, folder_info, read_state,
+                                    service_dir)
 from sweeper.status import a_pid
 
-SOCKET, STATE, LOG, LOCK = "service.sock", "service.json", "service.log", "service.lock"
 MAX_MESSAGE = 1 << 20
-MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
-
-
-def service_dir() -> Path:
-    if os.environ.get("SWEEPER_SERVICE_DIR"):
-        check_folder_variable("SWEEPER_SERVICE_DIR")
-        given = os.environ["SWEEPER_SERVICE_DIR"]
-        try:
-            folder = Path(given).expanduser()
-            if not folder.is_absolute():  # a service per working folder: a launch elsewhere would never find it
-                raise ConfigError(f"SWEEPER_SERVICE_DIR {brief(given, 80)}: a relative path; give an absolute one "
-                                  "(the service is found by it from every folder)")
-            return folder.resolve()
-        except (RuntimeError, OSError) as err:  # `~user` of no user, a loop of links
-            raise ConfigError(f"SWEEPER_SERVICE_DIR {cut(given, 80)}: not a usable folder ({cut(str(err), 80)})") from None
-    if os.path.isabs(os.environ.get("XDG_RUNTIME_DIR", "")):  # a relative one is ignored, as the XDG spec says
-        return Path(os.environ["XDG_RUNTIME_DIR"]) / "dat-sweeper"
-    return Path.home() / ".cache" / "dat-sweeper" / "service"
-
-
-def ensure_private_dir(path: Path) -> Path:
-    """Create `path` (mode 0700), or check that it is a folder of this user's that no one else may
-    enter; one line otherwise (a folder another user planted would let them take the socket's place)."""
-    socket_path = path / SOCKET
-    if len(str(socket_path)) > MAX_SOCKET_PATH:  # refused before anything is made
-        raise ConfigError(f"{cut(str(socket_path), 80)}: a socket path longer than {MAX_SOCKET_PATH} characters; "
-                          "set SWEEPER_SERVICE_DIR to a shorter folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        info = os.lstat(path)
-    except OSError as err:  # a file where the folder (or a folder above it) should be, no permission
-        raise ConfigError(f"{cut(str(path), 120)}: cannot be the service's folder ({err.strerror or err}); "
-                          "set SWEEPER_SERVICE_DIR to a folder of yours") from None
-    if not stat.S_ISDIR(info.st_mode):
-        raise ConfigError(f"{path}: the service's folder is not a folder (a link?); remove it")
-    if info.st_uid != os.getuid():
-        raise ConfigError(f"{path}: the service's folder belongs to user {info.st_uid}, not to you ({os.getuid()}); "
-                          "set SWEEPER_SERVICE_DIR to a folder of yours")
-    if info.st_mode & 0o077:
-        raise ConfigError(f"{path}: the service's folder is open to other users (mode {stat.S_IMODE(info.st_mode):o}); "
-                          f"chmod 700 {path}")
-    return path
-
-
-KINDS = {SOCKET: ("a socket", stat.S_ISSOCK), STATE: ("a file", stat.S_ISREG), LOG: ("a file", stat.S_ISREG),
-         LOCK: ("a file", stat.S_ISREG), PROCESSES_FILE: ("a file", stat.S_ISREG)}  # the last: its Ray's processes
-
-
-def check_entries(directory: Path) -> None:
-    """Each of the service's files in its folder is absent, this user's and of its kind (never a link,
-    a folder in a file's place, or a socket open to others): one line naming it otherwise."""
-    for name, (kind, is_kind) in KINDS.items():
-        try:
-            info = os.lstat(directory / name)
-        except FileNotFoundError:
-            continue
-        except OSError as err:
-            raise ConfigError(f"{directory / name}: cannot be read ({err.strerror or err}); remove it") from None
-        if not is_kind(info.st_mode) or stat.S_ISLNK(info.st_mode):
-            raise ConfigError(f"{cut(str(directory / name), 160)}: not {kind} (a link or a folder in its place?); the "
-                              "service's own file goes there: remove it")
-        if info.st_uid != os.getuid() or (name == SOCKET and info.st_mode & 0o077):  # the folder keeps the files
-            raise ConfigError(f"{cut(str(directory / name), 160)}: not this user's alone (owner {info.st_uid}, mode "
-                              f"{stat.S_IMODE(info.st_mode):o}); remove it, or `chmod 600` it if it is yours")
 
 
 ANSWER_S = 20.0  # a running service takes a connection and answers a request within this
@@ -128,21 +62,6 @@ def unresponsive(directory: Path, what: str, timeout_s: float = ANSWER_S, then: 
         if "sweeper.service_host" in process.cmdline() and process.status() in ("stopped", "tracing-stop"):
             why = f"is stopped (SIGSTOP or a debugger): `kill -CONT {process.pid}` lets it go on"
     return ConfigError(f"the sweep service at {cut(str(directory), 120)} {why}" + (f"; {then}" if then else ""))
-
-
-def folder_info(directory: Path) -> os.stat_result | None:
-    """The service folder's lstat, None where it does not exist (no service runs); a file there, or
-    above it, is a ConfigError: no service could ever run there."""
-    try:
-        info = os.lstat(directory)
-    except NotADirectoryError:
-        info = None
-    except OSError:
-        return None
-    if info is None or not (stat.S_ISDIR(info.st_mode) or stat.S_ISLNK(info.st_mode)):
-        raise ConfigError(f"{cut(str(directory), 120)}: cannot be the service's folder (a file, or under one); set "
-                          "SWEEPER_SERVICE_DIR to a folder of yours, or unset it")
-    return info
 
 
 def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socket.socket | None:
@@ -168,7 +87,7 @@ def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socke
                               f"runs a sweep in its own process; once its sweeps end, restart it ({STATE} names it)")
         return None
     check_entries(directory)  # a socket open to others, or something else in its place: never talked to
-    deadline = time.monotonic() + timeout_s
+    deadline, settled = time.monotonic() + timeout_s, time.monotonic() + START_S
     while True:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.settimeout(timeout_s)
@@ -180,9 +99,15 @@ def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socke
                 raise unresponsive(directory, "does not take a connection", timeout_s) from None
             time.sleep(0.2)
             continue
-        except OSError:
+        except OSError as err:  # refused, or the socket gone: a killed service's, or one starting or ending
             conn.close()
-            return None
+            if err.errno not in (errno.ECONNREFUSED, errno.ENOENT) or not lock_held(directory / LOCK):
+                return None
+            if time.monotonic() >= settled:  # else waited on: a launch now would start a Ray beside the ending one
+                raise ConfigError(f"the sweep service in {cut(str(directory), 120)} holds its lock but has taken no "
+                                  f"connection for {START_S:.0f} s (starting or ending); its log: {directory / LOG}")
+            time.sleep(0.2)
+            continue
         conn.settimeout(None)
         return conn
 
@@ -289,12 +214,3 @@ def code_hash() -> str:
             except OSError:
                 continue
     return digest.hexdigest()[:16]
-
-
-def read_state(directory: Path | None = None) -> dict:
-    try:
-        with open((directory or service_dir()) / STATE) as f:
-            state = json_text.loads(f.read(MAX_MESSAGE))
-        return state if isinstance(state, dict) else {}
-    except (OSError, ValueError):
-        return {}

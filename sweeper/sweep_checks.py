@@ -77,7 +77,7 @@ def check_request(request: SweepRequest) -> Checked:
 def check_outside_service(path: Path, what: str) -> None:
     """Nothing of a sweep (its folder, its tracking store and artifacts) lives in the sweep service's
     own folder (its socket, lock, log and records). `what` names the place as the user gave it."""
-    from sweeper.service_link import service_dir
+    from sweeper.service_folder import service_dir
 
     try:
         service = service_dir()

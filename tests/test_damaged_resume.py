@@ -240,6 +240,12 @@ def test_a_damaged_sweep_folder_is_refused_in_one_line_and_left_as_it_was(tmp_pa
     row = next(line for line in r.stdout.splitlines() if line.lstrip().startswith("t0001"))
     assert r.returncode == 0 and " 40 " in f"{row} " and "400" not in r.stdout, r.stdout + r.stderr
 
+    # and a view rebuilt from a study holding a trial number twice says so, as the resume does
+    storage = tmp_path / "one_trial_number_twice"
+    (storage / "dmg" / "status.json").unlink()
+    r = sweeper("status", "dmg", "--storage", storage, cwd=tmp_path, timeout=300)
+    assert r.returncode == 2 and "a number given twice" in r.stderr and r.stdout == "", r.stdout + r.stderr
+
 
 STORE_LOCK_DAMAGES = {"a_fifo": os.mkfifo, "a_folder": Path.mkdir,
                       "a_dangling_link": lambda lock: lock.symlink_to(lock.parent / "nowhere")}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import ConfigError
-from sweeper import orphans, service_link
+from sweeper import orphans, service_folder
 
 
 @pytest.mark.parametrize("value", [" ", "relative/state", "\x1b[31mX"])
@@ -26,9 +26,9 @@ def test_a_relative_runtime_folder_is_ignored(monkeypatch, tmp_path):
     monkeypatch.delenv("SWEEPER_SERVICE_DIR", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("XDG_RUNTIME_DIR", "run")
-    assert service_link.service_dir() == tmp_path / ".cache" / "dat-sweeper" / "service"
+    assert service_folder.service_dir() == tmp_path / ".cache" / "dat-sweeper" / "service"
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
-    assert service_link.service_dir() == tmp_path / "run" / "dat-sweeper"
+    assert service_folder.service_dir() == tmp_path / "run" / "dat-sweeper"
 
 
 @pytest.mark.parametrize("value, expect", [(" ", "a relative path; give an absolute one"),
@@ -37,7 +37,7 @@ def test_a_relative_runtime_folder_is_ignored(monkeypatch, tmp_path):
 def test_a_relative_service_folder_is_one_line(monkeypatch, value, expect):
     monkeypatch.setenv("SWEEPER_SERVICE_DIR", value)
     with pytest.raises(ConfigError, match=expect) as err:
-        service_link.service_dir()
+        service_folder.service_dir()
     assert "\n" not in str(err.value) and "\x1b" not in str(err.value)
 
 

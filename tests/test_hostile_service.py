@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sweeper.orphans import PROCESSES_FILE
-from sweeper.service_link import LOCK, LOG, SOCKET, STATE
+from sweeper.service_folder import LOCK, LOG, SOCKET, STATE
 from tests.hostile import ROOT, assert_refused, snapshot, sweeper
 
 SMOKE = str(ROOT / "search_spaces" / "smoke.yaml")
@@ -230,3 +230,78 @@ def test_a_folder_or_link_where_the_service_keeps_a_file_is_one_line_before_it_s
         r = sweeper(*args, cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(folder)}, timeout=120)
         assert_refused(r, entry, "not a ", root=tmp_path, before=before)
     assert victim.read_text() == "keep me\n" and oct(victim.stat().st_mode & 0o777) == "0o644"
+
+
+def test_an_ending_service_is_waited_on_not_said_gone(tmp_path):
+    """A service that holds its lock but refuses connections (its socket closed: writing its sweeps
+    down, then its Ray) is waited on until it ends: `--status` said none runs at once, and a launch
+    would have started its own Ray beside the ending one."""
+    folder = tmp_path / "svc"
+    folder.mkdir(mode=0o700)
+    with socket.socket(socket.AF_UNIX) as closed:  # the socket file stays, nothing listens on it: connect is refused
+        closed.bind(str(folder / SOCKET))
+        os.chmod(folder / SOCKET, 0o600)
+        closed.listen(1)
+    lock = open(folder / LOCK, "w")
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    (folder / STATE).write_text(json.dumps({"pid": 4242}))
+    released = threading.Event()
+
+    def end_in_a_while() -> None:
+        import time
+
+        time.sleep(3)
+        released.set()
+        lock.close()
+
+    threading.Thread(target=end_in_a_while, daemon=True).start()
+    r = sweeper("serve", "--status", cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(folder)}, timeout=120)
+    assert released.is_set(), "said before the ending service had ended: " + r.stdout + r.stderr
+    assert r.returncode == 1 and "no sweep service runs" in r.stdout + r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_advice_for_a_shared_open_folder_is_to_name_another_never_to_close_it(tmp_path):
+    """`chmod 700 /tmp` would break the machine for everyone: a folder holding more than the service's
+    files is not the service's to close."""
+    shared, own = tmp_path / "shared", tmp_path / "own"
+    shared.mkdir()
+    (shared / "someone_else_s.txt").write_text("x\n")
+    os.chmod(shared, 0o1777)
+    own.mkdir()
+    os.chmod(own, 0o755)
+    for args in (("serve", "--status"), ("serve", "--stop"), ("launch", SMOKE)):
+        line = assert_refused(sweeper(*args, cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(shared)}, timeout=120),
+                              "a folder of the service's own")
+        assert "chmod" not in line, line
+        line = assert_refused(sweeper(*args, cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(own)}, timeout=120),
+                              f"chmod 700 {own}")
+    assert oct(shared.stat().st_mode & 0o7777) == "0o1777"
+
+
+def test_a_fifo_for_the_service_s_state_is_read_as_nothing_not_waited_on(tmp_path):
+    """A stopped service's state is read to name its pid: a FIFO there blocked the read for ever."""
+    from sweeper.service_folder import read_state
+
+    os.mkfifo(tmp_path / STATE)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(read_state(tmp_path)), daemon=True)
+    reader.start()
+    reader.join(60)
+    assert got == [{}], "read_state waited on a FIFO"
+
+
+def test_the_service_s_log_lines_to_a_reader_that_left_end_quietly(tmp_path):
+    """`sweeper serve | head -1`: every log line after the reader left was a traceback on stderr."""
+    import subprocess
+    import sys
+
+    script = ("import logging; from core.tool_cli import StdoutLines; "
+              "logging.basicConfig(handlers=[StdoutLines()], level=logging.INFO, format='%(message)s', force=True); "
+              "[logging.info('sweep %d: running ' + 'x' * 200, i) for i in range(2000)]; print('done', file=__import__('sys').stderr)")
+    reader = subprocess.Popen(["head", "-1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    r = subprocess.run([sys.executable, "-c", script], stdout=reader.stdin, stderr=subprocess.PIPE, text=True,
+                       cwd=ROOT, timeout=120)
+    reader.stdin.close()
+    assert reader.stdout.read().startswith(b"sweep 0: running")
+    reader.wait(30)
+    assert r.returncode == 0 and r.stderr.strip() == "done", r.stderr[-2000:]

@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from sweeper.service_link import LOCK as SERVICE_LOCK
+from sweeper.service_folder import LOCK as SERVICE_LOCK
 from sweeper.service_link import Messages
 from tests.hostile import ROOT, assert_refused, module, snapshot, sweeper
 
@@ -272,7 +272,8 @@ def test_report_of_a_study_damaged_past_its_schema_is_one_line(tmp_path, damage)
 
 def test_a_socket_that_answers_outside_the_protocol_is_said_not_taken_for_no_service(tmp_path):
     from core.errors import ConfigError
-    from sweeper.service_link import SOCKET, request
+    from sweeper.service_folder import SOCKET
+    from sweeper.service_link import request
 
     folder = tmp_path / "svc"
     folder.mkdir(mode=0o700)

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, sweeper_cmd, sweeper_env
-from sweeper.service_link import SOCKET, STATE, Messages, read_state, request
+from sweeper.service_folder import SOCKET, STATE, read_state
+from sweeper.service_link import Messages, request
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the service's peer check is Linux's SO_PEERCRED")]
@@ -432,7 +433,7 @@ def test_a_stop_while_the_service_starts_waits_for_it_and_stops_it(tmp_path, ser
     """`serve --stop` in the seconds a service holds its lock but has no socket yet (Ray starting) said
     "no sweep service runs", exit 0, and the service came up and stayed."""
     from sweeper.lock import lock_held
-    from sweeper.service_link import LOCK
+    from sweeper.service_folder import LOCK
 
     env = env_of(service_dir)
     start = subprocess.Popen(sweeper_cmd("serve", "--detach", "--workers", "1"), cwd=tmp_path, env=env,

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from sweeper.events import Fitted, Running, Say, TopTrials
 from sweeper.live_events import Terminal
-from sweeper.request import SweepRequest
-from sweeper.service_link import (ANSWER_S, SILENT_S, Messages, code_hash, connect, project_root, send, service_dir,
-                                  unresponsive)
+from sweeper.request import SweepRequest, tracking_environment
+from sweeper.service_folder import service_dir
+from sweeper.service_link import ANSWER_S, SILENT_S, Messages, code_hash, connect, project_root, send, unresponsive
 from sweeper.sweep_checks import check_request
 from core.errors import ConfigError, brief, cut, one_line, visible
 
@@ -31,7 +31,8 @@ def attach(sweep: SweepRequest, progress: str, every_s: float) -> int | None:
     if conn is None:
         return None
     name = check_request(sweep).spec.name
-    request = {"verb": "launch", "code": code_hash(), "root": project_root(), **sweep.message()}
+    request = {"verb": "launch", "code": code_hash(), "root": project_root(),
+               "tracking_env": tracking_environment(os.environ), **sweep.message()}
     for _ in range(2):  # a second time after the service restarted on this checkout's code
         with conn:
             send(conn, request)

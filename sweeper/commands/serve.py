@@ -21,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sweeper.local_ray import check_ray_temp
 from sweeper.lock import lock_held
-from sweeper.service_link import LOCK, LOG, START_S, a_pid, check_entries, ensure_private_dir, request, service_dir
+from sweeper.service_folder import LOCK, LOG, check_entries, ensure_private_dir, service_dir
+from sweeper.service_link import START_S, request
+from sweeper.status import a_pid
 from core.errors import ConfigError, brief, check_warnings_are_warnings, cut, visible
 
 STOP_TIMEOUT_S = 150.0  # until a stopped service's process has ended (its sweeps write themselves down first)

@@ -49,7 +49,7 @@ def run(options: Options) -> int:
 def list_sweeps(storage: str | None) -> int:
     """The sweeps under the storage folder, then the sweep service's, if one runs; exit 1 when there is neither."""
     from sweeper.commands.serve import service_status, show_status
-    from sweeper.service_link import folder_info, service_dir
+    from sweeper.service_folder import folder_info, service_dir
 
     folder_info(service_dir())  # a service folder that cannot be one is said before anything is listed
     folder = storage or DEFAULT_STORAGE
