@@ -1,5 +1,6 @@
 """JSON text read as data: every text that is not JSON, nested too deep for the parser included,
-is a ValueError, so a reader has one failure to answer."""
+or an object giving one key twice (which `json` reads as the last), is a ValueError, so a reader
+has one failure to answer."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
-def loads(text: str | bytes, *, unique_keys: bool = False) -> Any:
-    """`json.loads`, with nesting deeper than the parser's stack (a RecursionError) a ValueError;
-    with `unique_keys`, an object giving a key twice is a `DuplicateKey` (json keeps the last)."""
+def loads(text: str | bytes, *, unique_keys: bool = True) -> Any:
+    """`json.loads`, with nesting deeper than the parser's stack (a RecursionError) a ValueError,
+    and an object giving a key twice a `DuplicateKey` (json keeps the last; every file this project
+    writes gives each once, so a second is damage: a `"state"` given twice showed a finished sweep
+    as interrupted). `unique_keys=False` reads as `json` does."""
     try:
         return json.loads(text, object_pairs_hook=_unique if unique_keys else None)
     except RecursionError:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import stat
 import tempfile
 import urllib.parse
 from pathlib import Path
 
+from core import json_text
 from core.errors import ConfigError, cut, expand_user
 
 PROBE_BYTES = 64 * 1024  # more than a file system's reserve of a few blocks; what a first report needs
@@ -122,7 +122,7 @@ def read_json_limited(path: str | Path, what: str, max_bytes: int, where: str):
     if it is not JSON (or nested too deep to parse)."""
     raw = read_limited(path, what, max_bytes)
     try:
-        return json.loads(raw.decode("utf-8"))
+        return json_text.loads(raw.decode("utf-8"))
     except RecursionError:
         raise ConfigError(f"{where}: not JSON this command reads: nested too deep") from None
     except (UnicodeDecodeError, ValueError) as err:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import IO, Iterator
 
+from core import json_text
 from core.errors import ConfigError, cut
 
 def _link_refused(path: Path) -> ConfigError:
@@ -119,8 +120,8 @@ def hold_sweep_lock(sweep_dir: Path, name: str, on_service: bool = False, claim:
     except BlockingIOError:
         f.seek(0)
         try:
-            holder = json.loads(f.read(4096) or "{}")  # what the holder wrote: a short JSON object
-        except (ValueError, RecursionError):
+            holder = json_text.loads(f.read(4096) or "{}")  # what the holder wrote: a short JSON object
+        except ValueError:
             holder = {}
         f.close()
         holder = holder if isinstance(holder, dict) else {}

@@ -100,9 +100,29 @@ def load_records(sweep_dir: Path) -> tuple[dict, list[TrialRecord]]:
         if data["state"] not in STATES or data["mode"] not in ("max", "min"):
             raise ValueError(f"state/mode: not one of {STATES} / (max, min)")
         check_driver(data.get("driver", {"host": ""}))
-        return data, [TrialRecord.from_dict(t) for t in data["trials"]]
+        records = [TrialRecord.from_dict(t) for t in data["trials"]]
+        check_best(data.get("best"), records)
+        return data, records
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ConfigError(f"{path}: not a sweep status file ({cut(str(err), 100)}); move it away to rebuild it") from None
+
+
+def check_best(best, records: list[TrialRecord]) -> None:
+    """status.json's `best`: None, or a value no finite number (left out by the views: none judged
+    yet), or a finite value at a whole step of one of the file's trials, no further than that trial
+    trained; a ValueError otherwise, never a best no trial reached shown as the sweep's."""
+    if best is None:
+        return
+    if not isinstance(best, dict):
+        raise ValueError(f"best: must be a mapping of trial_id, step and value, got {brief(best, 30)}")
+    if finite(best.get("value")) is None:
+        return
+    trial = next((r for r in records if r.trial_id == best.get("trial_id")), None)
+    if trial is None:
+        raise ValueError(f"best.trial_id: {brief(best.get('trial_id'), 30)} is no trial of the file")
+    step = best.get("step")
+    if not (isinstance(step, int) and not isinstance(step, bool) and 0 <= step <= trial.step):
+        raise ValueError(f"best.step: must be a step {trial.trial_id} reached (0 to {trial.step}), got {brief(step, 30)}")
 
 
 def check_driver(driver) -> None:

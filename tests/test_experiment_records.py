@@ -45,7 +45,10 @@ def verbs_refuse(match: str) -> None:
     (gzip.compress(b'{"runs": [{"budget": 100, "reports": []}]}'), "run 0: not a recorded run"),
     # 18 MB of text that parses to gigabytes (a MemoryError traceback, or the OOM killer)
     (gzip.compress(b'{"runs": [' + b"{}," * 6_000_000 + b"{}]}"), "values, more than a record holds"),
-], ids=["not-gzip", "cut", "not-json", "deep", "a-list", "run-not-object", "run-without-params", "many-tiny-values"])
+    # `runs` given twice: JSON kept the last (3 of 80 runs), and the plan would have trained the rest again
+    (gzip.compress(b'{"runs": [], "runs": []}'), 'the key "runs" is given twice'),
+], ids=["not-gzip", "cut", "not-json", "deep", "a-list", "run-not-object", "run-without-params", "many-tiny-values",
+        "a-key-twice"])
 def test_a_damaged_record_is_one_line_for_every_verb(chunks, content, expect):  # noqa: F811
     dps.DATA.write_bytes(content)
     verbs_refuse(expect)

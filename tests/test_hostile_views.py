@@ -61,6 +61,23 @@ def test_the_ui_of_a_store_that_is_not_there_yet_is_one_line_and_makes_none(tmp_
                    root=tmp_path, before=before)
 
 
+@pytest.mark.parametrize("damage,named", [("empty", "an empty file, not an MLflow store"),
+                                          ("-journal", "mlflow.db-journal: not a file SQLite wrote"),
+                                          ("-wal", "mlflow.db-wal: not a file SQLite wrote")])
+def test_the_ui_of_an_empty_store_or_one_with_a_stray_file_beside_it_is_one_line_and_changes_neither(tmp_path, damage, named):
+    """MLflow's server wrote its schema into an empty file, and deleted a stray -journal or -wal as SQLite's."""
+    import sqlite3
+
+    if damage == "empty":
+        (tmp_path / "mlflow.db").write_bytes(b"")
+    else:
+        with sqlite3.connect(tmp_path / "mlflow.db") as db:
+            db.execute("create table t (x)")
+        (tmp_path / f"mlflow.db{damage}").write_text("someone's notes\n")
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("ui", cwd=tmp_path, timeout=120), named, root=tmp_path, before=before)
+
+
 @pytest.mark.parametrize("host", ["", " ", "[]"])
 def test_an_empty_host_is_one_line_not_every_interface(tmp_path, host):
     before = snapshot(tmp_path)
@@ -94,11 +111,36 @@ def test_a_report_line_or_times_file_nested_beyond_the_parser_s_stack_is_skipped
     ({"state": "running", "driver": {"host": ["x"], "pid": -5, "started": "abc"}}, "driver: must be a mapping"),
     ({"state": "running", "driver": {"host": "vm", "pid": True, "started": None}}, "driver.pid: must be a process id"),
     ({"state": "running", "driver": {"host": "vm", "pid": 7, "started": "abc"}}, "driver.started: must be a time"),
+    # the best shown as given: a step "soon", a trial not in the file, a step past the trial's, 1e300 of a float
+    ({"best": {"trial_id": "t0000", "step": "soon", "value": 0.07}}, "best.step: must be a step t0000 reached"),
+    ({"best": {"trial_id": "t0099", "step": 10, "value": 0.07}}, "best.trial_id: 't0099' is no trial of the file"),
+    ({"best": {"trial_id": [1, {"a": 2}], "step": 10, "value": 0.07}}, "best.trial_id"),
+    ({"best": {"trial_id": "t0000", "step": 400, "value": 0.07}}, "(0 to 10), got 400"),
+    ({"best": [0.5]}, "best: must be a mapping"),
 ])
 def test_a_status_file_with_a_field_missing_or_of_the_wrong_kind_is_one_line(tmp_path, changes, named):
     _status(tmp_path, **changes)
     before = snapshot(tmp_path)
     assert_refused(sweeper("status", "s", cwd=tmp_path), "not a sweep status file", named, root=tmp_path, before=before)
+
+
+def test_a_key_given_twice_in_a_status_file_or_a_report_is_not_read_as_its_last(tmp_path):
+    """JSON keeps a key's last value: a finished sweep was shown as interrupted, a report's second
+    `acc_3x` as the trial's value."""
+    from core.errors import ConfigError
+    from trainables.run_dir import RunDir, strict_reports
+
+    _status(tmp_path)
+    path = tmp_path / "sweeps" / "s" / "status.json"
+    path.write_text(path.read_text().replace('"state": "finished"', '"state": "finished", "state": "running"'))
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("status", "s", cwd=tmp_path), 'the key "state" is given twice', root=tmp_path, before=before)
+    run = tmp_path / "t0000"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 10, "acc_3x": 0.05}\n{"step": 20, "acc_3x": 0.06, "acc_3x": 0.95}\n')
+    assert [r["acc_3x"] for r in RunDir(run).reports()] == [0.05]  # the lenient reader skips it, as any non-report
+    with pytest.raises(ConfigError, match="line 2: .*given twice"):
+        strict_reports((run / "metrics.jsonl").read_bytes(), "metrics.jsonl")
 
 
 def test_a_huge_trial_id_or_parameter_leaves_every_line_bounded(tmp_path):

@@ -328,6 +328,8 @@ def strict_reports(data: bytes, source: str) -> tuple[list[Report], bool]:
 def _report(raw: bytes, where: str, previous: int) -> Report:
     try:
         obj = json_text.loads(raw)
+    except json_text.DuplicateKey as err:
+        raise ConfigError(f"{where}: not a report the trainer writes: {err}") from None
     except ValueError:
         raise ConfigError(f"{where}: not a JSON report: {brief(raw.decode('utf-8', 'replace'), 40)}") from None
     if not isinstance(obj, dict) or not obj:

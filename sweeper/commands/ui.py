@@ -52,14 +52,25 @@ def run(options: Options) -> int:
 
 
 def check_store_exists(uri: str, source: str) -> None:
-    """A view shows a store, it never makes one: MLflow's server would create the database (and its
-    tables) where none is, in the user's folder."""
+    """A view shows a store, it never makes one or changes what lies beside it: MLflow's server would
+    create the database (and its tables) where none is or in an empty file, and delete a file under
+    SQLite's -journal or -wal name it did not write."""
     from sweeper.tracking_uri import hide_password, sqlite_path
 
+    from sweeper.fs import foreign_beside
+
     path = sqlite_path(uri)
-    if path is not None and not path.exists():
+    if path is None:
+        return
+    if not path.exists():
         raise ConfigError(f"{source} {cut(hide_password(uri), 120)}: no tracking store there yet; a sweep makes it "
                           "(`sweeper launch FILE` here), or name an existing one with --tracking-uri")
+    if path.is_file() and path.stat().st_size == 0:  # the server would write its schema into it
+        raise ConfigError(f"{source} {cut(hide_password(uri), 120)}: an empty file, not an MLflow store; a sweep "
+                          "makes one (`sweeper launch FILE` here), or name an existing one with --tracking-uri")
+    if (stray := foreign_beside(path)) is not None:  # the server opens the store for writing: SQLite would delete it
+        raise ConfigError(f"{cut(str(stray), 120)}: not a file SQLite wrote beside the tracking store; move it away "
+                          "(MLflow's server would delete it as SQLite's own)")
 
 
 def ready(uri: str, name: str | None, address: str) -> str:
