@@ -343,6 +343,9 @@ def run(options: Options) -> int:
         raise ConfigError(f"--set seed={brief(overrides['seed'], 20)}: the training seeds are 0 to N-1 of --seeds, "
                           "one run each; leave seed out of --set")
     systems = options.systems or list(SYSTEMS)
+    if (unused := next((k for k in overrides if not any(_applies(s, k) for s in systems)), None)) is not None:
+        raise ConfigError(f"--set {cut(unused, 40)}: no system of --systems ({cut(', '.join(systems), 60)}) takes it "
+                          "(dat.* is the DAT hybrid's, hybrid_dat); it would be ignored")
     from trainables.train import resolve_device
 
     for s in systems:  # fail fast on a bad override, and on cuda (--device or --set) without a CUDA device

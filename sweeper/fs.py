@@ -234,6 +234,15 @@ def foreign_beside(path: str | Path) -> Path | None:
                 None)
 
 
+def check_beside(path: str | Path, what: str) -> None:
+    """One line when a file SQLite did not write stands under a -journal or -wal name beside the
+    database at `path` (`what`: the database, as the line names it); a read-write open of the
+    database would delete it as SQLite's own."""
+    if (stray := foreign_beside(path)) is not None:
+        raise ConfigError(f"{cut(str(stray), 120)}: not a file SQLite wrote beside {what}; move it away (a write to "
+                          f"{what} would delete it as SQLite's own)")
+
+
 def why_unreadable(path: str | Path, err: BaseException) -> str:
     """What is wrong with an SQLite file a read failed on, in a few words: the file's own state where
     it shows (empty, not SQLite), else the innermost cause's first line (a library's wrapper, such

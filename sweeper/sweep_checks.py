@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from sweeper.fs import check_writable
+from sweeper.fs import check_beside, check_writable
 from sweeper.local_ray import check_ray_temp
 from sweeper.lock import check_lock_file, sweep_lock_path
 from sweeper.orphans import key_path
@@ -65,6 +65,7 @@ def check_request(request: SweepRequest) -> Checked:
                              "beside it); name the store's database, sqlite:///PATH/mlflow.db")
         check_outside_service(store, shown)
         check_lock_file(Path(f"{store}.lock"))
+        check_beside(store, "the tracking store")
     if (artifacts := artifacts_folder(request.tracking_uri, request.cwd)) is not None:
         check_outside_service(artifacts, f"the tracking store's artifacts {short_path(artifacts, 100)}")
         check_artifacts_folder(artifacts)
@@ -204,7 +205,6 @@ def check_resume(sweep_dir: Path, spec, uri: str, source: str) -> None:
     ledger of `spec`, the checkpoints its unfinished trials continue from are sound, and the
     tracking store is the one the sweep started with."""
     from sweeper.adapters.optuna_study import check_ledger
-    from sweeper.sweep_dir import OPTUNA_DB
 
     db = Path(sweep_dir) / OPTUNA_DB
     check_layout(Path(sweep_dir))
@@ -234,6 +234,7 @@ def check_layout(sweep_dir: Path) -> None:
         return ("a link" if path.is_symlink() else "a folder" if path.is_dir() else "a file" if path.is_file()
                 else "not a plain file")
 
+    check_beside(sweep_dir / OPTUNA_DB, "the sweep's study")  # the resume writes to it
     for view in (STATUS_FILE, SUMMARY_FILE):
         path = sweep_dir / view
         if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):

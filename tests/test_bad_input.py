@@ -170,6 +170,8 @@ CLI_MISUSE = {
     "dashboard_port_in_other_digits": (["dashboard", "s", "--port", "\uff18\uff10\uff18\uff10"], "must be a whole number"),
     "samples_with_an_underscore": (["validate", SMOKE, "--samples", "1_0"], "must be a whole number"),
     "reproduce_zero_seeds": (["reproduce", "--seeds", "0"], "--seeds"),
+    "reproduce_a_dat_setting_no_system_takes": (["reproduce", "--quick", "--systems", "lstm", "--set", "dat.switch_step=5"],
+                                                "--set dat.switch_step: no system of --systems (lstm) takes it"),
     # a value a refusal would show as another one (spaces around it, a line break), or a file named so
     "validate_file_with_a_space_before": (["validate", " " + str(SMOKE)], "no spaces around it"),
     "trial_blank": (["trial", " "], "must not be empty or blank"),

@@ -162,6 +162,10 @@ DAMAGES = {
                                                  "where trial_id = 1"), "dat.switch_step was drawn from"),
     "the_study_s_direction_turned": (_sql("update study_directions set direction = 'MINIMIZE'"),
                                      "the study minimizes, the space's mode is max"),
+    # SQLite deletes a -wal or -journal it did not write on the resume's first write (and here kept the
+    # resumed study in a -wal beside a database holding the interrupted one)
+    "a_stray_file_beside_the_study": (lambda sweep: (sweep / "optuna.db-wal").write_text("precious notes\n"),
+                                      "optuna.db-wal: not a file SQLite wrote beside the sweep's study"),
     "a_report_past_the_budget_in_a_finished_trial": (_report_past_the_budget,
                                                      "t0001/metrics.jsonl line 3: step: 400 is past the sweep's budget of 40"),
 }
@@ -186,7 +190,8 @@ EACH_CLASS = ("status_json_a_folder", "a_trial_folder_a_file", "elapsed_time_a_w
               "a_checkpoint_of_another_run", "its_reports_a_folder", "the_saved_space_emptied",
               "the_ray_record_a_folder", "its_reports_hard_linked_with_another_trial_s",
               "a_metric_name_mlflow_refuses_in_a_finished_trial", "a_rung_value_no_report_made",
-              "the_study_s_direction_turned", "a_report_past_the_budget_in_a_finished_trial")
+              "the_study_s_direction_turned", "a_report_past_the_budget_in_a_finished_trial",
+              "a_stray_file_beside_the_study")
 
 
 def _refused_as_it_was(tmp_path: Path, space: Path, made: Path, names) -> None:

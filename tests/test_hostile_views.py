@@ -78,6 +78,14 @@ def test_the_ui_of_an_empty_store_or_one_with_a_stray_file_beside_it_is_one_line
     assert_refused(sweeper("ui", cwd=tmp_path, timeout=120), named, root=tmp_path, before=before)
 
 
+def test_a_launch_beside_a_stray_file_under_the_store_s_journal_name_is_one_line_and_writes_nothing(tmp_path):
+    """MLflow's first write to the store would delete it as SQLite's own."""
+    (tmp_path / "mlflow.db-journal").write_text("someone's notes\n")
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("launch", str(ROOT / "search_spaces" / "smoke.yaml"), "--in-process", cwd=tmp_path, timeout=120),
+                   "mlflow.db-journal: not a file SQLite wrote beside the tracking store", root=tmp_path, before=before)
+
+
 @pytest.mark.parametrize("host", ["", " ", "[]"])
 def test_an_empty_host_is_one_line_not_every_interface(tmp_path, host):
     before = snapshot(tmp_path)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sweeper.adapters.optuna_study import sweep_study
 from sweeper.commands.web_server import Server, check_address, exposure_warning, url_of
-from sweeper.fs import foreign_beside, sqlite_url
+from sweeper.fs import check_beside, sqlite_url
 from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
 from core.errors import ConfigError
 
@@ -51,9 +51,7 @@ def command(db: Path, host: str, port: int) -> list[str]:
 def run(options: Options) -> int:
     db = study_file(options.name, options.storage)
     sid, _ = sweep_study(db, Path(options.name).name)  # read-only: an empty, damaged or foreign study is one line
-    if (stray := foreign_beside(db)) is not None:  # the server opens the study for writing: SQLite would delete it
-        raise ConfigError(f"{stray}: not a file SQLite wrote beside the study; move it away (the dashboard's server "
-                          "would delete it as SQLite's own)")
+    check_beside(db, "the study")  # the dashboard's server opens it for writing
     check_address(options.host, options.port)  # a held port, a foreign host: one line before anything starts
     cmd = command(db, options.host, options.port)
     if warning := exposure_warning(options.host, options.port, "the Optuna dashboard"):

@@ -57,7 +57,7 @@ def check_store_exists(uri: str, source: str) -> None:
     SQLite's -journal or -wal name it did not write."""
     from sweeper.tracking_uri import hide_password, sqlite_path
 
-    from sweeper.fs import foreign_beside
+    from sweeper.fs import check_beside
 
     path = sqlite_path(uri)
     if path is None:
@@ -68,9 +68,7 @@ def check_store_exists(uri: str, source: str) -> None:
     if path.is_file() and path.stat().st_size == 0:  # the server would write its schema into it
         raise ConfigError(f"{source} {cut(hide_password(uri), 120)}: an empty file, not an MLflow store; a sweep "
                           "makes one (`sweeper launch FILE` here), or name an existing one with --tracking-uri")
-    if (stray := foreign_beside(path)) is not None:  # the server opens the store for writing: SQLite would delete it
-        raise ConfigError(f"{cut(str(stray), 120)}: not a file SQLite wrote beside the tracking store; move it away "
-                          "(MLflow's server would delete it as SQLite's own)")
+    check_beside(path, "the tracking store")  # MLflow's server opens it for writing
 
 
 def ready(uri: str, name: str | None, address: str) -> str:
