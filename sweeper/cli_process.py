@@ -12,7 +12,7 @@ from core.errors import ConfigError, brief
 
 def check_working_dir() -> None:
     """A working folder removed under the shell is one line, before any verb resolves a path; so
-    is a relative $HOME, under which the sweeper, Ray and MLflow keep their files (a signing key,
+    is a $HOME relative or a file, under which the sweeper, Ray and MLflow keep their files (a signing key,
     a token, settings): relative, they would land in whatever folder a command runs from."""
     try:
         os.getcwd()
@@ -23,6 +23,19 @@ def check_working_dir() -> None:
     if home is not None and not os.path.isabs(home):
         raise ConfigError(f"$HOME {brief(home, 60)}: not an absolute path (the sweeper, Ray and MLflow keep files "
                           "under it); set it to your home folder, or unset it")
+    if home and (os.path.isfile(home) or _under_a_file(home)):  # matplotlib, Ray and MLflow warn or fail under it
+        raise ConfigError(f"$HOME {brief(home, 60)}: a file, or under one, not a folder (the sweeper, Ray and MLflow "
+                          "keep files under it); set it to your home folder, or unset it")
+
+
+def _under_a_file(path: str) -> bool:
+    try:
+        os.stat(path)
+    except NotADirectoryError:
+        return True
+    except OSError:
+        pass
+    return False
 
 
 PR_SET_CHILD_SUBREAPER = 36  # Linux prctl(2)

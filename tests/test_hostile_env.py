@@ -78,6 +78,17 @@ def test_a_relative_home_is_one_line_before_anything_is_written_under_the_workin
     assert_refused(r, "$HOME", "not an absolute path", root=tmp_path, before=before)
 
 
+@pytest.mark.parametrize("under", [False, True])
+def test_a_home_that_is_a_file_is_one_line_for_every_verb(tmp_path, under):
+    """`report` went on with matplotlib's two-line warning about its config folder under it."""
+    (tmp_path / "afile").write_text("x\n")
+    home = str(tmp_path / "afile" / "sub") if under else str(tmp_path / "afile")
+    before = snapshot(tmp_path)
+    for verb in (["report", "s"], ["status"], ["launch", str(ROOT / "search_spaces" / "smoke.yaml"), "--in-process"]):
+        assert_refused(sweeper(*verb, cwd=tmp_path, env={"HOME": home}), "$HOME", "a file, or under one",
+                       root=tmp_path, before=before)
+
+
 @pytest.mark.parametrize("variable", ["SWEEPER_SERVICE_DIR", "RAY_TMPDIR", "TMPDIR", "XDG_STATE_HOME"])
 def test_a_folder_variable_with_a_control_character_is_one_line_before_its_folder_is_made(tmp_path, variable):
     # `$XDG_STATE_HOME` or `$RAY_TMPDIR` holding \x01 made folders of that name; the service's was passed by silently
