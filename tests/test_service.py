@@ -184,6 +184,45 @@ def test_two_sweeps_launched_together_keep_their_own_trials_runs_store_and_umask
     assert readable == [], readable  # as a launch in its own process under umask 077 would leave them
 
 
+def test_a_service_whose_start_folder_went_serves_and_its_terminal_closing_writes_its_sweeps_down(tmp_path, service_dir):
+    """A service started in a folder since removed failed every launch (its imports looked there),
+    blaming the caller's store; SIGHUP (its terminal closed) killed it outright; and while it ended,
+    `serve --status` said none runs."""
+    from sweeper.lock import lock_held
+    from sweeper.service_folder import LOCK, LOG
+
+    env = env_of(service_dir)
+    start = tmp_path / "start"
+    start.mkdir()
+    pid = start_service(service_dir, start, env)
+    shutil.rmtree(start)
+    small = write_space(tmp_path, "small", 20)
+    done = subprocess.run(sweeper_cmd("launch", small, "--progress", "lines"), cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0 and "On the service (pid" in done.stdout, done.stdout + done.stderr
+    a = launch(write_space(tmp_path, "a", LONG), tmp_path, env)
+    wait_for(lambda: trained_steps(tmp_path / "sweeps" / "a") > 0, what="the sweep to report")
+    os.kill(pid, signal.SIGHUP)
+
+    def refused_or_gone() -> bool:  # the service has closed its socket (writing its sweeps down), or has ended
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(str(service_dir / SOCKET))
+                return False
+            except OSError:
+                return True
+
+    wait_for(refused_or_gone, 120, "the service to close its socket")
+    status = subprocess.run(sweeper_cmd("serve", "--status"), cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert not lock_held(service_dir / LOCK), "said before the ending service had ended: " + status.stdout + status.stderr
+    assert "no sweep service runs" in status.stdout + status.stderr and "Traceback" not in status.stderr
+    out = a.communicate(timeout=300)[0]
+    assert a.returncode == 130 and "interrupted" in out, out  # written down, not killed with its service
+    assert json.loads((tmp_path / "sweeps" / "a" / "status.json").read_text())["state"] == "interrupted"
+    assert "sweep service: stopped" in (service_dir / LOG).read_text()
+
+
 def test_a_killed_service_loses_nothing(tmp_path, service_dir):
     env = env_of(service_dir)
     # the service SIGKILLs itself when the third report (step 300 of the first trial) reaches it (sweeper/faults.py)
@@ -288,7 +327,7 @@ def test_the_socket_answers_its_user_only_and_bad_requests_get_one_line(tmp_path
             s.sendall(line)
             answer = next(iter(Messages(s)))
         assert expected in answer["error"] and "\n" not in answer["error"]
-    from sweeper.request import SweepRequest
+    from sweeper.request import SweepRequest, tracking_environment
 
     elsewhere = SweepRequest.from_caller(str(ROOT / "search_spaces" / "smoke.yaml"), cwd=tmp_path, environ={},
                                          address="ray://127.0.0.1:1").message()  # a cluster: not the service's Ray
@@ -297,7 +336,8 @@ def test_the_socket_answers_its_user_only_and_bad_requests_get_one_line(tmp_path
         s.sendall(json.dumps({"verb": "launch", "code": "0" * 16, "root": str(ROOT), **elsewhere}).encode() + b"\n")
         answer = next(iter(Messages(s)))
     assert "runs sweeps on its own Ray" in answer["error"] and not (tmp_path / "sweeps").exists()
-    here = SweepRequest.from_caller(str(ROOT / "search_spaces" / "smoke.yaml"), cwd=tmp_path, environ={}).message()
+    here = {**SweepRequest.from_caller(str(ROOT / "search_spaces" / "smoke.yaml"), cwd=tmp_path, environ={}).message(),
+            "tracking_env": tracking_environment(env)}  # the service's own: a launch from its environment
     for fields, expected in (({"code": 5, "root": str(ROOT)}, "code: must be the 16 hex digits"),  # not a restart
                              ({"code": "0" * 16, "root": ["/"]}, "root: must be a non-empty text"),
                              ({"tracking_source": "\x1b[2J" + "x" * 100_000}, "tracking_source"),
@@ -319,6 +359,19 @@ def test_the_socket_answers_its_user_only_and_bad_requests_get_one_line(tmp_path
             s.sendall(json.dumps(fields).encode() + b"\n")
             answer = next(iter(Messages(s)))
         assert "failed on this request" not in answer["error"] and len(answer["error"]) < 400, answer
+    with socket.socket(socket.AF_UNIX) as s:  # MLflow reads these from its process: a sweep on the service would not have it
+        s.connect(str(sock))
+        s.sendall(json.dumps({"verb": "launch", "code": "0" * 16, "root": str(ROOT), **here,
+                              "tracking_env": tracking_environment({"MLFLOW_ALLOW_FILE_STORE": "true"})}).encode() + b"\n")
+        answer = next(iter(Messages(s)))
+    assert "MLFLOW_ALLOW_FILE_STORE" in answer["stale"] and "runs in its own process" in answer["stale"], answer
+    for env_field in ({"X": "0" * 16}, {"MLFLOW_A": "zz"}, [1]):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(sock))
+            s.sendall(json.dumps({"verb": "launch", "code": "0" * 16, "root": str(ROOT), **here,
+                                  "tracking_env": env_field}).encode() + b"\n")
+            answer = next(iter(Messages(s)))
+        assert "tracking_env: must map" in answer["error"], answer
     with socket.socket(socket.AF_UNIX) as s:  # a made-up code: the checkout on disk is the service's, so no restart
         s.connect(str(sock))
         s.sendall(json.dumps({"verb": "launch", "code": "f" * 16, "root": str(ROOT), **here,
