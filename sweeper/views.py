@@ -13,7 +13,7 @@ from pathlib import Path
 from sweeper.events import Speaker, discard
 from sweeper.faults import Faults
 from sweeper.records import TrialRecord, trainer_metrics
-from sweeper.sweep_dir import SPACE_FILE
+from sweeper.sweep_dir import OPTUNA_DB, SPACE_FILE
 from sweeper.status import (STATUS_FILE, best_line, counts_line, driver_alive, driver_record, format_table,
                             launch_speed, load_records)
 from core.files import write_atomic
@@ -143,13 +143,14 @@ class SweepViews:
                                  "the sweep goes on, status.json stays current")
             self.tracking_failed = True
 
-    def write(self, state: str) -> None:
-        """status.json, atomically. Each trial's JSON is made once per change of its record."""
+    def write(self, state: str, updated: float | None = None) -> None:
+        """status.json, atomically, `updated` now (or when the sweep last wrote, for a view rebuilt
+        later). Each trial's JSON is made once per change of its record."""
         self._written, self._dirty = self.clock(), False
         head = json.dumps({
             "name": self.spec.name, "metric": self.spec.metric, "mode": self.spec.mode,
             "num_samples": self.spec.budget.num_samples, "state": state,
-            "started": self.ledger.attr("sweeper.started", self.launched), "updated": time.time(),
+            "started": self.ledger.attr("sweeper.started", self.launched), "updated": time.time() if updated is None else updated,
             "elapsed_before_s": float(self.ledger.attr("sweeper.elapsed_s", 0.0)), "launched": self.launched,
             "best": self.best(), "trial_speed": self.speed.value(), "driver": self.driver,
         }, indent=2, default=str)
@@ -181,8 +182,6 @@ def driver_running(sweep_dir: Path) -> bool:
 def ensure_status(sweep_dir: Path) -> bool:
     """status.json is a view: when it is gone and no driver runs, rebuild it from the ledger and the
     trials' folders. Returns True if it was rebuilt."""
-    from sweeper.sweep_dir import OPTUNA_DB
-
     sweep_dir = Path(sweep_dir)
     if (sweep_dir / STATUS_FILE).is_symlink():  # a link planted where the view goes: never written through
         raise ConfigError(f"{sweep_dir / STATUS_FILE}: a link, not the sweep's view; move it away to rebuild it")
@@ -200,8 +199,15 @@ def ensure_status(sweep_dir: Path) -> bool:
     ledger = Ledger(sqlite_read_only_url(db), spec, create=False)
     views = SweepViews(sweep_dir, spec, ledger, str(sweep_dir / "trials"))
     done = ledger.counted() >= spec.budget.num_samples and not ledger.unfinished()
-    views.write("finished" if done else "interrupted")
+    views.write("finished" if done else "interrupted", updated=_last_written(sweep_dir))
     return True
+
+
+def _last_written(sweep_dir: Path) -> float:
+    """When the sweep last wrote (its study, a trial's reports): what a rebuilt view was last updated
+    by, not the moment it was rebuilt."""
+    paths = [sweep_dir / OPTUNA_DB, *(sweep_dir / "trials").glob("t*/metrics.jsonl")]
+    return max((p.stat().st_mtime for p in paths if p.is_file() and not p.is_symlink()), default=time.time())
 
 
 TABLE_WIDTH = 1000  # characters of a line of the status table off a terminal

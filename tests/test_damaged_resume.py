@@ -239,11 +239,17 @@ def test_a_damaged_sweep_folder_is_refused_in_one_line_and_left_as_it_was(tmp_pa
     assert _files(storage) == before
 
     # the view rebuilt from that folder shows the trial where it trained to: not the report past the budget
+    # and updated when the sweep last wrote, an hour ago here, not when it was rebuilt ("0s ago")
     storage = tmp_path / "a_report_past_the_budget_in_a_finished_trial"
     (storage / "dmg" / "status.json").unlink()
+    an_hour_ago = time.time() - 3600
+    for path in (storage / "dmg").rglob("*"):
+        os.utime(path, (an_hour_ago, an_hour_ago), follow_symlinks=False)
     r = sweeper("status", "dmg", "--storage", storage, cwd=tmp_path, timeout=300)
     row = next(line for line in r.stdout.splitlines() if line.lstrip().startswith("t0001"))
     assert r.returncode == 0 and " 40 " in f"{row} " and "400" not in r.stdout, r.stdout + r.stderr
+    age = int(r.stdout.split("updated ", 1)[1].split("s ago", 1)[0])
+    assert 3590 <= age < 4000, r.stdout
 
     # and a view rebuilt from a study holding a trial number twice says so, as the resume does
     storage = tmp_path / "one_trial_number_twice"
