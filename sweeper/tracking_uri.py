@@ -23,6 +23,7 @@ from sweeper.fs import check_writable, read_limited, roll_back, sqlite_read_only
 from trainables.config import ConfigError
 from core import json_text
 from core.errors import brief, cut, warnings_as_errors
+from core.http_address import address_problem
 from core.uri_secrets import hide_password, reason, shown as shown_uri, split_user
 
 DEFAULT_DB = "mlflow.db"
@@ -132,6 +133,8 @@ FILE_STORE_ENV = "MLFLOW_ALLOW_FILE_STORE"  # MLflow's own switch: a folder stor
 SEARCH = "/api/2.0/mlflow/experiments/search?max_results=1"  # a read every MLflow server answers with JSON
 def check_server(uri: str, shown: str, source: str, timeout_s: float) -> None:
     """An MLflow server answers OK on /health; anything else there (nothing, another web server) is one line."""
+    if (problem := address_problem(uri)) is not None:
+        raise ConfigError(f"{source} {shown}: {problem}; an MLflow server's address is http(s)://HOST:PORT")
     url, credentials = split_user(uri)  # urllib takes no user part in a URL: it goes as the header a client sends
     try:
         with urllib.request.urlopen(urllib.request.Request(f"{url.rstrip('/')}/health", headers=credentials),

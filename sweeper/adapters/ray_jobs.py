@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from core.errors import ConfigError, cut, one_line
+from core.http_address import address_problem
 from core.uri_secrets import shown, split_user
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -108,6 +109,8 @@ def check_job_server(address: str, timeout_s: float = 5.0) -> None:
         raise ConfigError(f"--address {shown(address)}: the Ray dashboard's HTTP address expected, e.g. http://HEAD:8265")
     if not address.isprintable() or " " in address:
         raise ConfigError(f"--address {shown(address)}: a URL holds no spaces or control characters")
+    if (problem := address_problem(address)) is not None:
+        raise ConfigError(f"--address {shown(address)}: {problem}; the Ray dashboard's HTTP address, e.g. http://HEAD:8265")
     url, credentials = split_user(address)  # urllib takes no user part in a URL: it goes as a header
     try:
         urllib.request.urlopen(urllib.request.Request(f"{url.rstrip('/')}/api/version", headers=credentials),
