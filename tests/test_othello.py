@@ -138,7 +138,7 @@ def test_bad_arguments_give_one_line_and_exit_2(argv, capsys):
         main(argv)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and err.startswith("othello: ")
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: python -m trainables.othello")
 
 
 # --------------------------------------------------------------------------- the task

@@ -61,7 +61,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainables.config import MAX_SEED, TaskConfig
-from core.errors import brief, one_line
+from core.errors import brief
 from trainables.othello_game import MAX_MOVES, START_BLACK, START_WHITE, Games, game_notation, generate_games, unpack
 from trainables.set_complement import SetBatch, evaluate_set_complement
 from core.tool_cli import Parser, run_tool
@@ -135,12 +135,6 @@ def evaluate_othello(model: nn.Module, eval_sets: dict[int, SetBatch], batch_siz
 MAX_SAMPLE = 10_000  # games `sample` prints: ~10 s on one loaded core; more is a typo (or a job for a script)
 
 
-class _Parser(Parser):
-    def error(self, message: str) -> None:  # one line, exit 2
-        print(f"othello: {one_line(message, 280)}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def _bounded(low: int, high: int):
     """An argparse type: a whole number in [low, high]."""
 
@@ -156,7 +150,7 @@ def _bounded(low: int, high: int):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="python -m trainables.othello", description="Print random Othello games.")
+    parser = Parser(prog="python -m trainables.othello", description="Print random Othello games.")
     sub = parser.add_subparsers(dest="command", required=True)
     sample = sub.add_parser("sample", help="print N random games, one a line")
     sample.add_argument("--n", type=_bounded(1, MAX_SAMPLE), default=10, help=f"games to print (default 10, at most {MAX_SAMPLE:,})")
