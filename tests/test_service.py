@@ -200,6 +200,11 @@ def test_a_service_whose_start_folder_went_serves_and_its_terminal_closing_write
     done = subprocess.run(sweeper_cmd("launch", small, "--progress", "lines"), cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=400)
     assert done.returncode == 0 and "On the service (pid" in done.stdout, done.stdout + done.stderr
+    b = launch(write_space(tmp_path, "b", LONG), tmp_path, env)  # SIGTERM to an attached launch: as a Ctrl-C
+    wait_for(lambda: trained_steps(tmp_path / "sweeps" / "b") > 0, what="the sweep to report")
+    b.send_signal(signal.SIGTERM)
+    out = b.communicate(timeout=300)[0]
+    assert b.returncode == 130 and "interrupting: the service stops this sweep" in out, out  # it exited 143, no word
     a = launch(write_space(tmp_path, "a", LONG), tmp_path, env)
     wait_for(lambda: trained_steps(tmp_path / "sweeps" / "a") > 0, what="the sweep to report")
     os.kill(pid, signal.SIGHUP)

@@ -3,7 +3,7 @@
 The launch checks its input here first, in its own folder and environment, with the same code and
 the same one-line errors as a launch without the service; then it hands the sweep to the service,
 paths and tracking URI made absolute, prints what the service says about it, draws the progress
-from the sweep's folder as the sweep runs, and exits with the sweep's code. Ctrl-C asks the service
+from the sweep's folder as the sweep runs, and exits with the sweep's code. Ctrl-C (or SIGTERM) asks the service
 to stop this sweep (its trials interrupted, resumable by the same command), not the service; a
 second Ctrl-C leaves at once, the sweep still stopping on the service.
 """
@@ -83,7 +83,7 @@ def _follow(conn, terminal: Terminal, name: str) -> int | object | None:
         except OSError:
             pass
 
-    previous = signal.signal(signal.SIGINT, on_interrupt)
+    previous = {sig: signal.signal(sig, on_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}  # as in its own process
     conn.settimeout(ANSWER_S)  # until the service's first word: a stopped service is said, not waited on for ever
     accepted = False
     try:
@@ -117,7 +117,8 @@ def _follow(conn, terminal: Terminal, name: str) -> int | object | None:
                unresponsive(service_dir(), "took the sweep but does not answer")) from None
     finally:
         terminal.close()
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print(f"error: the service stopped while running sweep {one_line(name, 80)} (killed?); the same command resumes "
           f"the sweep (service log: {service_dir() / 'service.log'})", file=sys.stderr)
     return 1
