@@ -3,9 +3,9 @@
 The launch checks its input here first, in its own folder and environment, with the same code and
 the same one-line errors as a launch without the service; then it hands the sweep to the service,
 paths and tracking URI made absolute, prints what the service says about it, draws the progress
-from the sweep's folder as the sweep runs, and exits with the sweep's code. Ctrl-C (or SIGTERM) asks the service
-to stop this sweep (its trials interrupted, resumable by the same command), not the service; a
-second Ctrl-C leaves at once, the sweep still stopping on the service.
+from the sweep's folder as the sweep runs, and exits with the sweep's code. Ctrl-C (or SIGTERM)
+asks the service to stop this sweep (its trials interrupted, resumable by the same command), not
+the service; a second Ctrl-C leaves at once, the sweep still stopping on the service.
 """
 
 from __future__ import annotations
