@@ -195,8 +195,11 @@ def tracking_environment(environ: Mapping[str, str]) -> dict[str, str]:
     resolved), each as a hash of its value. A sweep on the service runs with the service's."""
     import hashlib
 
-    return {k: hashlib.sha256(v.encode(errors="surrogateescape")).hexdigest()[:16]
-            for k, v in sorted(environ.items()) if TRACKING_ENV.fullmatch(k) and k != "MLFLOW_TRACKING_URI"}
+    from sweeper.store_settings import MLFLOW_DEFAULTS, QUIET
+
+    given = {**MLFLOW_DEFAULTS, **environ}  # as every MLflow client of the sweeper runs, in whichever process
+    return {k: hashlib.sha256(v.encode(errors="surrogateescape")).hexdigest()[:16] for k, v in sorted(given.items())
+            if TRACKING_ENV.fullmatch(k) and k != "MLFLOW_TRACKING_URI" and k not in QUIET}
 
 
 def launch_origin(message: Mapping[str, Any]) -> tuple[str, str, dict[str, str]]:
@@ -226,7 +229,7 @@ def elsewhere(message: Mapping[str, Any], root: str, environ: Mapping[str, str])
         return f"the sweep service runs the checkout at {cut(root, 120)}, this launch is from {cut(theirs, 120)}: it runs in its own process"
     mine = tracking_environment(environ)
     if differ := sorted(k for k in set(env) | set(mine) if env.get(k) != mine.get(k)):
-        return (f"this launch's environment sets {brief(differ, 80)} otherwise than the sweep service's (MLflow reads "
+        return (f"this launch's environment sets {cut(', '.join(differ), 120)} otherwise than the sweep service's (MLflow reads "
                 "them from its process): it runs in its own process; a service started in this environment shares them")
     return None
 

@@ -10,6 +10,10 @@ from typing import Mapping
 from core.errors import brief
 from trainables.config import ConfigError
 
+# what every MLflow client of the sweeper runs with, unless the user's environment sets it (adapters/mlflow_store.client):
+# no retries of MLflow's HTTP client (the sweeper's own decide how long to wait), 20 s a call
+MLFLOW_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+QUIET = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}  # a "View run" line per ended run, off unless $SWEEPER_VERBOSE
 SQL_SCHEMES = ("postgresql", "mysql", "mssql")  # MLflow's SQLAlchemy stores beside SQLite
 STORE_SETTINGS = "MLFLOW_SQLALCHEMYSTORE_"  # MLflow's settings of its SQL store's engine (mlflow/environment_variables.py)
 # the pool classes MLflow names that fit its store, with the sizes SQLAlchemy takes beside each; the others, and why not

@@ -196,7 +196,7 @@ def test_a_service_whose_start_folder_went_serves_and_its_terminal_closing_write
     start.mkdir()
     pid = start_service(service_dir, start, env)
     shutil.rmtree(start)
-    small = write_space(tmp_path, "small", 20)
+    small = write_space(tmp_path, "small", 200)
     done = subprocess.run(sweeper_cmd("launch", small, "--progress", "lines"), cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=400)
     assert done.returncode == 0 and "On the service (pid" in done.stdout, done.stdout + done.stderr

@@ -43,12 +43,15 @@ def client(uri: str):
     environment (a user's own win): no retries of its HTTP client (ours, BackgroundLog and `retrying`,
     decide how long to wait), 20 s a call; its log lines (store creation, migrations, the errors a failed
     call logs: the caller says those in one line) off the terminal unless $SWEEPER_VERBOSE is set."""
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    from sweeper.store_settings import MLFLOW_DEFAULTS, QUIET
+
+    for name, value in MLFLOW_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     from mlflow import MlflowClient  # (its import sets its loggers' levels: ours come after)
 
     if not os.environ.get("SWEEPER_VERBOSE"):
-        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a "View run" line per ended run
+        for name, value in QUIET.items():
+            os.environ.setdefault(name, value)
         for name in ("mlflow", "alembic"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
     return MlflowClient(tracking_uri=uri)
