@@ -184,6 +184,7 @@ def test_two_sweeps_launched_together_keep_their_own_trials_runs_store_and_umask
     assert readable == [], readable  # as a launch in its own process under umask 077 would leave them
 
 
+@pytest.mark.long  # the ending itself, waited on, is tests/test_hostile_service.py's, under `make test`
 def test_a_service_whose_start_folder_went_serves_and_its_terminal_closing_writes_its_sweeps_down(tmp_path, service_dir):
     """A service started in a folder since removed failed every launch (its imports looked there),
     blaming the caller's store; SIGHUP (its terminal closed) killed it outright; and while it ended,
