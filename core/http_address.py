@@ -11,9 +11,12 @@ def address_problem(url: str) -> str | None:
     """Why `url` (http:// or https://) names no server a request could reach, or None."""
     try:
         parts = urllib.parse.urlsplit(url)
-        port = parts.port  # a ValueError past 65535 or not a number
-    except ValueError as err:
-        return f"not a URL ({err})"
+    except ValueError:  # its text may hold the password: not shown
+        return "not a URL (a bracket of an IPv6 host left open?)"
+    try:
+        port = parts.port
+    except ValueError:
+        return "its port is not a number from 1 to 65535"
     if not parts.hostname:
         return "no host in it"
     if port == 0:

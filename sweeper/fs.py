@@ -213,15 +213,22 @@ def beside(path: str | Path, suffix: str) -> str:
     which SQLite does not treat as hot); or "foreign" (anything else: not a regular file, a header of
     neither kind, one this process cannot read; a read-write open deletes it as its own)."""
     name = Path(f"{path}{suffix}")
-    try:
-        st = os.lstat(name)
-    except OSError:
+    try:  # one open, then its descriptor: a journal SQLite deletes or truncates meanwhile is never read as foreign
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except FileNotFoundError:
         return "none"
-    if not stat.S_ISREG(st.st_mode):
+    except OSError:
+        return "foreign"  # a link, or one this process cannot read
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "foreign"
+        head = os.read(fd, 8)
+    except OSError:
         return "foreign"
-    if st.st_size == 0:
+    finally:
+        os.close(fd)
+    if not head:
         return "spent"
-    head = _head(name, 8)
     if suffix == "-journal":
         return "log" if head == JOURNAL_MAGIC else "spent" if head[:1] == b"\0" else "foreign"
     return "log" if (head[:4] in WAL_MAGIC and head[4:] == WAL_VERSION) else "foreign"

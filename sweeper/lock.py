@@ -74,6 +74,23 @@ def open_lock_file(path: Path) -> IO:
     return os.fdopen(fd, "r+")
 
 
+PROBE_S = 1.0  # `lock_held` holds a shared lock for an instant: an exclusive one is retried this long
+
+
+def take_exclusive(f) -> None:
+    """The exclusive lock of the open lock file `f`, retried within PROBE_S (a reader's `lock_held`
+    probe may hold it shared at that instant); BlockingIOError when another process holds it."""
+    deadline = time.monotonic() + PROBE_S
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
 def lock_held(path: Path) -> bool:
     """Whether a process holds the lock file at `path` now (read-only: nothing made, nothing taken;
     the kernel drops a lock when its holder ends)."""
@@ -116,7 +133,7 @@ def hold_sweep_lock(sweep_dir: Path, name: str, on_service: bool = False, claim:
     path.parent.mkdir(parents=True, exist_ok=True)
     f = open_lock_file(path)
     try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        take_exclusive(f)
     except BlockingIOError:
         f.seek(0)
         try:

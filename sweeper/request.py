@@ -220,17 +220,24 @@ def launch_origin(message: Mapping[str, Any]) -> tuple[str, str, dict[str, str]]
         raise ConfigError(f"launch request: root: {err} (the launch's checkout), got {brief(root, 60)}") from None
 
 
-def elsewhere(message: Mapping[str, Any], root: str, environ: Mapping[str, str]) -> str | None:
-    """Why an attached launch's sweep runs in the launch's own process rather than on the service
-    of checkout `root` and environment `environ` (None: it runs on the service): another checkout,
-    or what MLflow reads from the environment set otherwise (one process has one of each)."""
-    _, theirs, env = launch_origin(message)
+def other_checkout(message: Mapping[str, Any], root: str) -> str | None:
+    """Why an attached launch's sweep runs in the launch's own process rather than on the service of
+    checkout `root` (None: the same checkout); the launch's origin checked (`launch_origin`)."""
+    _, theirs, _ = launch_origin(message)
     if theirs != root:
         return f"the sweep service runs the checkout at {cut(root, 120)}, this launch is from {cut(theirs, 120)}: it runs in its own process"
+    return None
+
+
+def other_environment(message: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
+    """Why an attached launch's sweep runs in the launch's own process rather than on the service of
+    environment `environ` (None: it runs on the service): what MLflow reads from the environment,
+    set otherwise (one process has one environment), the variables named, never their values."""
+    _, _, env = launch_origin(message)
     mine = tracking_environment(environ)
     if differ := sorted(k for k in set(env) | set(mine) if env.get(k) != mine.get(k)):
-        return (f"this launch's environment sets {cut(', '.join(differ), 120)} otherwise than the sweep service's (MLflow reads "
-                "them from its process): it runs in its own process; a service started in this environment shares them")
+        return (f"this launch's environment sets {cut(', '.join(differ), 120)} otherwise than the sweep service's (MLflow "
+                "reads them from its process): it runs in its own process; a service started in this environment shares them")
     return None
 
 

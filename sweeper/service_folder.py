@@ -1,4 +1,4 @@
-"""This user's folder of the resident service and the files in it (stdlib only).
+"""This user's folder of the resident service and the files in it (no Ray, MLflow or torch).
 
     service_dir()     the folder (mode 0700): $SWEEPER_SERVICE_DIR, else $XDG_RUNTIME_DIR/dat-sweeper,
                       else ~/.cache/dat-sweeper/service

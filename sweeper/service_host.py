@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -42,8 +41,8 @@ from sweeper import orphans
 from sweeper.events import Event, Running, Say
 from sweeper.faults import Faults
 from sweeper.local_ray import LATE_NOTE, check_ray_temp, loopback_only
-from sweeper.lock import open_lock_file
-from sweeper.request import SweepRequest, elsewhere, request_verb
+from sweeper.lock import open_lock_file, take_exclusive
+from sweeper.request import SweepRequest, other_checkout, other_environment, request_verb
 from sweeper.service_session import LaunchSink, Served, StoreFiles, first_message, reply_error, say_alive, watch_client
 from sweeper.sweep import Sweep, SweepHost
 from sweeper.service_folder import LOCK, LOG, SOCKET, STATE, check_entries, ensure_private_dir, read_state, service_dir
@@ -65,7 +64,6 @@ class Service:
     def __init__(self, directory: Path, workers: int):
         check_ray_temp()  # before its folder is made
         self.dir = ensure_private_dir(directory)
-        os.chdir(self.dir)  # its own: a launch's folder is the request's, and a folder it was started in may go
         check_entries(self.dir)  # a folder or link where its socket, state or log goes: one line, before Ray
         self.lock = self._take_lock()
         (self.dir / STATE).unlink(missing_ok=True)  # a killed service's: until this one listens, none answers
@@ -89,6 +87,7 @@ class Service:
         self.workers = start_workers(workers)
         orphans.record(self.dir)
         self.started = time.time()
+        os.chdir(self.dir)  # once Ray started (a relative $RAY_TMPDIR is the start folder's): a folder it was started in may go
         self.listener = listen(self.dir)
         self._write_state()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -105,7 +104,7 @@ class Service:
     def _take_lock(self):
         f = open_lock_file(self.dir / LOCK)
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            take_exclusive(f)  # a launch's `lock_held` probe may hold it shared for an instant
         except BlockingIOError:
             f.close()
             pid = a_pid(read_state(self.dir).get("pid")) or "?"  # a state file cut short or damaged says nothing
@@ -180,26 +179,27 @@ class Service:
                 "worker_info": workers, "sweeps": sweeps}
 
     def _launch(self, conn: socket.socket, message: dict, rest) -> None:
-        request = SweepRequest.from_message(message)
-        if request.address is not None:  # its trials would train on this service's Ray, not there
-            raise ConfigError(f"address {shown(request.address, 80)}: the service runs sweeps on its own Ray; "
-                              "`sweeper launch --in-process --address ...` joins a cluster")
-        # the code it claims is not trusted: the checkout on disk decides
-        if stale := elsewhere(message, project_root(), os.environ) or self.stores.replaced(request.tracking_uri):
+        if stale := other_checkout(message, project_root()):  # the code it claims is not trusted: the disk decides
             send(conn, {"stale": stale})
             return
-        if code_hash() != self.code:
+        if code_hash() != self.code:  # before the request is read: newer code may send fields this one does not know
             with self.sweeps_lock:
                 busy = bool(self.sweeps)
             if busy:
-                send(conn, {"stale": "the sweep service runs older code than this checkout and has sweeps running; "
-                                     "this sweep runs in its own process (`sweeper serve --stop` and start it again "
-                                     "once they end)"})
+                send(conn, {"stale": "the sweep service runs older code than this checkout and has sweeps running; this "
+                                     "sweep runs in its own process (`sweeper serve --stop` and start it again once they end)"})
                 return
             send(conn, {"restart": "the sweep service runs older code than this checkout: it restarts (new imports, "
                                    "new warm workers)"})
             self.restart = True
             self.ending.set()
+            return
+        request = SweepRequest.from_message(message)
+        if request.address is not None:  # its trials would train on this service's Ray, not there
+            raise ConfigError(f"address {shown(request.address, 80)}: the service runs sweeps on its own Ray; "
+                              "`sweeper launch --in-process --address ...` joins a cluster")
+        if stale := other_environment(message, os.environ) or self.stores.replaced(request.tracking_uri):
+            send(conn, {"stale": stale})
             return
         send(conn, {"accepted": True})  # at once: a launch that hears nothing knows the service is not answering
         served = Served(visible(cut(Path(request.file).name, 80)), peer(conn)[0])  # a name for the log: one line

@@ -1,5 +1,5 @@
-"""The resident service's wire, on both ends (stdlib only: a launch reaches it fast); its folder
-and the files in it are sweeper/service_folder.py.
+"""The resident service's wire, on both ends (no Ray, MLflow or torch: a launch reaches it fast);
+its folder and the files in it are sweeper/service_folder.py.
 
     connect()         a connection to this user's running service, or None where none runs; a
                       service that does not take the connection within a bound (stopped, its

@@ -195,8 +195,8 @@ CLI_MISUSE = {
     "trial_set_a_blank_key": (["trial", "tiny", "--set", " =5"], "must be KEY=VALUE"),
     "status_storage_under_a_file": (["status", "--storage", "/etc/hostname/sub"], "/etc/hostname is a file"),
     # a server's address of the wrong form: said as such, not as a server that does not answer
-    "job_address_port_out_of_range": (["job", "status", "x", "--address", "http://127.0.0.1:99999"], "Port out of range"),
-    "job_address_half_bracketed": (["job", "status", "x", "--address", "http://[::1"], "Invalid IPv6 URL"),
+    "job_address_port_out_of_range": (["job", "status", "x", "--address", "http://127.0.0.1:99999"], "port is not a number from 1 to 65535"),
+    "job_address_half_bracketed": (["job", "status", "x", "--address", "http://[::1"], "not a URL (a bracket"),
     "tracking_port_zero": (["launch", SMOKE, "--tracking-uri", "http://127.0.0.1:0"], "port 0 names no server"),
     # counts with no use past a bound
     "report_top_past_a_table": (["report", "s", "--top", str(10**30)], "--top: must be at most 10,000"),

@@ -232,10 +232,14 @@ def test_a_folder_or_link_where_the_service_keeps_a_file_is_one_line_before_it_s
     assert victim.read_text() == "keep me\n" and oct(victim.stat().st_mode & 0o777) == "0o644"
 
 
-def test_an_ending_service_is_waited_on_not_said_gone(tmp_path):
+def test_an_ending_service_is_waited_on_not_said_gone(tmp_path, monkeypatch):
     """A service that holds its lock but refuses connections (its socket closed: writing its sweeps
     down, then its Ray) is waited on until it ends: `--status` said none runs at once, and a launch
-    would have started its own Ray beside the ending one."""
+    would have started its own Ray beside the ending one. The lock is released at the first wait,
+    so a connect that did not wait returns with it still held."""
+    from sweeper import service_link
+    from sweeper.lock import lock_held
+
     folder = tmp_path / "svc"
     folder.mkdir(mode=0o700)
     with socket.socket(socket.AF_UNIX) as closed:  # the socket file stays, nothing listens on it: connect is refused
@@ -245,19 +249,15 @@ def test_an_ending_service_is_waited_on_not_said_gone(tmp_path):
     lock = open(folder / LOCK, "w")
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     (folder / STATE).write_text(json.dumps({"pid": 4242}))
-    released = threading.Event()
+    waits = []
 
-    def end_in_a_while() -> None:
-        import time
+    def the_service_ends_while_waited_on(seconds: float) -> None:
+        waits.append(seconds)
+        lock.close()  # the ending service's last act
 
-        time.sleep(3)
-        released.set()
-        lock.close()
-
-    threading.Thread(target=end_in_a_while, daemon=True).start()
-    r = sweeper("serve", "--status", cwd=tmp_path, env={"SWEEPER_SERVICE_DIR": str(folder)}, timeout=120)
-    assert released.is_set(), "said before the ending service had ended: " + r.stdout + r.stderr
-    assert r.returncode == 1 and "no sweep service runs" in r.stdout + r.stderr and "Traceback" not in r.stderr
+    monkeypatch.setattr(service_link.time, "sleep", the_service_ends_while_waited_on)
+    assert service_link.connect(folder) is None and not lock_held(folder / LOCK)
+    assert waits, "said no service runs while the ending one still held its lock"
 
 
 def test_the_advice_for_a_shared_open_folder_is_to_name_another_never_to_close_it(tmp_path):

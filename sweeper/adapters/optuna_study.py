@@ -76,6 +76,7 @@ def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> tuple[dict[in
     parameters, and the tracking URI the sweep started with."""
     from sweeper.adapters.optuna_checks import ledger_problem
 
+    problem = started_with = None  # read only of a study of this sweeper's format (the lines below say why not)
     with reading(db, where=where, advice=RESTART_ADVICE) as storage:
         summaries = optuna.study.get_all_study_summaries(storage=storage)
         if ours := spec.name in {s.study_name for s in summaries}:

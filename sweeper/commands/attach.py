@@ -18,7 +18,7 @@ from pathlib import Path
 from sweeper.events import Fitted, Running, Say, TopTrials
 from sweeper.live_events import Terminal
 from sweeper.request import SweepRequest, tracking_environment
-from sweeper.service_folder import service_dir
+from sweeper.service_folder import read_state, service_dir
 from sweeper.service_link import ANSWER_S, SILENT_S, Messages, code_hash, connect, project_root, send, unresponsive
 from sweeper.sweep_checks import check_request
 from core.errors import ConfigError, brief, cut, one_line, visible
@@ -34,8 +34,9 @@ def attach(sweep: SweepRequest, progress: str, every_s: float) -> int | None:
     request = {"verb": "launch", "code": code_hash(), "root": project_root(),
                "tracking_env": tracking_environment(os.environ), **sweep.message()}
     for _ in range(2):  # a second time after the service restarted on this checkout's code
-        with conn:
-            send(conn, request)
+        with conn:  # to a service of other code, what every version reads (it restarts on this code, or says why not)
+            send(conn, request if read_state().get("code") == request["code"] else
+                 {k: v for k, v in request.items() if k != "tracking_env"})
             code = _follow(conn, Terminal(progress, every_s), name)
         if code is not RESTARTED:
             return code
