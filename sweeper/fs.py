@@ -215,20 +215,16 @@ def beside(path: str | Path, suffix: str) -> str:
     name = Path(f"{path}{suffix}")
     try:  # one open, then its descriptor: a journal SQLite deletes or truncates meanwhile is never read as foreign
         fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return "none"
-    except OSError:
-        return "foreign"  # a link, or one this process cannot read
+    except OSError as err:  # gone; or a link, or one this process cannot read
+        return "none" if isinstance(err, FileNotFoundError) else "foreign"
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "foreign"
-        head = os.read(fd, 8)
+        head = os.read(fd, 8) if stat.S_ISREG(os.fstat(fd).st_mode) else None
     except OSError:
-        return "foreign"
+        head = None
     finally:
         os.close(fd)
     if not head:
-        return "spent"
+        return "foreign" if head is None else "spent"
     if suffix == "-journal":
         return "log" if head == JOURNAL_MAGIC else "spent" if head[:1] == b"\0" else "foreign"
     return "log" if (head[:4] in WAL_MAGIC and head[4:] == WAL_VERSION) else "foreign"
@@ -243,8 +239,7 @@ def foreign_beside(path: str | Path) -> Path | None:
 
 def check_beside(path: str | Path, what: str) -> None:
     """One line when a file SQLite did not write stands under a -journal or -wal name beside the
-    database at `path` (`what`: the database, as the line names it); a read-write open of the
-    database would delete it as SQLite's own."""
+    database at `path` (`what`); a read-write open of the database would delete it as its own."""
     if (stray := foreign_beside(path)) is not None:
         raise ConfigError(f"{cut(str(stray), 120)}: not a file SQLite wrote beside {what}; move it away (a write to "
                           f"{what} would delete it as SQLite's own)")

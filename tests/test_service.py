@@ -321,7 +321,7 @@ def test_the_socket_answers_its_user_only_and_bad_requests_get_one_line(tmp_path
     assert oct(sock.stat().st_mode & 0o777) == "0o600" and oct(service_dir.stat().st_mode & 0o777) == "0o700"
     for line, expected in ((b"not json\n", "not a JSON message"), (b'{"verb": "dance"}\n', "unknown request verb"),
                            (b'{"verb": "launch", "file": "a.yaml", "storage": "/tmp", "tracking_uri": "x"}\n',
-                            "file: must be an absolute path"), (b"[1, 2]\n", "must be a JSON object"),
+                            "code: must be the 16 hex digits"), (b"[1, 2]\n", "must be a JSON object"),
                            (b'{"verb": "status", "verb": "stop"}\n', 'the key "verb" is given twice'),
                            (b'{"verb": "stop", "sweep": "another", "pid": 1}\n', "stop request: takes no field but `verb`"),
                            (b'{"verb": "status", "sweep": "another"}\n', "status request: takes no field but `verb`"),

@@ -145,10 +145,10 @@ def test_elapsed_without_the_earlier_launches_says_since_resume(tmp_path):
 
 
 def test_best_is_the_judged_best_of_status_json_when_it_has_one(tmp_path):
-    write_status(tmp_path, RECORDS, best={"value": 0.91, "step": 3000, "trial_id": "t0007"})
+    write_status(tmp_path, RECORDS, best={"value": 0.91, "step": 3000, "trial_id": "t0004"})  # at a rung it passed
     view = LiveView(tmp_path, PLAN, "none", clock=FakeClock(10_000.0))
     view.reload()
-    assert "best acc_3x 0.910 (t0007, step 3000)" in frame_text(view) and "best acc_3x 0.910 (t0007" in view.line()
+    assert "best acc_3x 0.910 (t0004, step 3000)" in frame_text(view) and "best acc_3x 0.910 (t0004" in view.line()
     write_status(tmp_path, RECORDS)  # nothing judged yet: the leader's latest value, called that
     view.reload()
     assert "best acc_3x: none judged yet (t0004 leads with 0.800 at step 6000)" in frame_text(view)
