@@ -77,18 +77,19 @@ def open_lock_file(path: Path) -> IO:
 PROBE_S = 1.0  # `lock_held` holds a shared lock for an instant: an exclusive one is retried this long
 
 
-def take_exclusive(f) -> None:
-    """The exclusive lock of the open lock file `f`, retried within PROBE_S (a reader's `lock_held`
-    probe may hold it shared at that instant); BlockingIOError when another process holds it."""
-    deadline = time.monotonic() + PROBE_S
+def take_exclusive(f, within_s: float = PROBE_S, pause_s: float = 0.05) -> None:
+    """The exclusive lock of the open lock file `f`, retried within `within_s` (by default PROBE_S: a
+    reader's `lock_held` probe may hold it shared at that instant); BlockingIOError when another
+    process holds it past that."""
+    deadline = time.monotonic() + within_s
     while True:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
-            if time.monotonic() >= deadline:
+            if time.monotonic() > deadline:
                 raise
-            time.sleep(0.05)
+            time.sleep(pause_s)
 
 
 def lock_held(path: Path) -> bool:
@@ -188,15 +189,10 @@ def file_lock(path: Path, timeout_s: float = 120.0) -> Iterator[None]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open_lock_file(path) as f:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise ConfigError(f"{path}: still locked after {timeout_s:.0f} s by another sweeper process") from None
-                time.sleep(0.1)
+        try:
+            take_exclusive(f, timeout_s, pause_s=0.1)
+        except BlockingIOError:
+            raise ConfigError(f"{path}: still locked after {timeout_s:.0f} s by another sweeper process") from None
         try:
             yield
         finally:
