@@ -47,12 +47,12 @@ def sweep_dir_for(name: str, storage: str | None) -> Path:
 
 
 def find_sweep_dir(name: str, storage: str | None, marker: str, missing: str | None = None) -> Path:
-    """The directory of sweep `name`: `name` itself when it is a path holding `marker`, else
-    `<storage>/<name>`. With `missing`, a directory without `marker` is a ConfigError that
-    says `missing`; without it, the directory is returned as it is."""
+    """The directory of sweep `name`: `name` itself when it is a path (a `/` in it, which no sweep's
+    name holds) or holds `marker`, else `<storage>/<name>`. With `missing`, a directory without
+    `marker` is a ConfigError that says `missing`; without it, the directory is returned as it is."""
     direct = Path(name)
     try:
-        sweep_dir = direct if (direct / marker).exists() else sweep_dir_for(name, storage)
+        sweep_dir = direct if "/" in name or (direct / marker).exists() else sweep_dir_for(name, storage)
         there = (sweep_dir / marker).exists()
     except ConfigError:
         raise

@@ -147,6 +147,9 @@ CLI_MISUSE = {
     "resume_without_out": (["trial", "tiny", "--resume"], "--resume"),
     "status_of_nothing": (["status", "no_such_sweep"], "no sweep here"),
     "report_of_nothing": (["report", "no_such_sweep"], "no_such_sweep"),
+    # a path is never joined to the storage folder, nor read as an MLflow experiment of its last part
+    "status_of_a_path_not_a_sweep": (["status", "sub/no_such_sweep"], "error: sub/no_such_sweep: no sweep here"),
+    "report_of_a_folder_not_a_sweep": (["report", "/etc"], "/etc: no sweep here (no space.yaml, no optuna.db)"),
     "storage_unwritable": (["launch", SMOKE, "--storage", "/proc/sweeps"], "cannot write there"),
     "storage_under_a_file": (["launch", SMOKE, "--storage", "/etc/hostname/sweeps"], "--storage"),
     "storage_a_bucket": (["launch", SMOKE, "--storage", "s3://bucket/sweeps"], "a path every node sees"),

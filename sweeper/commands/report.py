@@ -30,7 +30,7 @@ from sweeper.report_file import REPORT_START, check_markdown
 from sweeper.store_settings import check_store_settings
 from sweeper.tracking_uri import sqlite_path
 from trainables.config import ConfigError
-from core.errors import brief, cut, expand_user, visible, warnings_as_errors
+from core.errors import brief, cut, expand_user, short_path, visible, warnings_as_errors
 from core.uri_secrets import hide_password, shown
 
 
@@ -258,6 +258,9 @@ def run(options: Options) -> int:
     from sweeper.tracking_uri import resolve_uri, uri_source
 
     sweep_dir = find_sweep_dir(options.name, options.storage, SPACE_FILE)
+    if "/" in options.name and not any((sweep_dir / marker).exists() for marker in (SPACE_FILE, OPTUNA_DB)):
+        raise ConfigError(f"{short_path(options.name, 120)}: no sweep here (no {SPACE_FILE}, no {OPTUNA_DB}); a sweep "
+                          "whose folder is gone is read from MLflow by its name: `sweeper report NAME --tracking-uri URI`")
     markdown = check_markdown(options.markdown, sweep_dir) if options.markdown is not None else None
     name = sweep_dir.name if sweep_dir == Path(options.name) else options.name
     if not sweep_dir.exists() and options.tracking_uri is None:
