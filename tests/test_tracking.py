@@ -334,3 +334,23 @@ def test_a_trial_s_run_is_made_once_when_a_call_fails_around_its_creation(tmp_pa
     run = client(uri).get_run(children[0].info.run_id)
     assert run.data.params and run.data.tags["status"] == "completed"
     assert sorted(m.step for m in client(uri).get_metric_history(run.info.run_id, "acc_3x")) == [10, 20]
+
+
+def test_a_finish_run_again_logs_the_sweep_s_best_once(tmp_path):
+    """Each launch ends with `finish` (an interrupted one, its resume, a relaunch of a finished sweep):
+    the parent's best score is in its history once per value and step, not once per finish."""
+    from sweeper.adapters.mlflow_summary import finish
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    spec, sweep_dir = _sweep(tmp_path, uri)
+    ledger = _ledger(sweep_dir, spec)
+    record = TrialRecord("t0", _record(0).params, "completed", 40, {"step": 40, "acc_3x": 0.04})
+    best = {"trial_id": "t0", "value": 0.04, "step": 40}
+    for _ in range(2):
+        tracker = SweepTracker(uri, spec, sweep_dir, ledger=ledger)
+        parent = tracker.start(sweep_dir / "space.yaml")
+        finish(tracker, [record], [], interrupted=True, best=best)
+    better = {"trial_id": "t0", "value": 0.05, "step": 40}  # a step trained again to another value: logged
+    finish(tracker, [record], [], interrupted=False, best=better)
+    history = client(uri).get_metric_history(parent, f"best_{spec.metric}")
+    assert sorted((m.step, m.value) for m in history) == [(40, 0.04), (40, 0.05)], history

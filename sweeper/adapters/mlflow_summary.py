@@ -41,9 +41,11 @@ def _finish(tracker: SweepTracker, records: list[TrialRecord], pictures: list[Pa
         cfg = trial_config_for(spec, top.params).model_dump(mode="json")
         # the best point as tags, not params: params are immutable in MLflow, and a resumed sweep's
         # best trial may differ from the one an interrupted run wrote
-        client.log_batch(parent, metrics=[Metric(f"best_{spec.metric}", float(best["value"]), int(time.time() * 1000),
-                                                 int(best["step"]))],
-                         tags=[RunTag(f"best.{k}", str(v)) for k, v in top.params.items()])
+        key, value, step = f"best_{spec.metric}", float(best["value"]), int(best["step"])
+        logged = any(m.step == step and m.value == value for m in client.get_metric_history(parent, key))
+        # a finish run again (a resumed sweep, an interrupt) adds the best to its history once, not per finish
+        metrics = [] if logged else [Metric(key, value, int(time.time() * 1000), step)]
+        client.log_batch(parent, metrics=metrics, tags=[RunTag(f"best.{k}", str(v)) for k, v in top.params.items()])
         client.set_tag(parent, "best_trial", top.trial_id)
         client.log_text(parent, yaml.safe_dump(cfg, sort_keys=False), "best_config.yaml")
     client.log_text(parent, summary_csv(records), "summary.csv")
