@@ -28,9 +28,10 @@ import os
 import socket
 import stat
 import struct
+import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from core import json_text
 from core.errors import ConfigError, cut
@@ -46,6 +47,23 @@ ANSWER_S = 20.0  # a running service takes a connection and answers a request wi
 START_S = 180.0  # a service that holds its lock opens its socket within this (Ray and the workers' imports; slow on 2 busy cores)
 ALIVE_S = 10.0  # while it runs an attached launch's sweep, the service says it is alive this often
 SILENT_S = 6 * ALIVE_S  # an attached launch that hears nothing for this long says the service does not answer
+NOTICE_S = 2.0  # a wait on the service longer than this is said, once
+
+
+def to_stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+class _Wait:
+    """A bounded wait on the service, said once (through `say`) when it lasts past NOTICE_S."""
+
+    def __init__(self, say: Callable[[str], None] | None):
+        self.say, self.since = say, time.monotonic()
+
+    def on(self, text: str) -> None:
+        if self.say is not None and time.monotonic() - self.since >= NOTICE_S:
+            self.say(text)
+            self.say = None
 
 
 IN_PROCESS = "`sweeper launch --in-process` runs a sweep in its own process"
@@ -64,10 +82,13 @@ def unresponsive(directory: Path, what: str, timeout_s: float = ANSWER_S, then: 
     return ConfigError(f"the sweep service at {cut(str(directory), 120)} {why}" + (f"; {then}" if then else ""))
 
 
-def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socket.socket | None:
+def connect(directory: Path | None = None, timeout_s: float = ANSWER_S,
+            say: Callable[[str], None] | None = to_stderr) -> socket.socket | None:
     """A connection to this user's service, or None when none runs (no socket, or a stale one);
-    a service that does not take it within `timeout_s` is a ConfigError."""
+    a service that does not take it within `timeout_s` is a ConfigError (its one line). A wait on a
+    service starting or ending (up to START_S) is said once through `say` when it lasts past NOTICE_S."""
     directory = directory or service_dir()
+    wait = _Wait(say)
     path = directory / SOCKET
     info = folder_info(directory)
     if info is None:
@@ -79,6 +100,8 @@ def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socke
         if time.monotonic() >= starting:  # starting (or ending) with no socket yet: waited on, within a bound
             raise ConfigError(f"a sweep service in {cut(str(directory), 120)} holds its lock but has not opened its socket "
                               f"within {START_S:.0f} s; its log: {directory / LOG}")
+        wait.on(f"waiting for the sweep service in {cut(str(directory), 120)} to open its socket (starting; "
+                f"at most {START_S:.0f} s, Ctrl-C stops)")
         time.sleep(0.2)
     if not os.path.lexists(path):
         if lock_held(directory / LOCK) and os.path.lexists(directory / STATE):  # serving, yet its socket is gone
@@ -106,6 +129,8 @@ def connect(directory: Path | None = None, timeout_s: float = ANSWER_S) -> socke
             if time.monotonic() >= settled:  # else waited on: a launch now would start a Ray beside the ending one
                 raise ConfigError(f"the sweep service in {cut(str(directory), 120)} holds its lock but has taken no "
                                   f"connection for {START_S:.0f} s (starting or ending); its log: {directory / LOG}")
+            wait.on(f"waiting for the sweep service in {cut(str(directory), 120)}, which holds its lock but takes no "
+                    f"connection (starting, or writing its sweeps down as it ends; at most {START_S:.0f} s, Ctrl-C stops)")
             time.sleep(0.2)
             continue
         conn.settimeout(None)

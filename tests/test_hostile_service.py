@@ -256,8 +256,35 @@ def test_an_ending_service_is_waited_on_not_said_gone(tmp_path, monkeypatch):
         lock.close()  # the ending service's last act
 
     monkeypatch.setattr(service_link.time, "sleep", the_service_ends_while_waited_on)
-    assert service_link.connect(folder) is None and not lock_held(folder / LOCK)
+    monkeypatch.setattr(service_link, "NOTICE_S", 0.0)  # the wait is said from its first round
+    said = []
+    assert service_link.connect(folder, say=said.append) is None and not lock_held(folder / LOCK)
     assert waits, "said no service runs while the ending one still held its lock"
+    assert len(said) == 1 and "waiting for the sweep service" in said[0] and "at most 180 s" in said[0], said
+
+
+def test_a_long_wait_on_the_service_is_said_once(tmp_path, monkeypatch):
+    """A service that holds its lock with no socket yet (starting) is waited on for up to START_S:
+    the launch says so once, not silently for minutes, and not once per round."""
+    from sweeper import service_link
+
+    folder = tmp_path / "svc"
+    folder.mkdir(mode=0o700)
+    lock = open(folder / LOCK, "w")
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    rounds = []
+
+    def a_round(seconds: float) -> None:
+        rounds.append(seconds)
+        if len(rounds) == 5:
+            lock.close()  # the starting service failed and let go
+
+    monkeypatch.setattr(service_link.time, "sleep", a_round)
+    monkeypatch.setattr(service_link, "NOTICE_S", 0.0)
+    said = []
+    assert service_link.connect(folder, say=said.append) is None
+    assert len(rounds) == 5 and len(said) == 1 and "to open its socket (starting" in said[0], (rounds, said)
+    assert "\n" not in said[0] and len(said[0]) < 300
 
 
 def test_the_advice_for_a_shared_open_folder_is_to_name_another_never_to_close_it(tmp_path):
