@@ -40,3 +40,25 @@ def write_atomic(path: str | Path, data: str | bytes, between: Callable[[], None
     if between is not None:
         between()
     os.replace(tmp, path)
+
+
+def check_output(path: str | Path, label: str, ours: Callable[[Path], bool], kind: str) -> None:
+    """A file a tool is about to write whole: absent, or a regular file of its own (`ours` of the path
+    says it is an earlier output, `kind` names what that is). A link (symbolic, or hard: the write
+    would reach another file), a folder, a device or a file of other content is one ConfigError line,
+    before anything is written."""
+    from core.errors import ConfigError, short_path
+
+    p = Path(path)
+    shown = f"{label} {short_path(p, 120)}"
+    if p.is_symlink():
+        raise ConfigError(f"{shown}: a symbolic link (writing it would write where it points); name the file itself")
+    if not p.exists():
+        return
+    info = p.stat()
+    if not p.is_file():
+        raise ConfigError(f"{shown}: not a regular file (a folder, a FIFO, a device); name a file to write")
+    if info.st_nlink > 1:
+        raise ConfigError(f"{shown}: hard-linked with another file (writing it would change that one too)")
+    if not ours(p):
+        raise ConfigError(f"{shown}: not {kind}, which is all it is written over; name a new file or an earlier one")

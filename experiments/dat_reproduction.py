@@ -487,10 +487,19 @@ def check_report_paths(sweeps_dir: Path, out: Path) -> str:
     if not sweeps_dir.is_dir():
         raise ConfigError(f"--sweeps {short_path(sweeps_dir, 100)}: "
                           f"{'not a folder' if sweeps_dir.exists() else 'no such folder'}; the report would have no runs")
+    if not any((sweeps_dir / SWEEP_NAME[group] / "status.json").exists() for group in GROUPS):
+        raise ConfigError(f"--sweeps {short_path(sweeps_dir, 100)}: no sweep of this experiment there (no "
+                          f"{SWEEP_NAME[GROUPS[0]]}/status.json, nor of its other groups); the report would have no runs")
+    if out.is_symlink():
+        raise ConfigError(f"--out {short_path(out, 100)}: a symbolic link (the report would be written where it "
+                          "points); name the results page itself")
     try:
         text = read_limited(out, "--out", MAX_RESULTS_BYTES).decode("utf-8")
     except UnicodeDecodeError as err:
         raise ConfigError(f"--out {short_path(out, 100)}: not UTF-8 text (byte {err.start})") from None
+    if BEGIN not in text and "\n## Results\n" not in "\n" + text:
+        raise ConfigError(f"--out {short_path(out, 100)}: not a results page (no `## Results` section, no "
+                          f"{cut(BEGIN, 40)} marker); the report is written into one")
     if text.count(BEGIN) > 1 or (BEGIN in text and END not in text[text.index(BEGIN):]):
         raise ConfigError(f"--out {short_path(out, 100)}: its results section is damaged (each marker "
                           f"{cut(BEGIN, 40)} needs one {END} after it)")

@@ -31,6 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from core import json_text
 from core.errors import ConfigError, brief, cut, short_path
+from core.files import check_output, write_atomic
 from core.tool_cli import Parser, run_tool, summary
 
 KS = (1, 2, 3)
@@ -278,14 +279,47 @@ def main() -> None:
     parser.add_argument("--paired-only", action="store_true", help="print the paired comparisons only; write nothing")
     args = parser.parse_args()
     rec = read(args.inputs)
+    if not rec:
+        raise ConfigError(f"{cut(' '.join(map(str, args.inputs)), 120)}: no Othello runs there (no NAME.jsonl, no "
+                          "record); nothing to report")
     g = groups(rec)
     if args.paired_only:
         print(paired_table(g))
         return
     text = "\n".join((tables(g), "", comparisons(g), "", paired_ema(g), "", paired_table(g)))  # before anything is written
-    args.out.with_suffix(".json").write_text(json.dumps(rec, indent=1) + "\n")
+    check_outputs(args.out)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(args.out.with_suffix(".json"), json.dumps(rec, indent=1) + "\n")
     plot(g, rec, args.out.with_suffix(".png"))
     print(text)
+
+
+def is_record(path: Path) -> bool:
+    """`path` holds a record this tool wrote (its OUT.json)."""
+    try:
+        rec = json_text.loads(_text(path))
+        return isinstance(rec, dict) and bool(rec) and all(isinstance(r, dict) and "final" in r for r in rec.values()) \
+            and _checked(rec, [path]) is rec
+    except (ConfigError, OSError, ValueError, UnicodeDecodeError, AttributeError, TypeError):
+        return False
+
+
+def is_png(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def check_outputs(out: Path) -> None:
+    """`--out STEM` names OUT.json and OUT.png: each new, or this tool's own earlier output; written
+    in a folder that takes real bytes. One ConfigError line otherwise, before anything is written."""
+    from sweeper.fs import check_writable
+
+    if out.exists() and not out.is_file():
+        raise ConfigError(f"--out {short_path(out, 100)}: names a stem (STEM.json and STEM.png are written), "
+                          "not a folder or device")
+    check_output(out.with_suffix(".json"), "--out", is_record, "an Othello record this tool wrote")
+    check_output(out.with_suffix(".png"), "--out", is_png, "a PNG picture")
+    check_writable(out.parent, "--out")
 
 
 if __name__ == "__main__":

@@ -11,11 +11,13 @@ cut-off batch). No Ray, no MLflow: the trainer alone, as `sweeper trial othello 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from core.errors import ConfigError, cut, short_path
+from core.errors import ConfigError, control_character, cut, short_path
+from core.files import write_atomic
 from core.tool_cli import Parser, run_tool, summary
 from sweeper.cli_types import cpus
 
@@ -31,7 +33,7 @@ def run_one(name: str, overrides: dict, out_dir: str) -> str:
     torch.set_num_threads(1)
     cfg = with_overrides(load_trial_config("othello"), overrides, source=name)
     out = Path(out_dir)
-    log = open(out / f"{name}.jsonl", "w")
+    log = os.fdopen(os.open(out / f"{name}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644), "w")
     start = time.perf_counter()
 
     def report(metrics: dict, checkpoint_dir) -> None:
@@ -41,7 +43,7 @@ def run_one(name: str, overrides: dict, out_dir: str) -> str:
     result = train(cfg, report=report)
     final = {"name": name, "set": overrides, "status": result.status, "wall_s": time.perf_counter() - start,
              "metrics": result.metrics}
-    (out / f"{name}.json").write_text(json.dumps(final, indent=1))
+    write_atomic(out / f"{name}.json", json.dumps(final, indent=1))
     return f"{name}: {result.status} in {final['wall_s']:.0f} s, acc_3x {result.metrics.get('acc_3x', float('nan')):.3f}"
 
 
@@ -61,13 +63,29 @@ def read_runs(path: Path) -> list[dict]:
         raise ConfigError(f"{shown}: not a list of runs, each an object with a name and a set of overrides")
     names = [r.get("name") for r in runs]
     if len(set(map(str, names))) != len(names) or not all(isinstance(n, str) and n not in ("", ".", "..")
-                                                          and "/" not in n and "\0" not in n
+                                                          and "/" not in n and control_character(n) is None
                                                           and len(n.encode()) <= MAX_NAME_BYTES for n in names):
-        raise ConfigError(f"{shown}: run names must be unique file names of at most {MAX_NAME_BYTES} bytes")
+        raise ConfigError(f"{shown}: run names must be unique file names of at most {MAX_NAME_BYTES} bytes, "
+                          "without `/` or a control character")
     base = load_trial_config("othello")
     for r in runs:
         with_overrides(base, r["set"], source=f"{shown}: {cut(r['name'], 60)}")  # a bad key or value: its one line
     return runs
+
+
+def check_out(out: Path, names: list[str]) -> None:
+    """OUT_DIR a folder (or none yet) whose runs' files are regular files or absent: a link at
+    NAME.jsonl or NAME.json would carry a run's reports into another file. One line otherwise."""
+    from sweeper.fs import check_writable
+
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ConfigError(f"{short_path(out, 120)}: not a folder; name the folder the runs' reports go to")
+    for name in names:
+        for path in (out / f"{name}.jsonl", out / f"{name}.json"):
+            if path.is_symlink() or (path.exists() and not path.is_file()):
+                raise ConfigError(f"{short_path(path, 120)}: not a regular file (a link, a folder, a FIFO); "
+                                  "a run writes its reports there")
+    check_writable(out, "OUT_DIR")
 
 
 def main() -> int:
@@ -77,6 +95,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=cpus, default=1)
     args = parser.parse_args()
     runs = read_runs(args.runs)
+    check_out(args.out, [r["name"] for r in runs])
     args.out.mkdir(parents=True, exist_ok=True)
     todo = [r for r in runs if not (args.out / f"{r['name']}.json").exists()]
     with ProcessPoolExecutor(args.jobs) as pool:

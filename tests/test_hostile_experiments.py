@@ -71,6 +71,10 @@ def test_a_damaged_status_file_is_one_line_and_the_page_is_kept(tmp_path, status
     (lambda d: os.truncate(d / "page.md", 2**36), (), "at most"),
     (lambda d: (d / "dat_reproduction_runs.json").mkdir(), (), "not a regular file"),
     (lambda d: (d / "page.png").symlink_to(d / "elsewhere.png"), (), "not a regular file"),
+    # a page that is not a results page had the section appended; a link to one was written through
+    (lambda d: (d / "notes.txt").write_text("mine\n"), ("--out", "notes.txt"), "not a results page"),
+    (lambda d: (d / "link.md").symlink_to(d / "page.md"), ("--out", "link.md"), "a symbolic link"),
+    (lambda d: (d / "nosweeps").mkdir(), ("--sweeps", "nosweeps"), "no sweep of this experiment there"),  # exit 0
 ])
 def test_report_checks_its_folder_and_page_before_writing(tmp_path, setup, args, expect):
     root = _workdir(tmp_path, {"trials": [_trial()]})
@@ -172,6 +176,14 @@ TOOL_MISUSE = [
     (("-m", "experiments.othello_run", "badkey.json", "out"), "a: model.nope: unknown key"),  # out/ made, then a traceback
     (("-m", "experiments.othello_run", "fifo", "out"), "not a regular file"),  # the read blocked for ever
     (("-m", "experiments.othello_run", "longname.json", "out"), "at most 200 bytes"),  # out/ made, then "File name too long"
+    # outputs: nothing written over a file that is not the tool's own, nor through a link
+    (("-m", "experiments.othello_report", "emptydir"), "no Othello runs there"),  # exit 0, `{}` over the committed record
+    (("-m", "experiments.othello_report", "good.json", "--out", "precious"), "precious.json: not an Othello record"),
+    (("-m", "experiments.othello_report", "good.json", "--out", "link"), "link.json: a symbolic link"),
+    (("-m", "experiments.othello_report", "good.json", "--out", "fifo"), "names a stem"),
+    (("-m", "experiments.othello_run", "runs.json", "linked"), "a.jsonl: not a regular file"),  # the reports went through it
+    (("-m", "experiments.othello_run", "escape.json", "out"), "without `/` or a control character"),
+    (("-m", "experiments.othello_run", "runs.json", "precious.json"), "not a folder"),  # "File exists"
     (("bench/ssm_speed.py", "--layers", "1000000000", "--repeats", "1"), "--layers: must be at most 64"),  # a pydantic traceback
     (("bench/trainer_speed.py", "--steps", "1000", "--rounds", "1"), "nothing to measure"),  # exit 0, nothing measured
     (("bench/trainer_speed.py", "--memory", "--steps", "1500"), "--steps: must be a multiple of 1000"),
@@ -207,6 +219,14 @@ def test_a_tool_s_bad_option_or_input_is_one_line_before_any_work(tmp_path, argv
                                                               "curve": []}}))
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "taken.json").mkdir()
+    (tmp_path / "emptydir").mkdir()
+    (tmp_path / "good.json").write_text(json.dumps({"g_s1": {"final": final, "curve": []}}))
+    (tmp_path / "precious.json").write_text('{"mine": true}\n')
+    (tmp_path / "link.json").symlink_to(tmp_path / "precious.json")
+    (tmp_path / "runs.json").write_text(json.dumps([{"name": "a", "set": {"steps": 2, "seed": 1}}]))
+    (tmp_path / "escape.json").write_text(json.dumps([{"name": "a\x1b[31m", "set": {"steps": 2, "seed": 1}}]))
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "a.jsonl").symlink_to(tmp_path / "precious.json")
     before = snapshot(tmp_path)
     args = [str(ROOT / a) if a.startswith(("bench/", "docs/")) else a for a in argv]
     r = subprocess.run([sys.executable, *args], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
