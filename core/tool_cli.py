@@ -2,11 +2,11 @@
 keeps the sweeper's promise: a mistake is one line on stderr and exit 2, never a traceback.
 
     Parser          argparse whose usage errors are one line and exit 2 (not usage + message);
-                    `--OPTION=--` is one of them
+                    `--OPTION=--` and an option of one value given twice are among them
     answer(err)     what a user can cause (a ConfigError, a path the system refuses, a full disk
                     behind stdout, a reader that left, Ctrl-C) as one line and an exit code
-    closed_stdout() 2 after one line when started with stdout closed (`>&-`), else None; a closed
-                    stderr becomes /dev/null first (its lines never reach stdout)
+    closed_stdout() 2 after one line when started with stdout closed (`>&-`) or full (`>/dev/full`),
+                    else None; a closed stderr becomes /dev/null first (its lines never reach stdout)
     to_stderr(line) a line on stderr, lost where the system refuses it (`2>/dev/full`)
     say(err)        print the `answer` to `err` and return its exit code; raise `err` again
                     when it is not one a user can cause
@@ -20,6 +20,7 @@ import argparse
 import errno
 import logging
 import os
+import stat
 import sys
 from typing import Callable, NoReturn
 
@@ -46,15 +47,38 @@ def end_marker_as_value(args: list[str]) -> str | None:
     return None
 
 
+GIVEN = "_options_given"  # on the namespace while it is parsed: the options given so far
+
+
+class StoreOnce(argparse.Action):
+    """argparse's `store`, but an option given twice is a usage error: argparse would take the last
+    silently (`--out a --out b` writes into b, `--storage x --storage y` reads y)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault(GIVEN, {})
+        if option_string is not None and self.dest in given:
+            parser.error(f"{option_string}: given twice ({given[self.dest]} {cut(str(getattr(namespace, self.dest)), 40)}, "
+                         f"then {cut(str(values), 40)}); give it once")
+        given[self.dest] = option_string
+        setattr(namespace, self.dest, values)
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line and exit 2 (not usage + message), and which takes
-    no `--OPTION=--` (argparse would give the option an empty list)."""
+    """argparse whose usage errors are one line and exit 2 (not usage + message), which takes no
+    `--OPTION=--` (argparse would give the option an empty list) and no option of one value twice."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, StoreOnce)
+        self.register("action", "store", StoreOnce)
 
     def parse_known_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
         if (arg := end_marker_as_value(args)) is not None:
             self.error(f"{cut(arg, 60)}: '--' is not a value (it marks the end of the options); give the option a value")
-        return super().parse_known_args(args, namespace)
+        parsed, rest = super().parse_known_args(args, namespace)
+        vars(parsed).pop(GIVEN, None)
+        return parsed, rest
 
     def error(self, message: str) -> NoReturn:
         to_stderr(f"error: {one_line(f'{self.prog}: {cut(message, 200)}')} (see {self.prog} --help)")
@@ -137,12 +161,37 @@ def to_stderr(line: str) -> None:
         drop_stdout(sys.stderr)
 
 
-def closed_stdout() -> int | None:
-    """2 after saying so in one line when this process was started with stdout closed; else None."""
-    hold_closed_stderr()
-    if sys.stdout is not None:
+def full_stdout() -> str | None:
+    """The line for a stdout that takes no byte, known before anything is done: the full device
+    (`> /dev/full`), or a file on a file system without a free block; else None. (A disk that fills
+    while a command runs is said when a write fails: `output_refusal`.)"""
+    try:
+        fd = sys.stdout.fileno()
+        info = os.fstat(fd)
+        if stat.S_ISCHR(info.st_mode):
+            full = info.st_rdev == os.stat("/dev/full").st_rdev
+        else:
+            vfs = os.fstatvfs(fd)
+            free = vfs.f_bfree if os.geteuid() == 0 else vfs.f_bavail  # root may write the reserved blocks
+            full = stat.S_ISREG(info.st_mode) and vfs.f_blocks > 0 and free == 0
+    except (OSError, ValueError, AttributeError):  # no such device here, a stream without a descriptor
         return None
-    to_stderr(error_line(hold_closed_stdout()))
+    if not full:
+        return None
+    return ("stdout: the output could not be written (No space left on device): it goes to "
+            + ("/dev/full" if stat.S_ISCHR(info.st_mode) else "a file on a full file system")
+            + "; nothing was done; send it to a file with room, or to /dev/null")
+
+
+def closed_stdout() -> int | None:
+    """2 after saying so in one line when this process was started with stdout closed, or with a
+    stdout that takes no byte (`full_stdout`): nothing is done that its output would not report."""
+    hold_closed_stderr()
+    if sys.stdout is not None and (line := full_stdout()) is None:
+        return None
+    if sys.stdout is None:
+        line = hold_closed_stdout()
+    to_stderr(error_line(line))
     return 2
 
 

@@ -150,6 +150,11 @@ CLI_MISUSE = {
     # a path is never joined to the storage folder, nor read as an MLflow experiment of its last part
     "status_of_a_path_not_a_sweep": (["status", "sub/no_such_sweep"], "error: sub/no_such_sweep: no sweep here"),
     "report_of_a_folder_not_a_sweep": (["report", "/etc"], "/etc: no sweep here (no space.yaml, no optuna.db)"),
+    # an option of one value given twice: argparse took the last silently
+    "trial_out_given_twice": (["trial", "tiny", "--out", "a", "--out", "b"], "--out: given twice (--out a, then b)"),
+    "validate_samples_given_twice": (["validate", SMOKE, "--samples", "3", "--samples=5"], "--samples: given twice"),
+    "status_storage_given_twice": (["status", "--storage", "a", "--storage", "b"], "--storage: given twice"),
+    "status_of_the_working_folder_not_a_sweep": (["status", "."], "error: .: no sweep here"),  # said sweeps/ was not one
     "storage_unwritable": (["launch", SMOKE, "--storage", "/proc/sweeps"], "cannot write there"),
     "storage_under_a_file": (["launch", SMOKE, "--storage", "/etc/hostname/sweeps"], "--storage"),
     "storage_a_bucket": (["launch", SMOKE, "--storage", "s3://bucket/sweeps"], "a path every node sees"),

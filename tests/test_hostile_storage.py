@@ -12,14 +12,16 @@ import errno
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from sweeper.fs import PROBE_BYTES, check_writable
-from tests.hostile import ROOT, assert_refused, snapshot, sweeper
+from tests.hostile import ENV, ROOT, SWEEPER, assert_refused, snapshot, sweeper
 from core.errors import ConfigError
 
+SWEEPER_CMD = [str(SWEEPER)] if SWEEPER.exists() else [sys.executable, "-m", "sweeper.cli"]
 QUICK = ("reproduce", "--quick", "--seeds", "1", "--systems", "lstm")
 
 
@@ -212,3 +214,21 @@ def test_a_link_at_the_sweep_s_name_is_named_as_a_link_before_anything_is_writte
                 *(["--restart"] if restart else []), cwd=tmp_path)
     line = assert_refused(r, "sw/smoke: a link (to ", target, "never reached through a link", root=tmp_path, before=before)
     assert ("which does not exist" in line) == (target == "nowhere"), line
+
+
+@pytest.mark.parametrize("where", ["/dev/full", "a file on a full disk"])
+def test_a_command_whose_stdout_takes_no_byte_is_refused_before_it_acts(tmp_path, full_disk, where):
+    """`sweeper launch smoke.yaml > /dev/full` made the sweep's folder, lock and study (and `trial`
+    its run folder) before its first line failed; `serve --stop` stopped the service, then exit 2."""
+    work = tmp_path / "work"
+    work.mkdir()
+    target = Path("/dev/full") if where == "/dev/full" else full_disk / "out.txt"
+    before = snapshot(work)
+    for args in (("launch", str(ROOT / "search_spaces" / "smoke.yaml"), "--in-process"), ("trial", "tiny", "--out", "run"),
+                 ("serve", "--stop")):
+        with open(target, "a") as out:
+            r = subprocess.run([*SWEEPER_CMD, *args], cwd=work, stdout=out, stderr=subprocess.PIPE, text=True, timeout=120,
+                               env={**ENV, "SWEEPER_SERVICE_DIR": str(tmp_path / "svc")})
+        r.stdout = ""
+        assert_refused(r, "stdout", "No space left on device", "nothing was done", root=work, before=before)
+    assert not (tmp_path / "svc").exists()
