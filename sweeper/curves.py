@@ -175,7 +175,7 @@ def _read_sweep(source: str, storage: str | None) -> list[tuple[dict, list[dict]
 
     sweep_dir = find_sweep_dir(source, storage, OPTUNA_DB, missing="no sweep (no optuna.db) and no record file here")
     try:
-        points = trial_points(sweep_dir / OPTUNA_DB, limit=MAX_CURVES)
+        points = trial_points(sweep_dir / OPTUNA_DB, Path(sweep_dir).resolve().name, limit=MAX_CURVES)
     except ConfigError as err:
         raise ConfigError(f"--curves {err}") from None
     return [(params, RunDir(sweep_dir / "trials" / trial_name(number)).reports()) for number, params in points]

@@ -31,6 +31,11 @@ def check_name(value: str) -> str:
     return value
 
 
+def is_path(name: str) -> bool:
+    """A sweep given as a path, never a name: `.`, `..`, or a `/` in it, which no sweep's name holds."""
+    return "/" in name or name in (".", "..")
+
+
 def is_uri(path: str) -> bool:
     return "://" in path
 
@@ -47,12 +52,12 @@ def sweep_dir_for(name: str, storage: str | None) -> Path:
 
 
 def find_sweep_dir(name: str, storage: str | None, marker: str, missing: str | None = None) -> Path:
-    """The directory of sweep `name`: `name` itself when it is a path (a `/` in it, which no sweep's
-    name holds) or holds `marker`, else `<storage>/<name>`. With `missing`, a directory without
-    `marker` is a ConfigError that says `missing`; without it, the directory is returned as it is."""
+    """The directory of sweep `name`: `name` itself when it is a path (`is_path`) or holds `marker`,
+    else `<storage>/<name>`. With `missing`, a directory without `marker` is a ConfigError that
+    says `missing`; without it, the directory is returned as it is."""
     direct = Path(name)
     try:
-        sweep_dir = direct if "/" in name or (direct / marker).exists() else sweep_dir_for(name, storage)
+        sweep_dir = direct if is_path(name) or (direct / marker).exists() else sweep_dir_for(name, storage)
         there = (sweep_dir / marker).exists()
     except ConfigError:
         raise

@@ -178,12 +178,15 @@ def test_a_study_of_more_trials_than_a_replay_reads_is_refused_before_they_are_r
     from sweeper.adapters.optuna_study import trial_points
 
     study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    study.set_user_attr("sweeper.version", 1)
     for x in range(4):
         study.enqueue_trial({"x": float(x)})
         study.optimize(lambda t: t.suggest_float("x", 0, 9), n_trials=1)
-    assert [p for _, p in trial_points(tmp_path / "optuna.db", limit=4)] == [{"x": float(x)} for x in range(4)]
+    assert [p for _, p in trial_points(tmp_path / "optuna.db", "s", limit=4)] == [{"x": float(x)} for x in range(4)]
     with pytest.raises(ConfigError, match="4 trials, more than the 3 a replay reads"):
-        trial_points(tmp_path / "optuna.db", limit=3)
+        trial_points(tmp_path / "optuna.db", "s", limit=3)
+    with pytest.raises(ConfigError, match="holds no study `other`"):  # a study of another sweep, or renamed
+        trial_points(tmp_path / "optuna.db", "other", limit=4)
 
 
 def test_importances_of_trials_of_one_value_are_none_and_say_nothing_on_stderr(tmp_path, recwarn):

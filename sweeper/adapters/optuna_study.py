@@ -105,17 +105,18 @@ def check_ledger(db: str | Path, spec: SearchSpace, where: str) -> tuple[dict[in
     return {t.number: t.params for t in sorted(running, key=lambda t: t.number)}, started_with
 
 
-def trial_points(db: str | Path, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
-    """Read-only, of a sweep's SQLite study (the one study it holds): each trial's number and point,
-    duplicate draws left out; one ConfigError line for a file that is not a readable sweep study,
-    or that holds more than `limit` trials (counted before any is read)."""
+def trial_points(db: str | Path, name: str, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """Read-only, of sweep `name`'s SQLite study (the one study it holds): each trial's number and
+    point, duplicate draws left out; one ConfigError line for a file that is not a readable study of
+    that sweep, or that holds more than `limit` trials (counted before any is read)."""
     with reading(db, what="sweep study") as storage:
-        names = optuna.get_all_study_names(storage=storage)
-        if len(names) != 1:
-            raise ValueError(f"{len(names)} studies, a sweep's holds one")
-        n_trials = storage.get_n_trials(storage.get_study_id_from_name(names[0]))
+        summaries = optuna.study.get_all_study_summaries(storage=storage)
+        if len(summaries) != 1:
+            raise ValueError(f"{len(summaries)} studies, a sweep's holds one")
+        _the_sweep_s(summaries, name, str(db), "put the sweep's study back")
+        n_trials = storage.get_n_trials(storage.get_study_id_from_name(name))
         if limit is None or n_trials <= limit:
-            trials = optuna.load_study(study_name=names[0], storage=storage).get_trials(deepcopy=False)
+            trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
     if limit is not None and n_trials > limit:
         raise ConfigError(f"{db}: {n_trials:,} trials, more than the {limit:,} a replay reads; replay a part of them")
     return [(t.number, dict(t.params)) for t in trials if "duplicate_of" not in t.user_attrs]

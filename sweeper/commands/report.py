@@ -254,11 +254,11 @@ def report_uri(cli_value: str | None, logged_to: str | None, default: str, study
 def run(options: Options) -> int:
     from sweeper.adapters.mlflow_tracking import PARENT_UID
     from sweeper.adapters.optuna_study import sweep_study
-    from sweeper.sweep_dir import find_sweep_dir
+    from sweeper.sweep_dir import find_sweep_dir, is_path
     from sweeper.tracking_uri import resolve_uri, uri_source
 
     sweep_dir = find_sweep_dir(options.name, options.storage, SPACE_FILE)
-    if "/" in options.name and not any((sweep_dir / marker).exists() for marker in (SPACE_FILE, OPTUNA_DB)):
+    if is_path(options.name) and not any((sweep_dir / marker).exists() for marker in (SPACE_FILE, OPTUNA_DB)):
         raise ConfigError(f"{short_path(options.name, 120)}: no sweep here (no {SPACE_FILE}, no {OPTUNA_DB}); a sweep "
                           "whose folder is gone is read from MLflow by its name: `sweeper report NAME --tracking-uri URI`")
     markdown = check_markdown(options.markdown, sweep_dir) if options.markdown is not None else None
