@@ -145,3 +145,14 @@ def test_submit_to_a_bad_server_is_one_line(head, tmp_path, answers, expect):
     url = head(answers)
     refused(tmp_path, "submit", ROOT / "search_spaces" / "smoke.yaml", "--address", url, "--storage", "/mnt/sweeps", "--shared-storage",
             "--tracking-uri", "http://127.0.0.1:1", expect=[expect])
+
+
+def test_a_job_s_logs_are_shown_with_their_terminal_escapes_escaped(head, tmp_path):
+    """The logs are the job server's text: an escape in them would retitle or clear the user's
+    terminal; lines and tabs are kept as they are."""
+    logs = "step 10\tacc 0.5\n\x1b]0;pwned\x07\x1b[2Jcleared\n"
+    url = head({"/api/version": VERSION, "/api/jobs/": (200, "application/json", json.dumps(JOB)),
+                "/api/jobs/sweep-x-1/logs": (200, "application/json", json.dumps({"logs": logs}))})
+    r = sweeper("job", "logs", "sweep-x-1", "--address", url, cwd=tmp_path)
+    assert r.returncode == 0 and "\x1b" not in r.stdout, r.stdout + r.stderr
+    assert r.stdout == "step 10\tacc 0.5\n\\x1b]0;pwned\\x07\\x1b[2Jcleared\n", r.stdout

@@ -42,7 +42,7 @@ def logs(options: Options) -> int:
         text = ask(where, "the job's logs", client.get_job_logs, options.job)
         if not isinstance(text, str):
             raise ConfigError(f"--address {shown(where)}: the answer to the job's logs is not text")
-    print(text, end="")
+    show(text)
     return 0
 
 

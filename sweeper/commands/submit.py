@@ -24,6 +24,7 @@ from pathlib import Path
 
 from trainables.config import ConfigError
 
+from core.errors import visible
 from core.uri_secrets import hide_password
 from sweeper.adapters.ray_jobs import (AGENT_WAIT_S, CALL_TIMEOUT_S, alive_nodes, ask, client_for, dashboard_address,
                                        follow, named_as, submit_job)
@@ -108,7 +109,9 @@ def submit(options: Options) -> int:
 
 
 def show(chunk: str) -> None:
-    print(chunk, end="", flush=True)
+    """Text a job server sent (a job's logs): its control characters, terminal escapes among them,
+    shown as escapes, its lines and tabs as they are."""
+    print(visible(chunk, keep="\n\t"), end="", flush=True)
 
 
 def to_stderr(line: str) -> None:
