@@ -28,7 +28,6 @@ import os
 import socket
 import stat
 import struct
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -48,10 +47,6 @@ START_S = 180.0  # a service that holds its lock opens its socket within this (R
 ALIVE_S = 10.0  # while it runs an attached launch's sweep, the service says it is alive this often
 SILENT_S = 6 * ALIVE_S  # an attached launch that hears nothing for this long says the service does not answer
 NOTICE_S = 2.0  # a wait on the service longer than this is said, once
-
-
-def to_stderr(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 class _Wait:
@@ -83,7 +78,7 @@ def unresponsive(directory: Path, what: str, timeout_s: float = ANSWER_S, then: 
 
 
 def connect(directory: Path | None = None, timeout_s: float = ANSWER_S,
-            say: Callable[[str], None] | None = to_stderr) -> socket.socket | None:
+            say: Callable[[str], None] | None = None) -> socket.socket | None:
     """A connection to this user's service, or None when none runs (no socket, or a stale one);
     a service that does not take it within `timeout_s` is a ConfigError (its one line). A wait on a
     service starting or ending (up to START_S) is said once through `say` when it lasts past NOTICE_S."""
@@ -187,10 +182,12 @@ class Messages:
             yield message
 
 
-def request(message: dict, directory: Path | None = None, timeout_s: float = ANSWER_S, then: str | None = None) -> dict | None:
+def request(message: dict, directory: Path | None = None, timeout_s: float = ANSWER_S, then: str | None = None,
+            say: Callable[[str], None] | None = None) -> dict | None:
     """One question, one answer (status, stop); None when no service runs; a ConfigError when one runs and
-    does not answer within `timeout_s`, ending with `then` (what to run again; by default `serve --VERB`)."""
-    conn = connect(directory)
+    does not answer within `timeout_s`, ending with `then` (what to run again; by default `serve --VERB`).
+    `say`: as for `connect`."""
+    conn = connect(directory, say=say)
     if conn is None:
         return None
     with conn:

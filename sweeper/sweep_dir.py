@@ -32,8 +32,10 @@ def check_name(value: str) -> str:
 
 
 def is_path(name: str) -> bool:
-    """A sweep given as a path, never a name: `.`, `..`, or a `/` in it, which no sweep's name holds."""
-    return "/" in name or name in (".", "..")
+    """A sweep given as a path, never a name: `.`, `..`, or a `/` before its last part, which no
+    sweep's name holds (`NAME/` is the name, as a shell completes it)."""
+    bare = name.rstrip("/")
+    return name.startswith("/") or "/" in bare or bare in (".", "..")
 
 
 def is_uri(path: str) -> bool:

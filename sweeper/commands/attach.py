@@ -22,12 +22,13 @@ from sweeper.service_folder import read_state, service_dir
 from sweeper.service_link import ANSWER_S, SILENT_S, Messages, code_hash, connect, project_root, send, unresponsive
 from sweeper.sweep_checks import check_request
 from core.errors import ConfigError, brief, cut, one_line, visible
+from core.tool_cli import to_stderr
 
 
 def attach(sweep: SweepRequest, progress: str, every_s: float) -> int | None:
     """The sweep's exit code, run on the service; None when no service answers (or it runs older
     code than this checkout's and cannot restart now): the caller runs the sweep itself."""
-    conn = connect()
+    conn = connect(say=to_stderr)
     if conn is None:
         return None
     name = check_request(sweep).spec.name

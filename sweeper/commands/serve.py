@@ -25,6 +25,7 @@ from sweeper.service_folder import LOCK, LOG, check_entries, ensure_private_dir,
 from sweeper.service_link import START_S, request
 from sweeper.status import a_pid
 from core.errors import ConfigError, brief, check_warnings_are_warnings, cut, visible
+from core.tool_cli import to_stderr
 
 STOP_TIMEOUT_S = 150.0  # until a stopped service's process has ended (its sweeps write themselves down first)
 
@@ -99,7 +100,7 @@ class ServiceStatus(BaseModel):
 def service_status(then: str | None = None) -> ServiceStatus | None:
     """The service's answer to `status`, checked (one line for one that is not a service's); None
     when no service runs. `then`: what to run again if it does not answer."""
-    answer = request({"verb": "status"}, then=then)
+    answer = request({"verb": "status"}, then=then, say=to_stderr)
     if answer is None:
         return None
     try:
@@ -136,7 +137,7 @@ def _shown(value, limit: int = 40) -> str:
 
 
 def stop() -> int:
-    answer = request({"verb": "stop"})
+    answer = request({"verb": "stop"}, say=to_stderr)
     if answer is None:
         print("no sweep service runs for this user")
         return 0
