@@ -44,6 +44,23 @@ def test_a_stray_file_beside_the_study_is_one_line_and_kept(smoke_sweep, tmp_pat
     assert_refused(sweeper("dashboard", "smoke", cwd=tmp_path), beside.name, "move it away", root=tmp_path, before=before)
 
 
+def test_a_study_file_holding_another_study_beside_the_sweep_s_is_one_line(smoke_sweep, tmp_path):
+    """The dashboard lists every study of its file: a second one (copied in, another sweep's) would be
+    shown beside the sweep's; `.` names the sweep's own folder (it was read as a sweep named '')."""
+    import optuna
+
+    from tests.hostile import assert_refused, snapshot, sweeper
+
+    workdir, _ = smoke_sweep
+    folder = tmp_path / "sweeps" / "smoke"
+    folder.mkdir(parents=True)
+    shutil.copyfile(workdir / "sweeps" / "smoke" / "optuna.db", folder / "optuna.db")
+    optuna.create_study(study_name="other", storage=f"sqlite:///{folder / 'optuna.db'}")
+    before = snapshot(tmp_path)
+    assert_refused(sweeper("dashboard", "smoke", cwd=tmp_path), "holds 2 studies", root=tmp_path, before=before)
+    assert_refused(sweeper("dashboard", ".", cwd=folder), "holds 2 studies", root=tmp_path, before=before)
+
+
 def _ipv6_loopback() -> bool:
     import socket
 

@@ -54,7 +54,10 @@ def sweep_study(db: str | Path, name: str) -> tuple[int, dict[str, Any]]:
     with reading(db) as storage:
         summaries = optuna.study.get_all_study_summaries(storage=storage)
         sid = storage.get_study_id_from_name(name) if name in {s.study_name for s in summaries} else None
-    return sid, dict(_the_sweep_s(summaries, name, str(db), "put the sweep's study back").user_attrs)
+    attrs = dict(_the_sweep_s(summaries, name, str(db), "put the sweep's study back").user_attrs)
+    if len(summaries) > 1:  # a view (the dashboard) would show the others' trials beside the sweep's
+        raise ConfigError(f"{db}: holds {len(summaries)} studies, a sweep's holds one; put the sweep's study back")
+    return sid, attrs
 
 
 def _the_sweep_s(summaries: list, name: str, where: str, advice: str) -> Any:

@@ -50,7 +50,7 @@ def command(db: Path, host: str, port: int) -> list[str]:
 
 def run(options: Options) -> int:
     db = study_file(options.name, options.storage)
-    sid, _ = sweep_study(db, Path(options.name).name)  # read-only: an empty, damaged or foreign study is one line
+    sid, _ = sweep_study(db, db.parent.resolve().name)  # read-only: an empty, damaged or foreign study is one line
     check_beside(db, "the study")  # the dashboard's server opens it for writing
     check_address(options.host, options.port)  # a held port, a foreign host: one line before anything starts
     cmd = command(db, options.host, options.port)
