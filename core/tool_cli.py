@@ -57,8 +57,9 @@ class StoreOnce(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         given = namespace.__dict__.setdefault(GIVEN, {})
         if option_string is not None and self.dest in given:
-            parser.error(f"{option_string}: given twice ({given[self.dest]} {cut(str(getattr(namespace, self.dest)), 40)}, "
-                         f"then {cut(str(values), 40)}); give it once")
+            first = given[self.dest]  # its values are not shown: an address or URI may hold a password
+            parser.error(f"{option_string}: given twice" + (f" (as {first})" if first != option_string else "")
+                         + "; give it once")
         given[self.dest] = option_string
         setattr(namespace, self.dest, values)
 

@@ -151,7 +151,9 @@ CLI_MISUSE = {
     "status_of_a_path_not_a_sweep": (["status", "sub/no_such_sweep"], "error: sub/no_such_sweep: no sweep here"),
     "report_of_a_folder_not_a_sweep": (["report", "/etc"], "/etc: no sweep here (no space.yaml, no optuna.db)"),
     # an option of one value given twice: argparse took the last silently
-    "trial_out_given_twice": (["trial", "tiny", "--out", "a", "--out", "b"], "--out: given twice (--out a, then b)"),
+    "trial_out_given_twice": (["trial", "tiny", "--out", "a", "--out", "b"], "--out: given twice; give it once"),
+    "tracking_uri_given_twice": (["launch", SMOKE, "--tracking-uri", "http://u:S3cret@h:1", "--tracking-uri=x"],
+                                 "--tracking-uri: given twice"),
     "validate_samples_given_twice": (["validate", SMOKE, "--samples", "3", "--samples=5"], "--samples: given twice"),
     "status_storage_given_twice": (["status", "--storage", "a", "--storage", "b"], "--storage: given twice"),
     "status_of_the_working_folder_not_a_sweep": (["status", "."], "error: .: no sweep here"),  # said sweeps/ was not one
@@ -219,6 +221,7 @@ def test_cli_misuse_is_one_line(run_in, name, workdir):
     r = run_in(workdir, *args)
     assert_one_line_refusal(r, must, workdir, set())
     assert not Path("/proc/sweeps").exists()
+    assert "S3cret" not in r.stderr  # a password given on the command line is never shown
 
 
 def test_resources_beyond_this_machine_are_refused_before_ray(run_in, tmp_path, workdir):
