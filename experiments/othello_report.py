@@ -11,7 +11,8 @@ from), OUT.png, and prints the markdown tables: mean ± standard deviation over 
 the per-seed numbers, the pre-registered comparisons (difference of means, its standard error),
 for EMA runs the averaged weights against the live weights of the same run, and the settings
 compared paired by training seed (the re-analysis pre-registered in dat_paper_depth.md).
-`--paired-only` prints that last table and writes nothing.
+`--paired-only` prints that last table and writes nothing. OUT.json and OUT.png are written only
+where nothing is, or over this tool's own earlier output (never through a link).
 """
 
 from __future__ import annotations
