@@ -42,23 +42,29 @@ def write_atomic(path: str | Path, data: str | bytes, between: Callable[[], None
     os.replace(tmp, path)
 
 
-def check_output(path: str | Path, label: str, ours: Callable[[Path], bool], kind: str) -> None:
-    """A file a tool is about to write whole: absent, or a regular file of its own (`ours` of the path
-    says it is an earlier output, `kind` names what that is). A link (symbolic, or hard: the write
-    would reach another file), a folder, a device or a file of other content is one ConfigError line,
-    before anything is written."""
+
+def check_output(path: str | Path, what: str, ours: Callable[[Path], bool] | None = None, kind: str = "") -> None:
+    """A file a command is about to write (or replace): absent, or a regular file of one name (a
+    symbolic or hard link would carry the write to another file), and with `ours`, one that `ours`
+    takes for this command's earlier output (`kind` names it). One ConfigError line otherwise,
+    before anything is written; the folder's writability is `sweeper.fs.check_output_file`'s."""
+    import stat
+
     from core.errors import ConfigError, short_path
 
-    p = Path(path)
-    shown = f"{label} {short_path(p, 120)}"
-    if p.is_symlink():
-        raise ConfigError(f"{shown}: a symbolic link (writing it would write where it points); name the file itself")
-    if not p.exists():
+    p = Path(path).expanduser()
+    shown = f"{what} {short_path(path, 120)}"
+    try:
+        st = os.lstat(p)
+    except (FileNotFoundError, NotADirectoryError):
         return
-    info = p.stat()
-    if not p.is_file():
-        raise ConfigError(f"{shown}: not a regular file (a folder, a FIFO, a device); name a file to write")
-    if info.st_nlink > 1:
+    except OSError as err:
+        raise ConfigError(f"{shown}: cannot be checked ({err.strerror or err})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{shown}: is a folder; a file is written there")
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{shown}: not a regular file (a link, a device or a FIFO)")
+    if st.st_nlink > 1:
         raise ConfigError(f"{shown}: hard-linked with another file (writing it would change that one too)")
-    if not ours(p):
+    if ours is not None and not ours(p):
         raise ConfigError(f"{shown}: not {kind}, which is all it is written over; name a new file or an earlier one")

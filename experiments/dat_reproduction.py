@@ -26,6 +26,7 @@ from statistics import mean, stdev
 
 from experiments.launching import sweeper_launch
 from core.errors import ConfigError, brief, cut, one_line, short_path
+from core.files import check_output
 from trainables.run_dir import is_number
 from core.tool_cli import run_tool, summary
 from sweeper.cli_types import Distinct
@@ -490,9 +491,8 @@ def check_report_paths(sweeps_dir: Path, out: Path) -> str:
     if not any((sweeps_dir / SWEEP_NAME[group] / "status.json").exists() for group in GROUPS):
         raise ConfigError(f"--sweeps {short_path(sweeps_dir, 100)}: no sweep of this experiment there (no "
                           f"{SWEEP_NAME[GROUPS[0]]}/status.json, nor of its other groups); the report would have no runs")
-    if out.is_symlink():
-        raise ConfigError(f"--out {short_path(out, 100)}: a symbolic link (the report would be written where it "
-                          "points); name the results page itself")
+    for path in report_outputs(out):  # each a regular file of one name, or absent
+        check_output(path, "--out" if path == out else f"--out {short_path(out, 60)}: beside it,")
     try:
         text = read_limited(out, "--out", MAX_RESULTS_BYTES).decode("utf-8")
     except UnicodeDecodeError as err:
@@ -503,9 +503,6 @@ def check_report_paths(sweeps_dir: Path, out: Path) -> str:
     if text.count(BEGIN) > 1 or (BEGIN in text and END not in text[text.index(BEGIN):]):
         raise ConfigError(f"--out {short_path(out, 100)}: its results section is damaged (each marker "
                           f"{cut(BEGIN, 40)} needs one {END} after it)")
-    for path in report_outputs(out)[1:]:
-        if path.is_symlink() or (path.exists() and not path.is_file()):
-            raise ConfigError(f"--out {short_path(out, 100)}: {path.name} beside it is not a regular file; it is written there")
     check_writable(out.parent, "--out")
     return text
 

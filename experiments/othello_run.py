@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from core.errors import ConfigError, control_character, cut, short_path
-from core.files import write_atomic
+from core.files import check_output, write_atomic
 from core.tool_cli import Parser, run_tool, summary
 from sweeper.cli_types import cpus
 
@@ -74,17 +74,15 @@ def read_runs(path: Path) -> list[dict]:
 
 
 def check_out(out: Path, names: list[str]) -> None:
-    """OUT_DIR a folder (or none yet) whose runs' files are regular files or absent: a link at
-    NAME.jsonl or NAME.json would carry a run's reports into another file. One line otherwise."""
+    """OUT_DIR a folder (or none yet) whose runs' files are regular files of one name or absent: a
+    link at NAME.jsonl or NAME.json would carry a run's reports into another file. One line otherwise."""
     from sweeper.fs import check_writable
 
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise ConfigError(f"{short_path(out, 120)}: not a folder; name the folder the runs' reports go to")
+    if os.path.lexists(out) and not out.is_dir():  # a link to a folder is one
+        raise ConfigError(f"OUT_DIR {short_path(out, 120)}: not a folder; name the folder the runs' reports go to")
     for name in names:
         for path in (out / f"{name}.jsonl", out / f"{name}.json"):
-            if path.is_symlink() or (path.exists() and not path.is_file()):
-                raise ConfigError(f"{short_path(path, 120)}: not a regular file (a link, a folder, a FIFO); "
-                                  "a run writes its reports there")
+            check_output(path, "a run's report")
     check_writable(out, "OUT_DIR")
 
 

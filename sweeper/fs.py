@@ -17,8 +17,10 @@ import stat
 import tempfile
 import urllib.parse
 from pathlib import Path
+from typing import Callable
 
 from core import json_text
+from core.files import check_output
 from core.errors import ConfigError, cut, expand_user
 
 PROBE_BYTES = 64 * 1024  # more than a file system's reserve of a few blocks; what a first report needs
@@ -69,21 +71,11 @@ def _probe_file(folder: Path) -> tuple[int, str | None]:
     return tempfile.mkstemp(prefix=".sweeper-probe-", dir=folder)
 
 
-def check_output_file(path: str | Path, what: str) -> None:
-    """A file this command will write (or replace): not a folder, not a link, not a device or
-    FIFO, and its folder writable (`check_writable`). The file itself may be missing."""
-    p = expand_user(path)
-    try:
-        st = os.lstat(p)
-    except FileNotFoundError:
-        st = None
-    except OSError as err:
-        raise ConfigError(f"{what} {cut(str(path), 120)}: cannot be checked ({err.strerror or err})") from None
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise ConfigError(f"{what} {cut(str(path), 120)}: is a folder; a file is written there")
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"{what} {cut(str(path), 120)}: not a regular file (a link, a device or a FIFO)")
-    check_writable(p.parent, what)
+def check_output_file(path: str | Path, what: str, ours: Callable[[Path], bool] | None = None, kind: str = "") -> None:
+    """A file this command will write (or replace): `core.files.check_output` (absent, or a regular
+    file of one name, `ours` with it), and its folder writable (`check_writable`)."""
+    check_output(path, what, ours, kind)
+    check_writable(expand_user(path).parent, what)
 
 
 def read_limited(path: str | Path, what: str, max_bytes: int) -> bytes:

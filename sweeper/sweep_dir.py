@@ -57,7 +57,7 @@ def find_sweep_dir(name: str, storage: str | None, marker: str, missing: str | N
     """The directory of sweep `name`: `name` itself when it is a path (`is_path`) or holds `marker`,
     else `<storage>/<name>`. With `missing`, a directory without `marker` is a ConfigError that
     says `missing`; without it, the directory is returned as it is."""
-    direct = Path(name)
+    direct = expand_user(name)
     try:
         sweep_dir = direct if is_path(name) or (direct / marker).exists() else sweep_dir_for(name, storage)
         there = (sweep_dir / marker).exists()

@@ -69,11 +69,12 @@ def test_a_damaged_status_file_is_one_line_and_the_page_is_kept(tmp_path, status
     (lambda d: (d / "page.md").write_text(rep.BEGIN + "\nno end\n"), (), "damaged"),
     (lambda d: (d / "page.md").write_bytes(b"\xff\xfe"), (), "not UTF-8"),
     (lambda d: os.truncate(d / "page.md", 2**36), (), "at most"),
-    (lambda d: (d / "dat_reproduction_runs.json").mkdir(), (), "not a regular file"),
+    (lambda d: (d / "dat_reproduction_runs.json").mkdir(), (), "is a folder"),
     (lambda d: (d / "page.png").symlink_to(d / "elsewhere.png"), (), "not a regular file"),
     # a page that is not a results page had the section appended; a link to one was written through
     (lambda d: (d / "notes.txt").write_text("mine\n"), ("--out", "notes.txt"), "not a results page"),
-    (lambda d: (d / "link.md").symlink_to(d / "page.md"), ("--out", "link.md"), "a symbolic link"),
+    (lambda d: (d / "link.md").symlink_to(d / "page.md"), ("--out", "link.md"), "link.md: not a regular file"),
+    (lambda d: os.link(d / "page.md", d / "hard.md"), ("--out", "hard.md"), "hard.md: hard-linked with another file"),
     (lambda d: (d / "nosweeps").mkdir(), ("--sweeps", "nosweeps"), "no sweep of this experiment there"),  # exit 0
 ])
 def test_report_checks_its_folder_and_page_before_writing(tmp_path, setup, args, expect):
@@ -179,9 +180,10 @@ TOOL_MISUSE = [
     # outputs: nothing written over a file that is not the tool's own, nor through a link
     (("-m", "experiments.othello_report", "emptydir"), "no Othello runs there"),  # exit 0, `{}` over the committed record
     (("-m", "experiments.othello_report", "good.json", "--out", "precious"), "precious.json: not an Othello record"),
-    (("-m", "experiments.othello_report", "good.json", "--out", "link"), "link.json: a symbolic link"),
+    (("-m", "experiments.othello_report", "good.json", "--out", "link"), "link.json: not a regular file"),
     (("-m", "experiments.othello_report", "good.json", "--out", "fifo"), "names a stem"),
     (("-m", "experiments.othello_run", "runs.json", "linked"), "a.jsonl: not a regular file"),  # the reports went through it
+    (("-m", "experiments.othello_run", "runs.json", "hardlinked"), "a.jsonl: hard-linked with another file"),
     (("-m", "experiments.othello_run", "escape.json", "out"), "without `/` or a control character"),
     (("-m", "experiments.othello_run", "runs.json", "precious.json"), "not a folder"),  # "File exists"
     (("bench/ssm_speed.py", "--layers", "1000000000", "--repeats", "1"), "--layers: must be at most 64"),  # a pydantic traceback
@@ -227,6 +229,9 @@ def test_a_tool_s_bad_option_or_input_is_one_line_before_any_work(tmp_path, argv
     (tmp_path / "escape.json").write_text(json.dumps([{"name": "a\x1b[31m", "set": {"steps": 2, "seed": 1}}]))
     (tmp_path / "linked").mkdir()
     (tmp_path / "linked" / "a.jsonl").symlink_to(tmp_path / "precious.json")
+    (tmp_path / "hardlinked").mkdir()
+    (tmp_path / "mine.txt").write_text("mine\n")
+    os.link(tmp_path / "mine.txt", tmp_path / "hardlinked" / "a.jsonl")
     before = snapshot(tmp_path)
     args = [str(ROOT / a) if a.startswith(("bench/", "docs/")) else a for a in argv]
     r = subprocess.run([sys.executable, *args], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},

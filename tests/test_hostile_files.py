@@ -51,7 +51,7 @@ def test_a_study_that_is_a_fifo_is_one_line_not_a_wait(tmp_path):
     from sweeper.adapters.optuna_study import sweep_study, trial_points
 
     os.mkfifo(tmp_path / "optuna.db")
-    for read in (trial_points, lambda db: sweep_study(db, "smoke")):
+    for read in (lambda db: trial_points(db, "smoke"), lambda db: sweep_study(db, "smoke")):
         with pytest.raises(ConfigError, match="not a regular file"):
             read(tmp_path / "optuna.db")
 
@@ -185,8 +185,10 @@ def test_a_study_of_more_trials_than_a_replay_reads_is_refused_before_they_are_r
     assert [p for _, p in trial_points(tmp_path / "optuna.db", "s", limit=4)] == [{"x": float(x)} for x in range(4)]
     with pytest.raises(ConfigError, match="4 trials, more than the 3 a replay reads"):
         trial_points(tmp_path / "optuna.db", "s", limit=3)
-    with pytest.raises(ConfigError, match="holds no study `other`"):  # a study of another sweep, or renamed
+    with pytest.raises(ConfigError) as refused:  # the folder renamed, or another sweep's study copied in
         trial_points(tmp_path / "optuna.db", "other", limit=4)
+    assert str(refused.value) == (f"{tmp_path / 'optuna.db'}: holds sweep `s`'s study, not `other`'s; a sweep's folder "
+                                  "keeps its sweep's name (name it so again)")
 
 
 def test_importances_of_trials_of_one_value_are_none_and_say_nothing_on_stderr(tmp_path, recwarn):

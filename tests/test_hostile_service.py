@@ -285,6 +285,12 @@ def test_a_long_wait_on_the_service_is_said_once(tmp_path, monkeypatch):
     assert service_link.connect(folder, say=said.append) is None
     assert len(rounds) == 5 and len(said) == 1 and "to open its socket (starting" in said[0], (rounds, said)
     assert "\n" not in said[0] and len(said[0]) < 300
+    monkeypatch.setattr(service_link, "NOTICE_S", 2.0)  # a wait shorter than that (no real time passes here) is unsaid
+    lock = open(folder / LOCK, "w")
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    rounds.clear()
+    said.clear()
+    assert service_link.connect(folder, say=said.append) is None and len(rounds) == 5 and said == [], said
 
 
 def test_the_advice_for_a_shared_open_folder_is_to_name_another_never_to_close_it(tmp_path):

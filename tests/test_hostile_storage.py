@@ -217,12 +217,14 @@ def test_a_link_at_the_sweep_s_name_is_named_as_a_link_before_anything_is_writte
 
 
 @pytest.mark.parametrize("where", ["/dev/full", "a file on a full disk"])
-def test_a_command_whose_stdout_takes_no_byte_is_refused_before_it_acts(tmp_path, full_disk, where):
+def test_a_command_whose_stdout_takes_no_byte_is_refused_before_it_acts(tmp_path, request, where):
     """`sweeper launch smoke.yaml > /dev/full` made the sweep's folder, lock and study (and `trial`
     its run folder) before its first line failed; `serve --stop` stopped the service, then exit 2."""
     work = tmp_path / "work"
     work.mkdir()
-    target = Path("/dev/full") if where == "/dev/full" else full_disk / "out.txt"
+    if where == "/dev/full" and not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    target = Path("/dev/full") if where == "/dev/full" else request.getfixturevalue("full_disk") / "out.txt"
     before = snapshot(work)
     for args in (("launch", str(ROOT / "search_spaces" / "smoke.yaml"), "--in-process"), ("trial", "tiny", "--out", "run"),
                  ("serve", "--stop")):

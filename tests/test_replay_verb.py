@@ -157,6 +157,7 @@ def test_the_trials_of_a_sweep_are_read_from_its_study_and_folders_and_left_as_t
     sweep = tmp_path / "sweeps" / "tiny"
     sweep.mkdir(parents=True)
     study = optuna.create_study(study_name="tiny", storage=f"sqlite:///{sweep / 'optuna.db'}", direction="maximize")
+    study.set_user_attr("sweeper.version", 1)  # a sweep's study (every sweep's holds sweeper.* attributes)
     dists = {"dat.switch_step": optuna.distributions.IntDistribution(0, 400, step=200),
              "optim.lr": optuna.distributions.FloatDistribution(1e-3, 4e-3, log=True)}
     for number, (s, lr) in enumerate((s, lr) for s in SWITCHES for lr in LRS):

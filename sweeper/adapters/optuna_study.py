@@ -64,6 +64,9 @@ def _the_sweep_s(summaries: list, name: str, where: str, advice: str) -> Any:
     """The summary of sweep `name`'s study among `summaries`; one ConfigError line when there is none,
     or when the study of that name was not made by a sweep."""
     mine = [s for s in summaries if s.study_name == name]
+    if not mine and len(summaries) == 1 and made_by_a_sweep(summaries[0].user_attrs):  # its folder renamed, or copied
+        raise ConfigError(f"{where}: holds sweep `{cut(summaries[0].study_name, 60)}`'s study, not `{cut(name, 60)}`'s; "
+                          "a sweep's folder keeps its sweep's name (name it so again)")
     if not mine:
         raise ConfigError(f"{where}: holds no study `{cut(name, 80)}`; {advice}")
     if not made_by_a_sweep(mine[0].user_attrs):
@@ -116,10 +119,13 @@ def trial_points(db: str | Path, name: str, limit: int | None = None) -> list[tu
         summaries = optuna.study.get_all_study_summaries(storage=storage)
         if len(summaries) != 1:
             raise ValueError(f"{len(summaries)} studies, a sweep's holds one")
+        ours = summaries[0].study_name == name and made_by_a_sweep(summaries[0].user_attrs)
+        if ours:
+            n_trials = storage.get_n_trials(storage.get_study_id_from_name(name))
+            if limit is None or n_trials <= limit:
+                trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+    if not ours:  # said in its own line, not as an unreadable study
         _the_sweep_s(summaries, name, str(db), "put the sweep's study back")
-        n_trials = storage.get_n_trials(storage.get_study_id_from_name(name))
-        if limit is None or n_trials <= limit:
-            trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
     if limit is not None and n_trials > limit:
         raise ConfigError(f"{db}: {n_trials:,} trials, more than the {limit:,} a replay reads; replay a part of them")
     return [(t.number, dict(t.params)) for t in trials if "duplicate_of" not in t.user_attrs]

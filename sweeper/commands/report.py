@@ -262,7 +262,7 @@ def run(options: Options) -> int:
         raise ConfigError(f"{short_path(options.name, 120)}: no sweep here (no {SPACE_FILE}, no {OPTUNA_DB}); a sweep "
                           "whose folder is gone is read from MLflow by its name: `sweeper report NAME --tracking-uri URI`")
     markdown = check_markdown(options.markdown, sweep_dir) if options.markdown is not None else None
-    name = sweep_dir.resolve().name if sweep_dir == Path(options.name) else options.name.rstrip("/")
+    name = sweep_dir.resolve().name if is_path(options.name) or sweep_dir == Path(options.name) else options.name.rstrip("/")
     if not sweep_dir.exists() and options.tracking_uri is None:
         raise ConfigError(f"{sweep_dir}: no sweep here; pass --tracking-uri to read `{name}` from an MLflow server")
     study = sweep_dir / OPTUNA_DB
