@@ -54,10 +54,17 @@ def sweep_study(db: str | Path, name: str) -> tuple[int, dict[str, Any]]:
     with reading(db) as storage:
         summaries = optuna.study.get_all_study_summaries(storage=storage)
         sid = storage.get_study_id_from_name(name) if name in {s.study_name for s in summaries} else None
-    attrs = dict(_the_sweep_s(summaries, name, str(db), "put the sweep's study back").user_attrs)
-    if len(summaries) > 1:  # a view (the dashboard) would show the others' trials beside the sweep's
-        raise ConfigError(f"{db}: holds {len(summaries)} studies, a sweep's holds one; put the sweep's study back")
-    return sid, attrs
+    return sid, dict(_the_only_sweep_s(summaries, name, str(db)).user_attrs)
+
+
+def _the_only_sweep_s(summaries: list, name: str, where: str) -> Any:
+    """`_the_sweep_s`, in a file holding no other study: a view (the dashboard, a replay) would show
+    the others' trials beside the sweep's."""
+    advice = "put the sweep's study back"
+    mine = _the_sweep_s(summaries, name, where, advice)
+    if len(summaries) > 1:
+        raise ConfigError(f"{where}: holds {len(summaries)} studies, a sweep's holds one; {advice}")
+    return mine
 
 
 def _the_sweep_s(summaries: list, name: str, where: str, advice: str) -> Any:
@@ -117,15 +124,13 @@ def trial_points(db: str | Path, name: str, limit: int | None = None) -> list[tu
     that sweep, or that holds more than `limit` trials (counted before any is read)."""
     with reading(db, what="sweep study") as storage:
         summaries = optuna.study.get_all_study_summaries(storage=storage)
-        if len(summaries) != 1:
-            raise ValueError(f"{len(summaries)} studies, a sweep's holds one")
-        ours = summaries[0].study_name == name and made_by_a_sweep(summaries[0].user_attrs)
+        ours = len(summaries) == 1 and summaries[0].study_name == name and made_by_a_sweep(summaries[0].user_attrs)
         if ours:
             n_trials = storage.get_n_trials(storage.get_study_id_from_name(name))
             if limit is None or n_trials <= limit:
                 trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
     if not ours:  # said in its own line, not as an unreadable study
-        _the_sweep_s(summaries, name, str(db), "put the sweep's study back")
+        _the_only_sweep_s(summaries, name, str(db))
     if limit is not None and n_trials > limit:
         raise ConfigError(f"{db}: {n_trials:,} trials, more than the {limit:,} a replay reads; replay a part of them")
     return [(t.number, dict(t.params)) for t in trials if "duplicate_of" not in t.user_attrs]
