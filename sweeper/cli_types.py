@@ -11,15 +11,15 @@ import os
 from core.errors import brief, control_character
 
 
-def positive_int(text: str) -> int:
-    """A whole number >= 1 in ASCII digits (Python's int() would also take spaces, underscores and
-    other scripts' digits: ' 8080', '8_080', '８０８０')."""
+def positive_int(text: str, least: int = 1) -> int:
+    """A whole number >= `least` in ASCII digits (Python's int() would also take spaces, underscores
+    and other scripts' digits: ' 8080', '8_080', '８０８０')."""
     digits = text.removeprefix("-")  # -1 is a whole number: it is told the rule it breaks, >= 1
     if not (digits.isascii() and digits.isdigit() and len(digits) <= 100):
         raise argparse.ArgumentTypeError(f"must be a whole number, got {brief(text, 40)}")
     value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be >= {least}, got {value}")
     return value
 
 
@@ -36,7 +36,7 @@ def seed_count(text: str) -> int:
 
 def count(text: str) -> int:
     """A whole number >= 0."""
-    return 0 if text == "0" else positive_int(text)
+    return positive_int(text, least=0)
 
 
 def sample_count(text: str) -> int:

@@ -170,12 +170,14 @@ def _read_sweep(source: str, storage: str | None) -> list[tuple[dict, list[dict]
     """Each trial of a sweep as (its point, its reports), read-only from its study and its folder."""
     from sweeper.adapters.optuna_study import trial_points
     from sweeper.records import trial_name
+    from sweeper.space_file import load_saved_space
     from sweeper.sweep_dir import OPTUNA_DB, find_sweep_dir
     from trainables.run_dir import RunDir
 
     sweep_dir = find_sweep_dir(source, storage, OPTUNA_DB, missing="no sweep (no optuna.db) and no record file here")
     try:
         points = trial_points(sweep_dir / OPTUNA_DB, Path(sweep_dir).resolve().name, limit=MAX_CURVES)
+        budget = load_saved_space(sweep_dir, n_samples=0).budget.max_steps  # a report past it is no report
     except ConfigError as err:
         raise ConfigError(f"--curves {err}") from None
-    return [(params, RunDir(sweep_dir / "trials" / trial_name(number)).reports()) for number, params in points]
+    return [(params, RunDir(sweep_dir / "trials" / trial_name(number), budget).reports()) for number, params in points]

@@ -59,10 +59,10 @@ class ReaderMayLeave:
 
     NOTE = "note: stdout's reader left; the sweep goes on without printing its progress (`sweeper status` shows it)"
 
-    def __init__(self, stream: TextIO, err: "TextIO | None"):
+    def __init__(self, stream: TextIO, err: "TextIO | None", note: str = NOTE):
         import threading
 
-        self.stream, self.err, self.left, self._lock = stream, err, False, threading.Lock()
+        self.stream, self.err, self.note, self.left, self._lock = stream, err, note, False, threading.Lock()
 
     def write(self, text: str) -> int:
         if not self.left:
@@ -89,7 +89,7 @@ class ReaderMayLeave:
 
                 drop_stdout(self.stream)
             if self.err is not None:
-                print(self.NOTE, file=self.err, flush=True)
+                print(self.note, file=self.err, flush=True)
 
     def __getattr__(self, name: str):  # isatty, fileno, encoding: the stream's own
         return getattr(self.stream, name)

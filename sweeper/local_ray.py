@@ -66,6 +66,9 @@ def check_ray_temp() -> None:
     if chosen := os.environ.get("RAY_TMPDIR"):
         check_writable(chosen, "$RAY_TMPDIR")
     else:
+        if (given := os.environ.get("TMPDIR")) and not os.path.isdir(given):  # Python would fall back to /tmp unsaid
+            raise ConfigError(f"$TMPDIR {cut(given, 100)}: no such folder (Ray's files would go to "
+                              f"{tempfile.gettempdir()} instead); make it, or unset TMPDIR")
         folder = private_temp_root().parent
         try:
             st = os.lstat(folder)

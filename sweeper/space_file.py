@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sweeper.adapters.optuna_search import sample_configs
-from sweeper.space import (CategoricalParam, SearchSpace, SpaceError, base_trial_dict, iter_params,
+from sweeper.space import (CategoricalParam, SearchSpace, SpaceError, base_trial_dict, iter_params, searched_twice,
                            trial_config_for, trial_config_paths)
 from trainables import footprint
 from trainables.config import ConfigError, TrialConfig, flatten, format_validation_error, read_yaml
@@ -72,6 +72,11 @@ def check_space(spec: SearchSpace, source: str, n_samples: int) -> None:
             raise SpaceError(f"{source}: {where}: set by {set_by[path]}; it cannot be searched")
         if path in fixed_flat:
             raise SpaceError(f"{source}: {where}: also set in `fixed`; a key is either fixed or searched")
+    if twice := searched_twice(spec.space):
+        (path, first), (_, second) = twice
+        place = lambda cond: f"when {cut(cond, 50)}" if cond else "at the top level"  # noqa: E731
+        raise SpaceError(f"{source}: space.{cut(path, 60)}: searched twice on one trial ({place(first)} and "
+                         f"{place(second)}); a key may repeat only under different choices of one parameter")
     try:
         TrialConfig.model_validate(base_trial_dict(spec))
     except ValidationError as err:

@@ -135,7 +135,7 @@ CLI_MISUSE = {
     "unknown_flag": (["validate", SMOKE, "--bogus", "3"], "unrecognized arguments"),
     "missing_file": (["validate", "no/such/file.yaml"], "no such file"),
     "directory_as_file": (["validate", "/tmp"], "not a regular file"),
-    "negative_samples": (["validate", SMOKE, "--samples", "-1"], "--samples"),
+    "negative_samples": (["validate", SMOKE, "--samples", "-1"], "--samples: must be >= 0, got -1"),
     "samples_not_a_number": (["validate", SMOKE, "--samples", "many"], "--samples"),
     "negative_threads": (["trial", "tiny", "--threads", "-3"], "--threads"),
     "zero_steps": (["trial", "tiny", "--steps", "0"], "--steps"),

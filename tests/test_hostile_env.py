@@ -506,6 +506,16 @@ def test_a_private_ray_folder_that_cannot_be_used_is_one_line_before_anything_is
     assert_refused(r, str(at), "cannot keep the local Ray's files there", root=tmp_path, before=before)
 
 
+@pytest.mark.parametrize("verb", [("launch", SMOKE, "--in-process"), ("serve", "--detach")])
+def test_a_tmpdir_that_is_no_folder_is_one_line_not_replaced_by_tmp_unsaid(tmp_path, verb):
+    # Python's tempfile falls back to /tmp without a word: the local Ray's files went to the folder
+    # every other user of the machine's default shares
+    env = {"TMPDIR": str(tmp_path / "no" / "such"), "RAY_TMPDIR": "", "SWEEPER_SERVICE_DIR": str(tmp_path / "svc")}
+    before = snapshot(tmp_path)
+    r = sweeper(*verb, cwd=tmp_path, env=env)
+    assert_refused(r, "$TMPDIR", "no such folder", "unset TMPDIR", root=tmp_path, before=before)
+
+
 @pytest.mark.parametrize("inside", ["", "trials", "trials/t0000"])
 def test_a_storage_inside_a_sweep_s_folder_is_one_line_before_anything_is_written(sweep, tmp_path, inside):
     # a sweep stored in another's folder: the outer sweep's --restart removed it with its own files

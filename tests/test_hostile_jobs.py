@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import threading
 
 import pytest
@@ -156,3 +157,36 @@ def test_a_job_s_logs_are_shown_with_their_terminal_escapes_escaped(head, tmp_pa
     r = sweeper("job", "logs", "sweep-x-1", "--address", url, cwd=tmp_path)
     assert r.returncode == 0 and "\x1b" not in r.stdout, r.stdout + r.stderr
     assert r.stdout == "step 10\tacc 0.5\n\\x1b]0;pwned\\x07\\x1b[2Jcleared\n", r.stdout
+
+
+@pytest.mark.parametrize("case, expect", [
+    ("line break", "RAY_AUTH_TOKEN: Ray's auth token holds spaces, line breaks"),
+    ("not utf-8", "RAY_AUTH_TOKEN: Ray's auth token is not UTF-8 (byte 0xff"),
+    ("empty file", "Ray's auth token is empty"),
+    ("file not utf-8", "Ray's auth token is not UTF-8"),
+    ("no file", "no such file"),
+    ("fifo", "not a regular file"),
+])
+def test_a_token_that_cannot_be_sent_is_named_not_blamed_on_the_server(head, tmp_path, case, expect):
+    """A job server that wants Ray's token (HTTP 401) and a token of ours that no request can carry:
+    the line names the variable or file, not the server's answer ("not a Ray job server's")."""
+    url = head({"/api/version": (401, "text/plain", "unauthorized")})
+    token = tmp_path / "t" / "token"
+    token.parent.mkdir()
+    env = {"HOME": str(tmp_path / "t"), "RAY_AUTH_TOKEN": ""}
+    if case == "line break":
+        env["RAY_AUTH_TOKEN"] = "abc\ndef"
+    elif case == "not utf-8":
+        env["RAY_AUTH_TOKEN"] = os.fsdecode(b"ab\xffc")
+    else:
+        env["RAY_AUTH_TOKEN_PATH"] = str(token)
+        if case == "empty file":
+            token.write_bytes(b" \n")
+        elif case == "file not utf-8":
+            token.write_bytes(b"ab\xffc\n")
+        elif case == "fifo":
+            os.mkfifo(token)
+    before = snapshot(tmp_path)
+    r = sweeper("job", "status", "sweep-x-1", "--address", url, cwd=tmp_path, env=env, timeout=HANG_GUARD_S)
+    line = assert_refused(r, expect, root=tmp_path, before=before)
+    assert "job server's" not in line, line

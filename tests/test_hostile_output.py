@@ -209,6 +209,23 @@ def test_a_launch_whose_stdout_reader_leaves_runs_its_sweep_to_the_end_and_says_
     assert status["state"] == "finished" and [t["status"] for t in status["trials"]] == ["completed"] * 2, status
 
 
+def test_a_trial_whose_stdout_reader_is_gone_trains_to_its_end_into_its_folder_and_says_so_once(tmp_path):
+    # `sweeper trial tiny --out o | head -c1`: the run stopped at its first line, exit 0, no word, its folder
+    # holding a config and no report; a run kept in --out is the reader's no more than a sweep is
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line
+    cmd = [str(SWEEPER)] if SWEEPER.exists() else [sys.executable, "-m", "sweeper.cli"]
+    try:
+        r = subprocess.run([*cmd, "trial", "tiny", "--steps", "20", "--set", "eval.every=10", "--out", "o"], cwd=tmp_path,
+                           env={**ENV, **NO_SERVICE}, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert r.returncode == 0 and r.stderr.count("stdout's reader left") == 1 and "Traceback" not in r.stderr, r.stderr
+    reports = [json.loads(line) for line in (tmp_path / "o" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in reports] == [10, 20], reports
+    assert json.loads((tmp_path / "o" / "result.json").read_text())["status"] == "completed"
+
+
 @pytest.mark.parametrize("args, must", [(("ui",), "no tracking store there yet"),
                                         (("report", "nosuch", "--markdown", "r.md"), "no sweep here")])
 def test_a_refused_view_leaves_the_working_folder_untouched(tmp_path, args, must):

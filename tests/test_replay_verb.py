@@ -169,10 +169,14 @@ def test_the_trials_of_a_sweep_are_read_from_its_study_and_folders_and_left_as_t
         for report in reports:
             run.append(report)
     (tmp_path / "tiny.yaml").write_text(SPACE)
+    (sweep / "space.yaml").write_text(SPACE)  # the sweep's own copy: its budget bounds the reports read
+    with open(sweep / "trials" / "t0000" / "metrics.jsonl", "a") as f:  # a planted report past the budget
+        f.write(json.dumps({"step": STEPS + 50, "acc_3x": 0.99}) + "\n")
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sweep.rglob("*") if p.is_file()}
     r = sweeper(tmp_path, "replay", "tiny.yaml", "--curves", "tiny", "--replays", "4")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "on 5 curves at 5 points (1 left out: cut short" in r.stdout, r.stdout
+    assert "best recorded point: dat.switch_step 200, optim.lr 0.004: acc_3x 0.850" in r.stdout, r.stdout
     assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sweep.rglob("*") if p.is_file()} == before
 
 

@@ -164,3 +164,20 @@ def test_a_head_whose_job_agent_is_not_up_yet_is_asked_again():
     with pytest.raises(ConfigError, match="job agent did not come up in 1 s") as refused:  # one line, exit 2
         submit_job(never_up, timeout_s=1, submission_id="sweep-x")
     assert "\n" not in str(refused.value) and "No available agent" in str(refused.value)
+
+
+
+@pytest.mark.parametrize("name", ["-h", "--restart", "--in-process", "smoke.yaml"])
+def test_a_space_file_named_like_an_option_stays_the_file_of_the_job_s_launch(name):
+    """The job's entrypoint, read by the sweeper's own parser: the file is the file, and the only
+    options are the ones submit sets (a file `-h` printed help on the head, a job that SUCCEEDED)."""
+    import shlex
+    from pathlib import Path
+
+    from sweeper.cli import build_parser
+    from sweeper.commands.submit import launch_command
+
+    argv = shlex.split(launch_command(name, "/data", False, "http://mlflow:5000", None, False))
+    args = build_parser().parse_args(argv[1:])
+    assert Path(args.file) == Path(name), argv  # `./-h` is the file `-h` of the job's working folder
+    assert not args.restart and not args.in_process and args.address == "auto" and args.storage == "/data", argv

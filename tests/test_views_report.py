@@ -238,3 +238,18 @@ def test_warnings_raised_as_errors_are_named_rather_than_the_sound_store_blamed(
     assert "warnings raised as errors" in line and "PYTHONWARNINGS" in line, line
     assert "not a readable MLflow store" not in line and "move it away" not in line, line
     assert digest(root / "mlflow.db") == before
+
+
+def test_a_report_whose_stdout_reader_is_gone_still_writes_its_markdown(sweep, tmp_path):
+    """`sweeper report NAME --markdown r.md | true`: the file is written before anything is shown, so a
+    reader that left (stdout a pipe with no reader) costs the terminal's copy only."""
+    root, sweep_dir, uri = sweep
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line
+    try:
+        r = subprocess.run(sweeper_cmd("report", "smoke", "--tracking-uri", uri, "--markdown", tmp_path / "r.md"), cwd=root,
+                           env=sweeper_env(), stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "t0003 (best)" in (tmp_path / "r.md").read_text()

@@ -130,10 +130,36 @@ def use_token(address: str) -> None:
         raise ConfigError(f"--address {shown(address)}: the job server requires a token, but RAY_AUTH_MODE is "
                           f"{os.environ['RAY_AUTH_MODE']}; unset it and provide the cluster's token")
     token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token"))
-    if not os.environ.get("RAY_AUTH_TOKEN") and not token_file.is_file():
+    if not os.environ.get("RAY_AUTH_TOKEN") and not os.path.lexists(token_file) and "RAY_AUTH_TOKEN_PATH" not in os.environ:
         raise ConfigError(f"--address {shown(address)}: the job server requires Ray's auth token; set RAY_AUTH_TOKEN "
                           f"or put it in {token_file} (docs/deploy.md)")
+    check_token(token_file)
     os.environ["RAY_AUTH_MODE"] = "token"
+
+
+MAX_TOKEN_BYTES = 64 * 1024
+
+
+def check_token(token_file: Path) -> None:
+    """Ray's auth token, where Ray takes it from (RAY_AUTH_TOKEN, else the file), as one line when it
+    cannot be sent: a mistake of ours, not an answer of the server's (as Ray's client would report it)."""
+    from sweeper.fs import read_limited
+
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        where, raw = "RAY_AUTH_TOKEN", os.environb.get(b"RAY_AUTH_TOKEN", b"")
+    else:
+        where = f"RAY_AUTH_TOKEN_PATH {cut(str(token_file), 100)}" if "RAY_AUTH_TOKEN_PATH" in os.environ else str(token_file)
+        raw = read_limited(token_file, "Ray's auth token file", MAX_TOKEN_BYTES)
+    try:
+        token = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{where}: Ray's auth token is not UTF-8 (byte {raw[err.start]:#04x} at {err.start}); "
+                          "set the cluster's token (docs/deploy.md)") from None
+    if not token:
+        raise ConfigError(f"{where}: Ray's auth token is empty; set the cluster's token (docs/deploy.md)")
+    if not token.isascii() or not token.isprintable() or any(c.isspace() for c in token):
+        raise ConfigError(f"{where}: Ray's auth token holds spaces, line breaks or other characters a request header "
+                          "cannot carry; set the cluster's token (docs/deploy.md)")
 
 
 def client_for(address: str):

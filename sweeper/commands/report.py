@@ -281,11 +281,12 @@ def run(options: Options) -> int:
               uri_source(None))
     text = build_report(name, readable_store(uri, source), sweep_dir if sweep_dir.exists() else None, options.experiment,
                         options.top, shown_uri=uri, parent_uid=parent_uid)
-    print(text)
-    if markdown is not None:
+    if markdown is not None:  # written before anything is shown: a reader that leaves (`| head`) loses no file
         try:
             markdown.write_text(text)
         except OSError as err:
             raise ConfigError(f"--markdown {cut(str(markdown), 120)}: cannot write it ({err.strerror or err})") from None
+    print(text)
+    if markdown is not None:
         print(f"wrote {visible(str(markdown))}")
     return 0

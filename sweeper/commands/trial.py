@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 import yaml
 
 from sweeper.fs import check_writable, read_limited
+from sweeper.live_events import ReaderMayLeave
 from trainables import footprint
 from trainables.config import (ConfigError, TrialConfig, config_difference, load_trial_config, trial_config_from_dict,
                                with_overrides)
@@ -36,6 +38,8 @@ from core.errors import brief, cut, short_path
 from trainables.run_dir import (CHECKPOINT, CONFIG, MAX_REPORTS_BYTES, REPORTS, Report, RunDir, check_run_files,
                                 checkpoint_entries, regular_or_absent, strict_reports)
 from trainables.safe_yaml import UnplainNumber, load_yaml_text, read_yaml
+
+TRIAL_GOES_ON = "note: stdout's reader left; the trial goes on to its end without printing its progress (its reports go to --out)"
 
 
 @dataclass(frozen=True)
@@ -182,17 +186,19 @@ def run(options: Options) -> int:
         except OSError as err:
             raise ConfigError(f"--out {cut(str(out), 80)}: cannot write there: {err.strerror or err}") from None
     run = RunDir(out) if out is not None else None
+    # a run kept in --out trains to its end when stdout's reader leaves (`| head`); one kept nowhere stops
+    shown = sys.stdout if run is None else ReaderMayLeave(sys.stdout, sys.stderr, TRIAL_GOES_ON)
 
     def report(metrics: dict, checkpoint_dir: str | None) -> None:
-        print(format_progress(metrics) if not metrics.get("diverged") else f"step {metrics['step']}: diverged (non-finite loss)", flush=True)
-        if run is None:
-            return
-        run.append(metrics)  # not a report at or before the last one (a resumed finished run re-reports its end)
-        if checkpoint_dir is not None:
-            run.keep_checkpoint(checkpoint_dir, int(metrics["step"]))
+        if run is not None:
+            run.append(metrics)  # not a report at or before the last one (a resumed finished run re-reports its end)
+            if checkpoint_dir is not None:
+                run.keep_checkpoint(checkpoint_dir, int(metrics["step"]))
+        line = format_progress(metrics) if not metrics.get("diverged") else f"step {metrics['step']}: diverged (non-finite loss)"
+        print(line, file=shown, flush=True)
 
     if resume is not None:
-        print(f"resuming from {resume.checkpoint} (step {resume.step})")
+        print(f"resuming from {resume.checkpoint} (step {resume.step})", file=shown, flush=True)
     if run is not None:
         run.note_started()
     result = train(cfg, report=report, resume_from=resume.checkpoint if resume is not None else None)
@@ -205,5 +211,6 @@ def run(options: Options) -> int:
         except OSError as err:
             raise ConfigError(f"--out {cut(str(out), 80)}: result.json: cannot write it ({err.strerror or err}); "
                               "the reports and the checkpoint are kept") from None
-    print(f"{result.status} after {result.step} steps" + (f"; acc_3x={result.metrics['acc_3x']:.3f}" if "acc_3x" in result.metrics else ""))
+    print(f"{result.status} after {result.step} steps" + (f"; acc_3x={result.metrics['acc_3x']:.3f}" if "acc_3x" in result.metrics else ""),
+          file=shown, flush=True)
     return 0 if result.status == "completed" else 1
