@@ -49,14 +49,15 @@ test-deps:
 # ../shared/kuberay-crds); without them they are skipped with the reason.
 	@command -v kubectl >/dev/null || echo "note: kubectl missing: the k8s/ manifest tests will be skipped"
 
-# Two pytest workers (pytest-xdist, a file per worker at a time), then the tests marked `serial` alone:
+# Two pytest workers (pytest-xdist, a file per worker at a time, the longest files first: tests/conftest.py's
+# RUN_FIRST, in collection order, not xdist's by number of tests), then the tests marked `serial` alone:
 # those start or look for Ray clusters machine-wide. TEST_WORKERS=0 runs the first part in one process.
 # On 2 cores three workers measured no faster (the integration tests then slow each other down).
 TEST_WORKERS ?= 2
 # pyproject's addopts -m, restated: a second -m replaces it
 DEFAULT_MARKS := not faults and not docker and not long
 test: install test-deps lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "$(DEFAULT_MARKS) and not serial"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "$(DEFAULT_MARKS) and not serial"
 	$(BIN)/python -m pytest -m "$(DEFAULT_MARKS) and serial"
 
 # The longer variants `make test` leaves out (pytest marker `long`): every shipped space end to end,

@@ -67,21 +67,29 @@ IN_PROCESS = "`sweeper launch --in-process` runs a sweep in its own process"
 def unresponsive(directory: Path, what: str, timeout_s: float = ANSWER_S, then: str = IN_PROCESS) -> ConfigError:
     """A service that does not answer: stopped (SIGSTOP, a debugger) said as such, with the one harmless
     signal that lets it go on; otherwise where its pid and log are. `then`: what the user can do now."""
-    import psutil
-
     why = f"{what} within {timeout_s:.0f} s (overloaded, or stopped; its pid is in {STATE}, its log {LOG})"
-    with contextlib.suppress(psutil.Error, ValueError):
-        process = psutil.Process(a_pid(read_state(directory).get("pid")) or -1)
-        if "sweeper.service_host" in process.cmdline() and process.status() in ("stopped", "tracing-stop"):
-            why = f"is stopped (SIGSTOP or a debugger): `kill -CONT {process.pid}` lets it go on"
+    if (pid := stopped_pid(directory)) is not None:
+        why = f"is stopped (SIGSTOP or a debugger): `kill -CONT {pid}` lets it go on"
     return ConfigError(f"the sweep service at {cut(str(directory), 120)} {why}" + (f"; {then}" if then else ""))
 
 
+def stopped_pid(directory: Path) -> int | None:
+    """The pid of the service in `directory` when its process is stopped (SIGSTOP, a debugger), else None."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error, ValueError):
+        process = psutil.Process(a_pid(read_state(directory).get("pid")) or -1)
+        if "sweeper.service_host" in process.cmdline() and process.status() in ("stopped", "tracing-stop"):
+            return process.pid
+    return None
+
+
 def connect(directory: Path | None = None, timeout_s: float = ANSWER_S,
-            say: Callable[[str], None] | None = None) -> socket.socket | None:
+            say: Callable[[str], None] | None = None, then: str = IN_PROCESS) -> socket.socket | None:
     """A connection to this user's service, or None when none runs (no socket, or a stale one);
-    a service that does not take it within `timeout_s` is a ConfigError (its one line). A wait on a
-    service starting or ending (up to START_S) is said once through `say` when it lasts past NOTICE_S."""
+    a service that does not take it within `timeout_s`, or whose process is stopped, is a ConfigError
+    (its one line, ending with `then`: what the user can do now). A wait on a service starting or
+    ending (up to START_S) is said once through `say` when it lasts past NOTICE_S."""
     directory = directory or service_dir()
     wait = _Wait(say)
     path = directory / SOCKET
@@ -113,8 +121,8 @@ def connect(directory: Path | None = None, timeout_s: float = ANSWER_S,
             conn.connect(str(path))
         except (BlockingIOError, TimeoutError):  # listening, its queue full: wait for room, within the bound
             conn.close()
-            if time.monotonic() >= deadline:
-                raise unresponsive(directory, "does not take a connection", timeout_s) from None
+            if time.monotonic() >= deadline or stopped_pid(directory) is not None:  # a stopped one makes none
+                raise unresponsive(directory, "does not take a connection", timeout_s, then) from None
             time.sleep(0.2)
             continue
         except OSError as err:  # refused, or the socket gone: a killed service's, or one starting or ending
@@ -128,6 +136,9 @@ def connect(directory: Path | None = None, timeout_s: float = ANSWER_S,
                     f"connection (starting, or writing its sweeps down as it ends; at most {START_S:.0f} s, Ctrl-C stops)")
             time.sleep(0.2)
             continue
+        if stopped_pid(directory) is not None:  # the kernel queued the connection; nobody will answer it
+            conn.close()
+            raise unresponsive(directory, "does not answer", timeout_s, then)
         conn.settimeout(None)
         return conn
 
@@ -187,7 +198,8 @@ def request(message: dict, directory: Path | None = None, timeout_s: float = ANS
     """One question, one answer (status, stop); None when no service runs; a ConfigError when one runs and
     does not answer within `timeout_s`, ending with `then` (what to run again; by default `serve --VERB`).
     `say`: as for `connect`."""
-    conn = connect(directory, say=say)
+    then = then or f"`sweeper serve --{message.get('verb')}` again once it answers"  # a launch asks through `attach`
+    conn = connect(directory, say=say, then=then)
     if conn is None:
         return None
     with conn:
@@ -196,7 +208,6 @@ def request(message: dict, directory: Path | None = None, timeout_s: float = ANS
             send(conn, message)
             answer = next(iter(Messages(conn, timeout_is_error=True)), None)
         except TimeoutError:
-            then = then or f"`sweeper serve --{message.get('verb')}` again once it answers"  # a launch asks through `attach`
             raise unresponsive(directory or service_dir(), "does not answer", timeout_s, then) from None
         except ConfigError as err:  # something answers on the socket, but not in the service's words
             raise ConfigError(f"the sweep service at {cut(str(directory or service_dir()), 120)} answered what is not "

@@ -24,6 +24,21 @@ if "SWEEPER_SERVICE_DIR" not in os.environ:
     os.environ["SWEEPER_SERVICE_DIR"] = tempfile.mkdtemp(prefix="sweeper-test-service-")
 
 
+# The longest files, started first: `make test` hands whole files to its two workers in collection
+# order (`--no-loadscope-reorder`; xdist's own order, by number of tests, put test_service.py's 13
+# long tests last, where they ran alone for minutes while the other worker sat idle).
+RUN_FIRST = ("test_service.py", "test_damaged_resume.py", "test_device_runs.py", "test_sweep_integration.py",
+             "test_hostile_env.py", "test_hostile_service.py", "faults/test_driver_signals.py", "test_bad_input.py")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    def rank(item) -> int:
+        path = item.path.as_posix()
+        return next((i for i, name in enumerate(RUN_FIRST) if path.endswith(f"tests/{name}")), len(RUN_FIRST))
+
+    items.sort(key=rank)  # stable: each file's own order is kept, and the same on every worker
+
+
 def sweeper_env() -> dict[str, str]:
     """The environment of a `sweeper` subprocess in a test: this checkout importable, and no
     MLFLOW_TRACKING_URI from the caller's shell (the sweep's default store, ./mlflow.db, is used)."""
