@@ -226,6 +226,19 @@ def test_a_trial_whose_stdout_reader_is_gone_trains_to_its_end_into_its_folder_a
     assert json.loads((tmp_path / "o" / "result.json").read_text())["status"] == "completed"
 
 
+def test_serve_status_keeps_its_exit_code_when_its_reader_is_gone(tmp_path):
+    # `sweeper serve --status | true` in a script: "no service" is exit 1, whether or not the line was read
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    cmd = [str(SWEEPER)] if SWEEPER.exists() else [sys.executable, "-m", "sweeper.cli"]
+    try:
+        r = subprocess.run([*cmd, "serve", "--status"], cwd=tmp_path, env={**ENV, "SWEEPER_SERVICE_DIR": str(tmp_path / "svc")},
+                           stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert r.returncode == 1 and r.stderr == "", r.stderr
+
+
 @pytest.mark.parametrize("args, must", [(("ui",), "no tracking store there yet"),
                                         (("report", "nosuch", "--markdown", "r.md"), "no sweep here")])
 def test_a_refused_view_leaves_the_working_folder_untouched(tmp_path, args, must):

@@ -115,7 +115,12 @@ def service_status(then: str | None = None) -> ServiceStatus | None:
 
 def show_status(answer: ServiceStatus | None) -> int:
     if answer is None:
-        print(f"no sweep service runs for this user ({cut(str(service_dir()), 120)})")
+        try:  # the exit code is the answer a script reads (`serve --status | true`): kept when the reader left
+            print(f"no sweep service runs for this user ({cut(str(service_dir()), 120)})", flush=True)
+        except BrokenPipeError:
+            from core.tool_cli import drop_stdout
+
+            drop_stdout()
         return 1
     now = time.time()
     print(f"sweep service: pid {answer.pid}, up {_duration(now - answer.started)}, {answer.workers} warm "
