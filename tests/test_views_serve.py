@@ -5,6 +5,7 @@ loopback gets a warning that the UI is open to the network. Real `mlflow ui` and
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -163,6 +164,31 @@ def test_dashboard_prints_its_address_at_once_and_stops_on_ctrl_c_without_a_trac
     assert code == 0 and "Traceback" not in err.read_text() and err.read_text() == "", err.read_text()
     time.sleep(1)
     assert not port_answers(port)
+
+
+@pytest.mark.integration
+def test_a_dashboard_whose_stdout_reader_is_gone_serves_on_and_says_so_once(tmp_path):
+    # `sweeper dashboard smoke | true`: it printed its address into the closed pipe and ended, exit 0, serving nothing
+    make_study(tmp_path)
+    port = free_port()
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line
+    err = open(tmp_path / "err.txt", "w")
+    try:
+        proc = subprocess.Popen(sweeper_cmd("dashboard", "smoke", "--port", port), cwd=tmp_path, env=sweeper_env(),
+                                stdout=write_end, stderr=err)
+    finally:
+        os.close(write_end)
+    try:
+        t0 = time.monotonic()
+        while not port_answers(port):
+            assert proc.poll() is None, f"ended (exit {proc.returncode}): {(tmp_path / 'err.txt').read_text()[-1500:]}"
+            assert time.monotonic() - t0 < STARTUP_S, "no server within the bound"
+            time.sleep(0.1)
+    finally:
+        code = interrupt(proc)
+    said = (tmp_path / "err.txt").read_text()
+    assert code == 0 and said.count("stdout's reader left") == 1 and "Traceback" not in said, said
 
 
 @pytest.mark.integration

@@ -181,11 +181,15 @@ class Server:
         """Print `starting` (which names `address`) at once, wait for the server, print `ready()`,
         serve until Ctrl-C, SIGTERM (`kill`) or the server's own end; the server never outlives this
         process's verb."""
+        from sweeper.live_events import ReaderMayLeave
+
         signal.signal(signal.SIGTERM, _interrupt)
+        shown = ReaderMayLeave(sys.stdout, sys.stderr, f"note: stdout's reader left; {self.what} serves on at {address} "
+                                                       "(Ctrl-C stops)")  # the reader of its address owns no server
         try:
-            print(starting, flush=True)
+            print(starting, file=shown, flush=True)
             self.wait_until_up(probe_url)
-            print(ready(), flush=True)
+            print(ready(), file=shown, flush=True)
             code = self.proc.wait()
             self._reader.join(timeout=2)
             print(f"error: {self.what} stopped by itself (exit {code}: {self.last_words()})", file=sys.stderr)
