@@ -39,6 +39,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -64,6 +65,7 @@ KEPT = ("config.yaml", "metrics.jsonl", "result.json", "times.json")
 CHECKPOINT_TAR_BYTES = 15 * 2**20  # each ckpt-N.tar: a file that comes back from the machine is at most 16 MiB
 CHECKPOINT_BYTES = 52 * 2**20  # all of them: what comes back, and what travels there again, is at most 64 MiB
 MAX_SMALL_FILE = 2**20  # bytes of machine.json or provenance.json read
+RUN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")  # a run's folder in a pack: a config's stem, nothing above
 
 
 class DeviceRunsError(Exception):
@@ -139,6 +141,9 @@ def restore(packs: Path, runs_dir: Path) -> tuple[list[str], list[str]]:
             kept = []
             names = set(tar.getnames())
             for run in sorted({n.split("/")[0] for n in names if n.count("/") == 1}):
+                if not RUN_NAME.fullmatch(run) or run in (".", ".."):  # `../config.yaml`: a run named `..`
+                    notes.append(f"{cut(ascii(run), 60)}: not a run's name (a config file's stem); left out")
+                    continue
                 if f"{run}/config.yaml" not in names or f"{run}/metrics.jsonl" not in names:
                     continue  # it never started (its log says why)
                 try:

@@ -307,3 +307,25 @@ def test_configs_asking_for_cuda_on_a_machine_without_it_are_refused_before_any_
     (configs / "a_0.yaml").write_text(yaml.safe_dump({**config, "device": "cuda"}))
     code, out, err = call(tmp_path, capsys, configs=configs)
     assert_refused(tmp_path, code, out, err, "a_0.yaml", "no CUDA device")
+
+
+@pytest.mark.parametrize("name", ["..", ""])
+def test_a_pack_s_run_named_to_reach_above_its_folder_is_left_out_and_nothing_removed(tmp_path, name):
+    # `../config.yaml` (a run named `..`) that failed to read was removed as `runs/..`: every file beside the
+    # runs folder, the configs included; `/config.yaml` named the runs folder itself
+    packs = tmp_path / "packs"
+    write_pack(packs, device_runs.machine(), {"b_0": (20, [10, 20])}, {})
+    with tarfile.open(packs / "runs.tar.gz", "r:gz") as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    members[f"{name}/config.yaml"] = b"\xff\xfe"  # unreadable: the run would be cleared
+    members[f"{name}/metrics.jsonl"] = b""
+    with tarfile.open(packs / "runs.tar.gz", "w:gz") as tar:
+        for member, data in members.items():
+            device_runs._add_bytes(tar, member, data)
+    runs = tmp_path / "work" / "runs"
+    runs.mkdir(parents=True)
+    (runs / "kept.txt").write_text("a run's file\n")
+    (tmp_path / "work" / "precious.txt").write_text("beside the runs\n")
+    restored, notes = device_runs.restore(packs, runs)
+    assert restored == ["b_0"] and (tmp_path / "work" / "precious.txt").is_file() and (runs / "kept.txt").is_file()
+    assert any("not a run's name" in note for note in notes), notes
