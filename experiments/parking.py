@@ -62,18 +62,43 @@ def park(folder: Path, prefix: str, unfinished: Callable[[Path], bool], dest: Pa
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")  # a new file, never through a link
     try:
+        held = _Held()
         with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
             for sweep in sweeps:
                 for suffix in BESIDE:
                     if (beside := folder / f"{sweep.name}{suffix}").is_file() and not beside.is_symlink():
-                        tar.add(beside, arcname=beside.name)
-                tar.add(sweep, arcname=sweep.name, filter=_packed(sweep))
+                        tar.add(beside, arcname=beside.name, filter=held.count)
+                tar.add(sweep, arcname=sweep.name, filter=lambda info, keep=_packed(sweep): held.count(keep(info)))
+        if os.stat(partial).st_size > MAX_BYTES:
+            raise held.too_much(f"{os.stat(partial).st_size:,} bytes packed")
         os.chmod(partial, 0o644)
         os.replace(partial, dest)
     finally:
         if os.path.lexists(partial):
             os.unlink(partial)
     return [s.name for s in sweeps]
+
+
+class _Held:
+    """What a tarball being packed holds so far, within what `unpark` takes (MAX_MEMBERS, MAX_BYTES):
+    `park` never writes a tarball the next `unpark` would refuse."""
+
+    def __init__(self):
+        self.members, self.bytes = 0, 0
+
+    def count(self, info: tarfile.TarInfo | None) -> tarfile.TarInfo | None:
+        if info is not None:
+            self.members, self.bytes = self.members + 1, self.bytes + info.size
+            if self.members > MAX_MEMBERS:
+                raise self.too_much(f"more than {MAX_MEMBERS:,} files, folders and links")
+            if self.bytes > MAX_BYTES:
+                raise self.too_much(f"more than {MAX_BYTES:,} bytes")
+        return info
+
+    @staticmethod
+    def too_much(what: str) -> ConfigError:
+        return ConfigError(f"the stopped sweeps hold {what}, more than a parked tarball may (it could not be put back); "
+                           "nothing was parked: finish or remove some of them, and park again")
 
 
 def _packed(sweep: Path) -> Callable[[tarfile.TarInfo], tarfile.TarInfo | None]:

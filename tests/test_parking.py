@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from core.errors import ConfigError
-from experiments import dat_plain_switch as dps
+from experiments import dat_plain_switch as dps, parking
 from experiments.sweep_chunks import COMMIT_SUFFIX
 from sweeper.lock import sweep_lock_path
 from trainables.run_dir import RunDir
@@ -185,6 +185,17 @@ def test_a_parked_path_that_is_no_regular_file_is_one_line_and_never_blocks(chun
 ], ids=["fifo", "absolute-link"])
 def test_park_refuses_what_unpark_would_refuse_and_writes_nothing(chunks, tmp_path, plant, expect):
     plant(a_stopped_sweep(chunks, tmp_path))
+    with pytest.raises(ConfigError, match=expect):
+        chunks.park()
+    assert not dps.PARKED.parent.exists() or list(dps.PARKED.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("limit, value, expect", [("MAX_MEMBERS", 5, "more than 5 files"), ("MAX_BYTES", 2000, "more than 2,000 bytes")])
+def test_park_refuses_more_than_unpark_takes_and_writes_nothing(chunks, tmp_path, monkeypatch, limit, value, expect):
+    # a tarball of more members or bytes than unpark takes was written, and the next park or run refused it,
+    # advising to throw it away with its checkpoints
+    a_stopped_sweep(chunks, tmp_path)
+    monkeypatch.setattr(parking, limit, value)
     with pytest.raises(ConfigError, match=expect):
         chunks.park()
     assert not dps.PARKED.parent.exists() or list(dps.PARKED.parent.iterdir()) == []
