@@ -23,6 +23,7 @@ import yaml
 
 from experiments.pages import DamagedSection, replace_section
 from experiments.record import finished_trials, read_json_rows, read_record, write_record
+from core.errors import ConfigError, cut, short_path
 from core.tool_cli import Parser, run_tool, summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,9 +86,16 @@ def export() -> int:
     have = {key(r["params"]) for r in data["runs"]}
     added = 0
     for config, reports, _ in finished_trials(SWEEPS / sp["name"]):
-        if config["task"].get("othello_targets") != "played" or config["steps"] != sp["budget"]["max_steps"]:
-            continue
-        params = {"seed": config["seed"], "ema.decay": config["ema"]["decay"]}
+        try:
+            if config["task"].get("othello_targets") != "played" or config["steps"] != sp["budget"]["max_steps"]:
+                continue
+            params = {"seed": config["seed"], "ema.decay": config["ema"]["decay"]}
+        except (KeyError, TypeError, AttributeError) as err:
+            raise ConfigError(f"{short_path(SWEEPS / sp['name'], 80)}: a finished trial's config lacks {cut(str(err), 60)} "
+                              "(not a config of this experiment); move that trial's folder away") from None
+        if (why := not_a_run({"params": params, "reports": reports})) is not None:  # the record's reader would refuse it
+            raise ConfigError(f"{short_path(SWEEPS / sp['name'], 80)}: a finished trial is not a played-target run ({why}); "
+                              "move that trial's folder away")
         if key(params) not in have:
             data["runs"].append({"params": params, "reports": reports})
             have.add(key(params))

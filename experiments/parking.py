@@ -68,7 +68,7 @@ def park(folder: Path, prefix: str, unfinished: Callable[[Path], bool], dest: Pa
                 for suffix in BESIDE:
                     if (beside := folder / f"{sweep.name}{suffix}").is_file() and not beside.is_symlink():
                         tar.add(beside, arcname=beside.name, filter=held.count)
-                tar.add(sweep, arcname=sweep.name, filter=lambda info, keep=_packed(sweep): held.count(keep(info)))
+                tar.add(sweep, arcname=sweep.name, filter=held.through(_packed(sweep)))
         if os.stat(partial).st_size > MAX_BYTES:
             raise held.too_much(f"{os.stat(partial).st_size:,} bytes packed")
         os.chmod(partial, 0o644)
@@ -94,6 +94,10 @@ class _Held:
             if self.bytes > MAX_BYTES:
                 raise self.too_much(f"more than {MAX_BYTES:,} bytes")
         return info
+
+    def through(self, keep: Callable[[tarfile.TarInfo], tarfile.TarInfo | None]) -> Callable[[tarfile.TarInfo], tarfile.TarInfo | None]:
+        """The tar filter `keep`, counted."""
+        return lambda info: self.count(keep(info))
 
     @staticmethod
     def too_much(what: str) -> ConfigError:

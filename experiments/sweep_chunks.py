@@ -156,8 +156,11 @@ class Chunks:
             except (KeyError, TypeError, AttributeError) as err:
                 raise ConfigError(f"{short_path(sweep, 80)}: a finished trial's config lacks {cut(str(err), 60)} "
                                   f"(not a config of {self.label}); move that trial's folder away") from None
-            runs.append({"budget": config["steps"], "params": params, "reports": reports,
-                         **provenance(config, times, commit)})
+            run = {"budget": config["steps"], "params": params, "reports": reports, **provenance(config, times, commit)}
+            if (why := self._not_a_run(run)) is not None:  # the record's reader would refuse it, and every verb after
+                raise ConfigError(f"{short_path(sweep, 80)}: a finished trial is not a run of {self.label} ({why}); "
+                                  "move that trial's folder away")
+            runs.append(run)
         return runs
 
     def export(self) -> int:

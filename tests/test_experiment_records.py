@@ -181,6 +181,38 @@ def test_a_finished_trial_s_damaged_config_is_skipped_or_one_line_on_export(chun
         assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("damage", [None, "an accuracy of 7", "a metric the plan reads missing"])
+def test_export_adds_a_finished_trial_only_if_the_record_s_reader_takes_it(chunks, tmp_path, damage):  # noqa: F811
+    # `export` (and `run`, after each sweep) appended a run the record's own reader then refused: every verb
+    # after was one line advising to restore the record, which dropped every run exported since its commit
+    import copy
+
+    from trainables.config import set_dotted, trial_config_from_dict
+    from trainables.run_dir import RunDir
+
+    folder = a_stopped_sweep(chunks, tmp_path)
+    space = yaml.safe_load((folder.parent / f"{folder.name}.yaml").read_text())
+    data = copy.deepcopy(chunks.fixed)
+    for key, value in {"steps": 500, **space["searcher"]["baseline"][0]}.items():
+        set_dotted(data, key, value, "trial")
+    trial = folder / "trials" / "t0000"
+    (trial / "checkpoint" / "config.yaml").write_text(yaml.safe_dump(trial_config_from_dict(data, "trial").model_dump(mode="json")))
+    if damage is not None:
+        reports = RunDir(trial).reports()
+        if damage == "an accuracy of 7":
+            reports[-1]["acc_1x"] = 7.0
+        else:
+            del reports[-1]["recall_acc_1x"]
+        (trial / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reports))
+    if damage is None:
+        assert chunks.export() == 1 and len(chunks.load()["runs"]) == 1
+        return
+    with pytest.raises(ConfigError, match="a finished trial is not a run of") as err:
+        chunks.export()
+    assert "\n" not in str(err.value) and len(str(err.value)) <= 300, str(err.value)
+    assert not dps.DATA.exists()  # nothing recorded
+
+
 # --------------------------------------------------------------------------- packs from a lent GPU
 
 

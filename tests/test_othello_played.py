@@ -123,3 +123,19 @@ def test_a_run_recorded_twice_is_one_line(where):
     op.DATA.write_bytes(gzip.compress(json.dumps({"space": op.space(), "runs": [GOOD, GOOD]}).encode(), mtime=0))
     with pytest.raises(ConfigError, match="run 1: the same run as run 0"):
         op.load()
+
+
+@pytest.mark.parametrize("damage, said", [("acc-7", "not a played-target run"), ("no-task", "lacks 'task'")])
+def test_export_adds_a_finished_trial_only_if_the_record_s_reader_takes_it(where, damage, said):
+    # `export` appended a run `load` then refused (every verb after advised restoring the record), or a config
+    # without `task` was a KeyError traceback
+    from core.errors import ConfigError
+
+    fake_run(where, "t0000", 7201, 0.5, 0.90, 7.0 if damage == "acc-7" else 0.6)
+    if damage == "no-task":
+        config = where / "trials" / "t0000" / "checkpoint" / "config.yaml"
+        config.write_text(yaml.safe_dump({k: v for k, v in yaml.safe_load(config.read_text()).items() if k != "task"}))
+    with pytest.raises(ConfigError, match=said) as refused:
+        op.export()
+    assert "\n" not in str(refused.value) and len(str(refused.value)) <= 300
+    assert not op.DATA.exists()
