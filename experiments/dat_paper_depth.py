@@ -423,7 +423,9 @@ def write_preset() -> int:
     if arm is None:
         print(f"dat_paper_depth: preset: the recommended arm is not decided yet: {why}", file=sys.stderr)
         return 2
-    PRESET.write_text(preset_text(arm, p.budget, p.switch, why))
+    from experiments.pages import write_page
+
+    write_page(PRESET, preset_text(arm, p.budget, p.switch, why))
     print(f"dat_paper_depth: wrote {PRESET} ({arm}, {p.budget} steps, switch {p.switch})")
     return 0
 

@@ -16,7 +16,7 @@ from statistics import mean, stdev
 from experiments.dat_paper_depth import (ARMS, BEGIN, CURVE_POINTS, END, EVAL_SEED, EXPLORE_SEEDS, JOINT_CURRICULUM, MAX_LEN,
                                          MULTIPLIERS, OFF, RESULTS, ROOT, SEEDS, TRANSFORMER, TRANSFORMER_CANDIDATES, Plan, Run, candidate_of,
                                          converged_at, in_range_misses, runs_of, transformer_candidates_tried)
-from experiments.pages import replace_section
+from experiments.pages import figure_bytes, read_page, replace_section, write_page
 from trainables.metrics import CURVE
 PAIRS = (("DAT", "joint"), ("DAT + curriculum", "joint"), ("DAT + curriculum", "DAT"),
          ("DAT + curriculum", JOINT_CURRICULUM), (JOINT_CURRICULUM, "joint"))  # the last two: the addendum's
@@ -317,6 +317,10 @@ def pictures(conf: dict[str, dict[int, Run]], base: dict, out: Path) -> list[Pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from core.files import check_output
+
+    for suffix in PICTURES:  # every picture's place first: a link at the last would leave the first written
+        check_output(out.with_name(f"{out.stem}_{suffix}.png"), "the picture")
     written = []
     for suffix, title in PICTURES.items():
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -348,7 +352,7 @@ def pictures(conf: dict[str, dict[int, Run]], base: dict, out: Path) -> list[Pat
             ax.legend(fontsize=7)
         fig.tight_layout()
         path = out.with_name(f"{out.stem}_{suffix}.png")
-        fig.savefig(path, dpi=100)
+        write_page(path, figure_bytes(fig, dpi=100))
         plt.close(fig)
         written.append(path)
     return written
@@ -375,7 +379,7 @@ def baselines(eval_seed: int | None = None) -> dict[str, dict[str, float]]:
 def report(data: dict, plan: Plan, out: Path = RESULTS) -> str:
     """Rewrite `out`'s results section and its pictures; DamagedSection (nothing written) if its
     markers are damaged."""
-    replace_section(out.read_text(), BEGIN, END, "")
+    replace_section(read_page(out), BEGIN, END, "")
     runs = runs_of(data)
     base = baselines()
     conf = confirmation(runs, plan.budget)
@@ -396,6 +400,6 @@ def report(data: dict, plan: Plan, out: Path = RESULTS) -> str:
         lines += ["No confirmation run has finished yet.", ""]
     lines.append(END)
     section = "\n".join(lines)
-    out.write_text(replace_section(out.read_text(), BEGIN, END, section))
+    write_page(out, replace_section(read_page(out), BEGIN, END, section))
     return section
 

@@ -181,7 +181,7 @@ def beside_section(conf: dict[str, dict[int, Run]]) -> list[str]:
 
 def write_report(data: dict, p: Plan, out: Path = RESULTS) -> int:
     """Rewrite `out`'s results section from the record; 0."""
-    from experiments.pages import replace_section
+    from experiments.pages import read_page, replace_section, write_page
 
     runs = runs_of(data)
     entries = {id(r): e for r, e in zip(runs, data["runs"])}
@@ -205,6 +205,6 @@ def write_report(data: dict, p: Plan, out: Path = RESULTS) -> int:
                            "A re-analysis of [dat_paper_depth.md](dat_paper_depth.md)'s confirmation runs (seeds "
                            "5101-5115): the measure was written after those curves had been seen, so this is descriptive.")
     lines += [END]
-    out.write_text(replace_section(out.read_text(), BEGIN, END, "\n".join(lines)))
+    write_page(out, replace_section(read_page(out), BEGIN, END, "\n".join(lines)))
     print(f"dat_plain_switch: {out} rebuilt ({len(runs)} runs)")
     return 0

@@ -180,9 +180,9 @@ def report(data: dict, p: Plan, out: Path = RESULTS) -> str:
     """Rewrite `out`'s results section and its pictures; DamagedSection (nothing written) if its
     markers are damaged."""
     from experiments import dat_paper_depth_report as rep
-    from experiments.pages import replace_section
+    from experiments.pages import read_page, replace_section, write_page
 
-    replace_section(out.read_text(), BEGIN, END, "")
+    replace_section(read_page(out), BEGIN, END, "")
     runs = runs_of(data)
     conf = rep.confirmation(runs, p.budget, SEEDS)
     n_conf = sum(len(conf[arm]) for arm in ARMS)
@@ -208,7 +208,7 @@ def report(data: dict, p: Plan, out: Path = RESULTS) -> str:
         lines += ["No confirmation run has finished yet.", ""]
     lines.append(END)
     section = "\n".join(lines)
-    out.write_text(replace_section(out.read_text(), BEGIN, END, section))
+    write_page(out, replace_section(read_page(out), BEGIN, END, section))
     return section
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from experiments.pages import DamagedSection, replace_section
+from experiments.pages import DamagedSection, read_page, replace_section, write_page
 from experiments.record import finished_trials, read_json_rows, read_record, write_record
 from core.errors import ConfigError, cut, short_path
 from core.tool_cli import Parser, run_tool, summary
@@ -193,11 +193,11 @@ def write_report(data: dict) -> str:
     """Replace the section between the markers of othello.md (appended once if it has none)."""
     body, path = report(data), RESULTS
     try:
-        text = replace_section(path.read_text(), BEGIN, END, BEGIN + "\n\n" + body + "\n\n" + END)
+        text = replace_section(read_page(path), BEGIN, END, BEGIN + "\n\n" + body + "\n\n" + END)
     except DamagedSection as err:
         print(f"othello_played: {path}: its played-targets section is damaged ({err}); nothing written", file=sys.stderr)
         raise SystemExit(2) from None
-    path.write_text(text)
+    write_page(path, text)
     return body
 
 

@@ -224,35 +224,6 @@ def iter_params(space: dict[str, Param], parent: str = "") -> Iterator[tuple[str
                 yield from iter_params(sub, f"{path}={choice}")
 
 
-def searched_twice(space: dict[str, Param]) -> tuple[tuple[str, str], tuple[str, str]] | None:
-    """The first path searched twice on one trial, as two (path, condition), or None. A path may be
-    searched in several places only under different choices of one parameter (those branches never
-    meet in a trial); at the top level and in a branch, or in two parameters' branches, both apply."""
-    seen: dict[str, list[tuple[tuple, str]]] = {}
-
-    def walk(sub: dict[str, Param], chain: tuple, cond: str) -> Iterator[tuple[tuple[str, str], tuple[str, str]]]:
-        for path, spec in sub.items():
-            for other, other_cond in seen.get(path, []):
-                if not _exclusive(chain, other):
-                    yield (path, other_cond), (path, cond)
-            seen.setdefault(path, []).append((chain, cond))
-            if isinstance(spec, CategoricalParam):
-                for choice, branch in spec.when.items():
-                    yield from walk(branch, chain + ((id(spec), choice),), f"{path}={choice}")
-
-    return next(walk(space, (), ""), None)
-
-
-def _exclusive(a: tuple, b: tuple) -> bool:
-    """Whether two places in the tree (chains of (parameter, choice)) can never both apply."""
-    for (node_a, choice_a), (node_b, choice_b) in zip(a, b):
-        if node_a != node_b:
-            return False  # two parameters' branches: both may be chosen
-        if choice_a != choice_b:
-            return True
-    return False  # one place holds the other
-
-
 def param_names(space: dict[str, Param]) -> dict[tuple[str, str], str]:
     """(path, condition) -> the Optuna parameter name: the path, or `path|condition` when the
     same path is searched under several parents (different parameters, per the tuning playbook)."""

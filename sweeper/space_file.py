@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from pydantic import ValidationError
 
 from sweeper.adapters.optuna_search import sample_configs
-from sweeper.space import (CategoricalParam, SearchSpace, SpaceError, base_trial_dict, iter_params, searched_twice,
+from sweeper.space import (CategoricalParam, Param, SearchSpace, SpaceError, base_trial_dict, iter_params,
                            trial_config_for, trial_config_paths)
 from trainables import footprint
 from trainables.config import ConfigError, TrialConfig, flatten, format_validation_error, read_yaml
@@ -49,6 +49,35 @@ def load_saved_space(sweep_dir: str | Path, n_samples: int = N_VALIDATION_SAMPLE
     if path.is_symlink():
         raise SpaceError(f"{short_path(path)}: a link; a sweep's folder holds its own copy of its space file")
     return load_space(path, n_samples)
+
+
+def searched_twice(space: dict[str, Param]) -> tuple[tuple[str, str], tuple[str, str]] | None:
+    """The first path searched twice on one trial, as two (path, condition), or None. A path may be
+    searched in several places only under different choices of one parameter (those branches never
+    meet in a trial); at the top level and in a branch, or in two parameters' branches, both apply."""
+    seen: dict[str, list[tuple[tuple, str]]] = {}
+
+    def walk(sub: dict[str, Param], chain: tuple, cond: str) -> Iterator[tuple[tuple[str, str], tuple[str, str]]]:
+        for path, spec in sub.items():
+            for other, other_cond in seen.get(path, []):
+                if not _exclusive(chain, other):
+                    yield (path, other_cond), (path, cond)
+            seen.setdefault(path, []).append((chain, cond))
+            if isinstance(spec, CategoricalParam):
+                for choice, branch in spec.when.items():
+                    yield from walk(branch, chain + ((id(spec), choice),), f"{path}={choice}")
+
+    return next(walk(space, (), ""), None)
+
+
+def _exclusive(a: tuple, b: tuple) -> bool:
+    """Whether two places in the tree (chains of (parameter, choice)) can never both apply."""
+    for (node_a, choice_a), (node_b, choice_b) in zip(a, b):
+        if node_a != node_b:
+            return False  # two parameters' branches: both may be chosen
+        if choice_a != choice_b:
+            return True
+    return False  # one place holds the other
 
 
 def _space_error_line(err: ValidationError, source: str) -> str:

@@ -4,6 +4,8 @@ through a real `sweeper launch` (`make test-long`)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from experiments import dat_paper_depth as dpd
@@ -118,6 +120,33 @@ def test_the_report_answers_only_once_every_seed_is_paired_and_says_so_when_the_
     assert f"| DAT + curriculum | SSM `rotation` | {B1} | 15 | " in section
     assert f"| DAT + curriculum | LSTM | {lstm.budget} | 15 | " in section
     assert (tmp_path / "page_ood_acc.png").exists()
+
+
+@pytest.mark.parametrize("where, plant, expect", [
+    ("page", lambda p, victim: p.symlink_to(victim), "not a regular file"),
+    ("page", lambda p, victim: os.mkfifo(p), "not a regular file"),  # read, it blocked for ever
+    ("page", lambda p, victim: p.write_bytes(f"# t\n\n{ssm.BEGIN}\n{ssm.END}\n\xff\n".encode("latin-1")), "not UTF-8"),
+    ("picture", lambda p, victim: p.symlink_to(victim), "not a regular file"),
+], ids=["page-a-link", "page-a-fifo", "page-not-utf8", "picture-a-link"])
+def test_a_page_or_picture_that_is_no_file_of_its_own_is_one_line_and_nothing_is_written(tmp_path, where, plant, expect):
+    # a link at the page or a picture: the report wrote through it, outside the repository; a FIFO hung it
+    from core.errors import ConfigError
+
+    page, victim = tmp_path / "page.md", tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    if where == "page":
+        plant(page, victim)
+    else:
+        page.write_text(f"# t\n\n{ssm.BEGIN}\n{ssm.END}\n")
+        plant(tmp_path / "page_ood_acc.png", victim)
+    runs = explored(B1, 0.99)
+    switch = ssm.plan({"runs": runs}).switch
+    full = {"runs": runs + [record(B1, arm, s, switch, counts_from=1000, ood3=0.7) for s in ssm.SEEDS for arm in dpd.ARMS]}
+    before = {p.name: (p.is_symlink(), p.read_bytes() if p.is_file() and not p.is_symlink() else None) for p in tmp_path.iterdir()}
+    with pytest.raises(ConfigError, match=expect) as err:
+        ssm.report(full, ssm.plan(full), page)
+    assert "\n" not in str(err.value) and victim.read_bytes() == b"keep"
+    assert {p.name: (p.is_symlink(), p.read_bytes() if p.is_file() and not p.is_symlink() else None) for p in tmp_path.iterdir()} == before
 
 
 @pytest.mark.slow
