@@ -251,8 +251,12 @@ def read_reuse(path: str) -> list[dict]:
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list):
         raise ConfigError(f"{where}: results: must be a list of runs (the JSON `sweeper reproduce` writes), got {brief(results, 40)}")
+    seen: dict[tuple, int] = {}
     for i, r in enumerate(results):
         at = f"{where}: results[{i}]"
+        if isinstance(r, dict) and (first := seen.setdefault((repr(r.get("system")), repr(r.get("seed"))), i)) != i:
+            raise ConfigError(f"{at}: the same system and seed as results[{first}] ({brief(r.get('system'), 30)}, seed "
+                              f"{brief(r.get('seed'), 20)}); each run once, or the table would count it twice")
         if not isinstance(r, dict):
             raise ConfigError(f"{at}: must be a mapping, got {brief(r, 40)}")
         if not isinstance(r.get("system"), str) or r["system"] not in SYSTEMS:
@@ -335,6 +339,19 @@ class Options:
     reuse: str | None
 
 
+def check_memory(systems: list[str], overrides: dict, device: str | None, at_once: int) -> None:
+    """One line, before any run trains, when `at_once` runs of the largest system's config would not fit
+    in this machine's available memory (`trainables/footprint.py`, as `sweeper trial` checks one run)."""
+    from trainables import footprint
+
+    need = {s: footprint.estimate_bytes(system_config(s, 0, overrides, device)) for s in systems}
+    largest = max(need, key=need.get)
+    if need[largest] * at_once > (available := footprint.available_bytes()):
+        raise ConfigError(f"reproduce: {largest}: {at_once} runs at once need about {need[largest] * at_once / 2**30:.1f} GB "
+                          f"of memory ({need[largest] / 2**30:.1f} GB each); this machine has {available / 2**30:.1f} GB "
+                          "available: fewer --workers, or a smaller model (--set)")
+
+
 def run(options: Options) -> int:
     from sweeper.commands.trial import parse_overrides
 
@@ -350,11 +367,12 @@ def run(options: Options) -> int:
 
     for s in systems:  # fail fast on a bad override, and on cuda (--device or --set) without a CUDA device
         resolve_device(system_config(s, 0, overrides, options.device).device, source="reproduce")
+    workers = options.workers or os.cpu_count() or 1
+    check_memory(systems, overrides, options.device, min(workers, len(systems) * options.seeds))
     # every input and output is checked before the first run trains (a full run takes 16-26 min)
     kept = [r for r in read_reuse(options.reuse) if r["system"] not in systems] if options.reuse else []
     if options.out:
         check_out(Path(options.out), options.quick)
-    workers = options.workers or os.cpu_count() or 1
     print(f"reproduce: {len(systems)} systems x {options.seeds} seeds, {workers} workers, overrides {overrides}")
     commit = _commit()  # the code the runs start from
     start = time.perf_counter()

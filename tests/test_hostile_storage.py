@@ -112,6 +112,7 @@ RESULT = {"system": "hybrid_dat", "seed": 0, "metrics": {"acc_3x": 0.5}, "histor
     (lambda d: _reuse(d, {"results": [{**RESULT, "metrics": {"acc_3x": 7}}]}), ("--reuse", "earlier.json"), "[0, 1]"),
     (lambda d: _reuse(d, {"results": [{**RESULT, "metrics": {"acc_3x": "high"}}]}), ("--reuse", "earlier.json"), "finite number"),
     (lambda d: _reuse(d, {"results": [{**RESULT, "history": [{"acc_3x": 0.1}]}]}), ("--reuse", "earlier.json"), "history[0].step"),
+    (lambda d: _reuse(d, {"results": [RESULT, RESULT]}), ("--reuse", "earlier.json"), "the same system and seed as results[0]"),
 ])
 def test_reproduce_refuses_its_outputs_and_inputs_before_training(tmp_path, setup, args, expect):
     setup(tmp_path)

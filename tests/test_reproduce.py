@@ -37,6 +37,15 @@ def test_reproduce_refuses_a_seed_override_that_would_train_one_seed_as_every_se
     assert not (tmp_path / "o").exists()
 
 
+def test_reproduce_refuses_a_model_its_runs_at_once_cannot_hold_before_training(tmp_path, run_sweeper):
+    # `--set model.d_model=4096 --set model.n_layers=64` (a model of ~240 GB): it printed its plan and began
+    # training, where `sweeper trial` and a sweep refuse it in one line
+    r = run_sweeper("reproduce", "--quick", "--systems", "transformer", "--set", "model.d_model=4096", "--set",
+                    "model.n_layers=64", "--out", str(tmp_path / "o"), timeout=120)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, (r.returncode, r.stdout, r.stderr)
+    assert "GB of memory" in r.stderr and "available" in r.stderr and not (tmp_path / "o").exists()
+
+
 def test_gap_table_reads_both_hybrids_at_every_interval_and_the_end():
     from experiments.reproduce import curves, gap_table
 
