@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from experiments.pages import DamagedSection, read_page, replace_section, write_page
-from experiments.record import finished_trials, read_json_rows, read_record, write_record
+from experiments.record import finished_trials, git_restore, read_json_rows, read_record, write_record
 from core.errors import ConfigError, cut, short_path
 from core.tool_cli import Parser, run_tool, summary
 
@@ -73,6 +73,9 @@ def not_a_run(r: dict) -> str | None:
         return "reports: each an object with a whole `step`, the steps rising"
     if bad := [f"acc_{k}x" for k in KS if not (is_number(reports[-1].get(f"acc_{k}x")) and 0 <= reports[-1][f"acc_{k}x"] <= 1)]:
         return f"reports: the last lacks {bad[0]} as an accuracy in [0, 1]"
+    raw = reports[-1].get("raw_acc_3x", 0.0)  # the EMA run's live weights, read beside its acc_3x
+    if not (is_number(raw) and 0 <= raw <= 1):
+        return "reports: the last holds raw_acc_3x, not as an accuracy in [0, 1]"
     return None
 
 
@@ -177,9 +180,14 @@ def report(data: dict) -> str:
         lines.append(f"Check: the EMA run's live weights score what the no-EMA run of the same seed scores "
                      f"(largest |Δ acc_3x| {max(same):.4f}), as the EMA does not feed back into training.")
     if LEGAL.exists():
+        from trainables.run_dir import is_number
+
         legal = read_json_rows(LEGAL, {"final": dict}, keyed=True)
         by = {g: [r["final"] for n, r in legal.items() if n.rsplit("_s", 1)[0] == g]
               for g in ("long_gpt_ema0.0_drop0.0", "long_gpt_ema0.999_drop0.0")}
+        if any(not (is_number(m.get("acc_3x")) and 0 <= m["acc_3x"] <= 1) for rows in by.values() for m in rows):
+            raise ConfigError(f"{short_path(LEGAL, 100)}: a long_gpt row's final acc_3x is not an accuracy in [0, 1]; "
+                              f"restore it with {git_restore(LEGAL)}")
         if all(by.values()):
             (mn, sn), (me, se) = (mean_sd([m["acc_3x"] for m in by[g]]) for g in by)
             pn, pe = mean_sd([m["acc_3x"] for m in none.values()]), mean_sd([m["acc_3x"] for m in ema.values()])

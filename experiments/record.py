@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from core.errors import ConfigError, cut, short_path
+from core.errors import ConfigError, brief, cut, short_path
 
 
 MAX_PACKED, MAX_TEXT = 256 * 2**20, 2**30  # a record's bytes on disk, and as JSON text
@@ -209,6 +209,23 @@ def provenance(config: dict, times: dict, commit: str | None) -> dict:
     """What a recorded run carries about its making: when it trained, from which code, which config."""
     return {"started_utc": times.get("started_utc"), "ended_utc": times.get("ended_utc"), "commit": commit,
             "config_hash": config_hash(config)}
+
+
+PROVENANCE_FORMS = {"started_utc": re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"),
+                    "ended_utc": re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"),
+                    "commit": re.compile(r"[0-9a-f]{7,40}(-dirty)?"), "config_hash": re.compile(r"[0-9a-f]{64}")}
+MACHINE_TEXT = re.compile(r"[A-Za-z0-9 .,:+()/_-]{1,120}")  # `trained_on`: "CPU", "NVIDIA H200, torch 2.11.0+cu130"
+
+
+def provenance_problem(run: dict) -> str | None:
+    """Why a recorded run's provenance fields (each optional) are not what `provenance` and a pack
+    write, or None: the pages print them, so text of another form would reach them as it is."""
+    for key, form in PROVENANCE_FORMS.items():
+        if (value := run.get(key)) is not None and not (isinstance(value, str) and form.fullmatch(value)):
+            return f"{key}: {brief(value, 30)} is not of the form the record writes"
+    if "trained_on" in run and not (isinstance(run["trained_on"], str) and MACHINE_TEXT.fullmatch(run["trained_on"])):
+        return f"trained_on: {brief(run['trained_on'], 30)} is not a machine's name"
+    return None
 
 
 def finished_trials(sweep: Path) -> Iterator[tuple[dict, list[dict], dict]]:

@@ -20,8 +20,8 @@ from typing import Callable, Protocol
 from core.errors import ConfigError, brief, cut, short_path
 from experiments.launching import sweeper_launch
 from experiments.parking import park, unpark
-from experiments.record import (append_new, finished_trials, git_restore, head_commit, provenance, read_commit,
-                                read_record, record_lock, write_record)
+from experiments.record import (append_new, finished_trials, git_restore, head_commit, provenance, provenance_problem,
+                                read_commit, read_record, record_lock, write_record)
 from trainables.safe_yaml import read_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +48,8 @@ def reports_problem(reports: list[dict], budget: int, reads) -> str | None:
     for rep in reports:
         if wrong := next((m for m, v in rep.items() if ACCURACY.search(m) and not (is_number(v) and 0 <= v <= 1)), None):
             return f"{cut(wrong, 40)} {brief(rep[wrong], 20)} at step {rep['step']} is not an accuracy in [0, 1]"
+        if "steps_per_s" in rep and not (is_number(rep["steps_per_s"]) and 1e-3 <= rep["steps_per_s"] <= 1e7):
+            return f"steps_per_s {brief(rep['steps_per_s'], 20)} at step {rep['step']} is not a training speed"
     return None
 
 
@@ -106,6 +108,8 @@ class Chunks:
             return why
         if not r["reports"]:
             return "reports: none"
+        if (why := provenance_problem(r)) is not None:
+            return why
         for report in r["reports"]:
             if not isinstance(report, dict) or type(report.get("step")) is not int or not all(
                     isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in report.values()):

@@ -94,10 +94,18 @@ def _with(**changes) -> dict:
     (_with(reports=_reports(steps=(24000, 250))), "run 0: reports: steps .* do not rise"),
     (_with(reports=_reports(steps=(-5, 24000))), "run 0: reports: steps .* do not rise from above 0"),
     (_with(reports=_reports(steps=(250, 2500))), "run 0: reports: the last is at step 2500, not the budget 24000"),
+    # provenance the pages print as it is: a traceback (a list, a number) or a terminal escape on the page
+    (_with(commit=5), "run 0: commit: 5 is not of the form"),
+    (_with(config_hash="x" * 64), "run 0: config_hash: .* is not of the form"),
+    (_with(started_utc="2026-12-04T10:00:00Z\x1b]0;pwned\x07"), "run 0: started_utc: .* is not of the form"),
+    (_with(trained_on=[]), "run 0: trained_on: .* is not a machine's name"),
+    (_with(trained_on="GPU\x1b[2J\nfake line"), "run 0: trained_on: .* is not a machine's name"),
+    (_with(reports=_reports(steps_per_s=1e-300)), "run 0: reports: steps_per_s .* is not a training speed"),
 ], ids=["params-empty", "seed-a-list", "no-reports", "reports-not-objects", "metric-text", "step-text",
         "switch-a-text", "lr-nan", "seed-negative", "budget-huge", "a-metric-missing", "early-state-missing",
         "curve-point-missing", "accuracy-7", "steps-back",
-        "step-negative", "unfinished"])
+        "step-negative", "unfinished", "commit-a-number", "hash-not-hex", "time-with-escapes", "machine-a-list",
+        "machine-with-escapes", "speed-tiny"])
 def test_a_record_run_of_the_wrong_inner_kind_is_one_line_for_every_verb(chunks, run, expect):  # noqa: F811
     dps.DATA.write_bytes(gzip.compress(json.dumps({"runs": [run]}).encode(), mtime=0))
     verbs_refuse(expect)

@@ -98,7 +98,8 @@ GOOD = {"params": {"seed": 7201, "ema.decay": 0.0}, "reports": [{"step": 250, "a
     ({**GOOD, "reports": [{"step": 250, "acc_1x": 0.5, "acc_2x": 0.4}]}, "lacks acc_3x"),
     ({**GOOD, "reports": [{"step": 250, "acc_1x": 0.5, "acc_2x": 0.4, "acc_3x": 7.0}]}, "lacks acc_3x as an accuracy"),
     ({**GOOD, "reports": [{"step": 500}, {**GOOD["reports"][0]}]}, "the steps rising"),
-], ids=["seed-missing", "seed-text", "params-a-list", "no-reports", "acc3-missing", "acc3-7", "steps-back"])
+    ({**GOOD, "reports": [{**GOOD["reports"][0], "raw_acc_3x": "x"}]}, "raw_acc_3x, not as an accuracy"),
+], ids=["seed-missing", "seed-text", "params-a-list", "no-reports", "acc3-missing", "acc3-7", "steps-back", "raw-text"])
 def test_a_recorded_run_of_another_kind_is_one_line_for_export_and_report(where, run, said):
     import gzip
     import json
@@ -139,3 +140,20 @@ def test_export_adds_a_finished_trial_only_if_the_record_s_reader_takes_it(where
         op.export()
     assert "\n" not in str(refused.value) and len(str(refused.value)) <= 300
     assert not op.DATA.exists()
+
+
+@pytest.mark.parametrize("final", [{}, {"acc_3x": "0.5"}], ids=["acc3-missing", "acc3-text"])
+def test_a_legal_target_row_without_an_accuracy_is_one_line_not_a_traceback(where, final):
+    import json
+
+    from core.errors import ConfigError
+
+    for i, seed in enumerate(op.space()["space"]["seed"]["choices"]):
+        fake_run(where, f"t{2 * i:04d}", seed, 0.0, 0.90, 0.60)
+        fake_run(where, f"t{2 * i + 1:04d}", seed, 0.999, 0.90, 0.62)
+    op.export()
+    op.LEGAL.write_text(json.dumps({"long_gpt_ema0.0_drop0.0_s7101": {"final": final},
+                                    "long_gpt_ema0.999_drop0.0_s7101": {"final": {"acc_3x": 0.5}}}))
+    with pytest.raises(ConfigError, match="not an accuracy") as refused:
+        op.report(op.load())
+    assert "\n" not in str(refused.value)
