@@ -67,7 +67,7 @@ class StoreFiles:
         if held is None or self._identity(uri) == held:
             return None
         return (f"the sweep service's MLflow holds {cut(uri, 100)} open, and the file was removed or replaced since: "
-                "this sweep runs in its own process (`sweeper serve --stop`, then start it again, to run it there)")
+                "this sweep runs in its own process (a service restarted once its sweeps have ended runs it there)")
 
     def remember(self, uri: str) -> None:
         if (identity := self._identity(uri)) is not None:

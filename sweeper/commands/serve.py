@@ -109,8 +109,8 @@ def service_status(then: str | None = None) -> ServiceStatus | None:
         from trainables.config import format_validation_error
 
         raise ConfigError(f"the sweep service at {cut(str(service_dir()), 120)} answered a status that is not a "
-                          f"service's ({visible(format_validation_error(err, 'status'))}); `sweeper serve --stop`, "
-                          "then start it again") from None
+                          f"service's ({visible(format_validation_error(err, 'status'))}); its log: {service_dir() / LOG} "
+                          "(it may be serving other sweeps: restart it once they have ended)") from None
 
 
 def show_status(answer: ServiceStatus | None) -> int:
