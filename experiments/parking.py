@@ -183,6 +183,9 @@ def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
                     raise ConfigError(f"{short_path(dest, 100)}: holds `{cut(m.name, 60)}`: {why}; {advice}")
             if len(names := {m.name for m in members}) != len(members):
                 raise ConfigError(f"{short_path(dest, 100)}: names a member twice; {advice}")
+            links = {m.name for m in members if m.issym()}
+            if under := next((m.name for m in members if any(m.name.startswith(f"{link}/") for link in links)), None):
+                raise ConfigError(f"{short_path(dest, 100)}: holds `{cut(under, 60)}` under a link; {advice}")
             if bare := sorted(m.name for m in members if m.isdir() and "/" not in m.name and f"{m.name}.yaml" not in names):
                 raise ConfigError(f"{short_path(dest, 100)}: holds sweep {cut(bare[0], 60)} without its sweep file "
                                   f"{cut(bare[0], 60)}.yaml; {advice}")
@@ -191,6 +194,7 @@ def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
             missing = sorted({m.name for m in members if m.isdir() and "/" not in m.name
                               and not os.path.lexists(folder / m.name)})
             wanted = [m for m in members if _sweep_of(m.name) in missing]
+            made = not os.path.lexists(folder)
             folder.mkdir(parents=True, exist_ok=True)
             scratch = Path(tempfile.mkdtemp(dir=folder, prefix=SCRATCH))  # whole, then moved into place
             tar.extractall(scratch, members=wanted, filter="data")
@@ -211,6 +215,8 @@ def unpark(dest: Path, folder: Path, prefix: str) -> list[str]:
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+            if made and not any(folder.iterdir()):  # a refusal leaves no folder it made
+                folder.rmdir()
     return missing
 
 

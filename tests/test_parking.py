@@ -148,16 +148,19 @@ DB = ("dat_plain_a/optuna.db", b"db")
     ([("dat_plain_a.yaml", b"- ["), ("dat_plain_a", None, None, tarfile.DIRTYPE), DB], "a damaged sweep file"),
     ([("dat_plain_a.yaml", b"[1, 2]"), ("dat_plain_a", None, None, tarfile.DIRTYPE), DB], "a damaged sweep file"),
     ([("dat_plain_a.yaml", b"name: dat_plain_b\n"), ("dat_plain_a", None, None, tarfile.DIRTYPE), DB], "naming another sweep"),
+    # links to each other, a file under one: extracting it failed ("File exists"), blamed on the sweeps' folder
+    ([("dat_plain_a.yaml", b"name: dat_plain_a\n"), ("dat_plain_a", None, None, tarfile.DIRTYPE), DB,
+      ("dat_plain_a/a", None, "b"), ("dat_plain_a/b", None, "a"), ("dat_plain_a/a/x", b"x")], "under a link"),
 ], ids=["dotdot", "absolute", "foreign", "link-absolute", "link-outside", "link-to-another-sweep", "top-link-dot",
         "top-link-alias", "top-file", "hardlink", "fifo", "nul", "escapes", "mtime-overflow", "twice", "sweep-file-yaml",
-        "sweep-file-a-list", "sweep-file-of-another"])
+        "sweep-file-a-list", "sweep-file-of-another", "file-under-a-link"])
 def test_a_planted_tarball_is_one_line_and_puts_nothing_back(chunks, tmp_path, members, expect):
     _tarball(dps.PARKED, *members)
     with pytest.raises(ConfigError, match=expect) as err:
         chunks.unpark()
     line = str(err.value)
     assert "\n" not in line and "\x1b" not in line and "\x00" not in line and len(line) <= 300
-    assert not chunks.folder.exists() or list(chunks.folder.iterdir()) == []
+    assert not chunks.folder.exists()  # not even an empty folder of the sweeps is left made
     assert not (tmp_path / "escaped").exists() and not (tmp_path.parent / "escaped").exists()
 
 
