@@ -263,3 +263,17 @@ def test_a_store_failure_under_warnings_raised_as_errors_names_them_not_the_stor
     line = str(store_failure("sqlite:////tmp/mlflow.db", "--tracking-uri", RuntimeError("One or more mappers failed")))
     assert ("warnings raised as errors" in line and "PYTHONWARNINGS" in line) == blames_the_warnings, line
     assert ("move it away" in line) != blames_the_warnings, line
+
+
+@pytest.mark.parametrize("verb", [("ui",), ("launch", ROOT / "search_spaces" / "smoke.yaml", "--in-process")])
+def test_a_store_of_an_older_mlflow_names_its_upgrade_not_a_mend(tmp_path, verb):
+    # the line said "the tracking store failed (...); mend or move it away ... (the sweep's files are kept)",
+    # cut before MLflow's own `mlflow db upgrade`, and in `ui`, which has no sweep
+    import mlflow
+
+    mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_experiments()  # a store of today's schema
+    with sqlite3.connect(tmp_path / "mlflow.db") as db:
+        db.execute("update alembic_version set version_num = '451aebb31d03'")  # an older MLflow's revision
+    before = snapshot(tmp_path)
+    r = sweeper(*verb, cwd=tmp_path)
+    assert_refused(r, "an older MLflow's", f"mlflow db upgrade sqlite:///{tmp_path / 'mlflow.db'}", root=tmp_path, before=before)
