@@ -182,10 +182,9 @@ class LiveView:
     def __enter__(self) -> "LiveView":
         self.reload()
         if self.view == "table":
-            from rich.console import Console
             from rich.live import Live
 
-            self._live = Live(console=Console(file=self.out), auto_refresh=False, transient=False,
+            self._live = Live(console=table_console(self.out), auto_refresh=False, transient=False,
                               redirect_stdout=True, redirect_stderr=True)
             self._live.start()
         if self.view != "none":
@@ -224,3 +223,12 @@ class LiveView:
         if self.damaged is not None:  # damaged while watched: said as a watch's start says it, not redrawn for ever
             raise self.damaged
         return 0
+
+
+def table_console(out):
+    """rich's console on `out`, at least 40 columns wide, as `sweeper status` draws (COLUMNS=0 drew
+    nothing, COLUMNS=1 a character a line)."""
+    from rich.console import Console
+
+    console = Console(file=out)
+    return console if console.width >= 40 else Console(file=out, width=40)

@@ -5,6 +5,8 @@ import io
 import json
 from dataclasses import replace
 
+import pytest
+
 from sweeper.eta import LaunchSpeed, Plan, asha_rungs, makespan, progress
 from sweeper.eta import clock
 from sweeper.live import LiveView
@@ -204,3 +206,11 @@ def test_the_table_view_draws_when_asked_and_ends_with_the_last_state(tmp_path):
     assert "sweep switch_time" in text and "best acc_3x: none judged yet (t1 leads with 0.500 at step 2000)" in text
     # the driver's sweep stopped with a trial unfinished: its last frame says so, once
     assert "1 interrupted, 23 to sample" in text and text.count("sweep switch_time") == 1
+
+
+@pytest.mark.parametrize("columns, width", [("0", 40), ("1", 40), ("39", 40), ("120", 120)])
+def test_the_live_table_is_drawn_at_least_40_columns_wide_whatever_columns_says(monkeypatch, columns, width):
+    from sweeper.live import table_console
+
+    monkeypatch.setenv("COLUMNS", columns)
+    assert table_console(io.StringIO()).width == width
