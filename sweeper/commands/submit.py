@@ -80,7 +80,8 @@ def check_tracking(cli_value: str | None) -> str:
 def launch_command(space_name: str, storage: str, shared: bool, uri: str, experiment: str | None, restart: bool) -> str:
     """The job's entrypoint: `sweeper launch` on the head, joining the cluster it runs on. A file
     named like an option (`-h`, `--restart`) is given as `./NAME`, so it stays the file."""
-    argv = ["sweeper", "launch", f"./{space_name}" if space_name.startswith("-") else space_name, "--address", "auto", "--storage", storage, "--tracking-uri", uri]
+    shown = f"./{space_name}" if space_name.startswith("-") else space_name
+    argv = ["sweeper", "launch", shown, "--address", "auto", "--storage", storage, "--tracking-uri", uri]
     argv += ["--shared-storage"] if shared else []
     argv += ["--experiment", experiment] if experiment else []
     argv += ["--restart"] if restart else []
