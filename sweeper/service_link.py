@@ -67,7 +67,8 @@ IN_PROCESS = "`sweeper launch --in-process` runs a sweep in its own process"
 def unresponsive(directory: Path, what: str, timeout_s: float = ANSWER_S, then: str = IN_PROCESS) -> ConfigError:
     """A service that does not answer: stopped (SIGSTOP, a debugger) said as such, with the one harmless
     signal that lets it go on; otherwise where its pid and log are. `then`: what the user can do now."""
-    why = f"{what} within {timeout_s:.0f} s (overloaded, or stopped; its pid is in {STATE}, its log {LOG})"
+    pid_at = f"its pid is in {STATE}, " if (directory / STATE).is_file() else ""  # a bare socket has no state file
+    why = f"{what} within {timeout_s:.0f} s (overloaded, or stopped; {pid_at}its log {LOG})"
     if (pid := stopped_pid(directory)) is not None:
         why = f"is stopped (SIGSTOP or a debugger): `kill -CONT {pid}` lets it go on"
     return ConfigError(f"the sweep service at {cut(str(directory), 120)} {why}" + (f"; {then}" if then else ""))
