@@ -39,6 +39,8 @@ def run(options: Options) -> int:
             print(f"as charts: {store.charts_url(url)}", flush=True)
         return 0
     check_address(options.host, options.port)  # a held port, a foreign host: one line before anything starts
+    if uri == uri.strip() and uri.isprintable() and uri.startswith("sqlite:///") and "?" not in uri:
+        check_store_exists(uri, uri_source(options.tracking_uri))  # no store: said so, not that its folder is read-only
     preflight(uri, source=uri_source(options.tracking_uri))
     check_store_exists(uri, uri_source(options.tracking_uri))
     store.check_store(uri, uri_source(options.tracking_uri))  # the server would migrate another program's database
