@@ -16,7 +16,7 @@ from typing import Any, Literal, Mapping
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from sweeper.sweep_dir import DEFAULT_STORAGE, is_uri
-from sweeper.tracking_uri import resolve_uri, uri_source
+from sweeper.tracking_uri import caller_path, resolve_uri, uri_source
 from core.errors import ConfigError, brief, control_character, cut, expand_user
 
 MAX_FIELD = 4096  # characters of a path or URI in a request
@@ -49,9 +49,12 @@ def printable_path(value: str) -> str:
 
 
 def absolute_path(value: str) -> str:
-    """A path a request may carry, absolute: a relative one would be the service's, not the caller's."""
+    """A path a request may carry, absolute and as the launch sends it (`caller_path`): a relative one,
+    or one through `/proc/self`, would be the service's, not the caller's; `..` not the one file checked."""
     if not os.path.isabs(path_text(value)):
         raise ValueError("must be an absolute path")
+    if caller_path(Path("/"), value) != value:
+        raise ValueError("must be an absolute path without . or .., not through /proc/self or /dev/fd")
     return value
 
 
@@ -167,8 +170,9 @@ class SweepRequest(BaseModel):
 
 
 def _against(cwd: Path, path: str) -> Path:
-    """`path` (a user's `~` expanded) made absolute against `cwd`, not against this process's folder."""
-    return Path(os.path.normpath(cwd / expand_user(path)))
+    """`path` (a user's `~` expanded) made absolute against `cwd`, not against this process's folder
+    (`tracking_uri.caller_path`: `/dev/fd/3` and `/proc/self/cwd` are the caller's, not the service's)."""
+    return Path(caller_path(cwd, str(expand_user(path))))
 
 
 def current_umask() -> int:

@@ -45,13 +45,27 @@ def resolve_uri(cli_value: str | None, cwd: str | Path | None = None, environ: M
         return uri  # as written: the preflight refuses it in one line
     if uri == "sqlite:///:memory:":
         return uri  # not a file: the preflight refuses it
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return f"sqlite:///{os.path.normpath(where / uri.removeprefix('sqlite:///'))}"
+    if uri.startswith("sqlite:///") and uri.removeprefix("sqlite:///"):  # the one path SQLite, the checks and the lock use
+        return f"sqlite:///{caller_path(where, uri.removeprefix('sqlite:///'))}"
     if uri.startswith("file:") and not uri.startswith("file:/"):
         return f"file:{os.path.normpath(where / uri.removeprefix('file:'))}"
     if "://" not in uri and not uri.startswith(("file:", "databricks")) and not os.path.isabs(uri):
         return os.path.normpath(where / os.path.expanduser(uri))
     return uri
+
+
+PROCESS_OWN = ("/proc/self/", "/proc/thread-self/", "/dev/fd/", "/dev/stdin", "/dev/stdout", "/dev/stderr")
+
+
+def caller_path(where: Path, path: str) -> str:
+    """`path` made absolute against `where` and free of `.` and `..`, as SQLite reads a name (by its
+    text: `link/..` is `where`, not the link's parent), so every check looks at the file it opens. A
+    path through this process's own entries (`/proc/self/cwd`, `/dev/fd/3`) is made the file it names
+    here, where it exists: the sweep may run in another process, the service."""
+    joined = os.path.join(where, path)
+    if joined.startswith(PROCESS_OWN) and not (real := os.path.realpath(joined)).startswith(("/proc/", "/dev/")):
+        return real  # (a pipe or a socket stays as written: refused as no regular file, in either process)
+    return os.path.normpath(joined)
 
 
 def is_server(uri: str) -> bool:

@@ -40,3 +40,37 @@ def test_a_launch_from_another_checkout_runs_in_its_own_process():
 def test_a_tracking_environment_of_the_wrong_form_is_one_line(field):
     with pytest.raises(ConfigError, match="tracking_env: must map"):
         other_checkout({"code": "0" * 16, "root": ROOT, "tracking_env": field}, ROOT)
+
+
+def test_a_store_path_through_a_link_and_dot_dot_is_the_one_file_sqlalchemy_opens(tmp_path):
+    """SQLAlchemy opens an SQLite URI's path made absolute by its text (`os.path.abspath`: `L/..` is the
+    folder holding L); the checks, the store's lock and its artifacts followed the link, then `..`: they
+    looked at another folder (a store made in the service's own folder passed its check)."""
+    import os
+
+    from sweeper.request import SweepRequest
+    from sweeper.tracking_uri import sqlite_path
+
+    (tmp_path / "far" / "x").mkdir(parents=True)
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "L").symlink_to(tmp_path / "far" / "x")
+    (tmp_path / "space.yaml").write_text("name: s\n")
+    uri = f"sqlite:///{tmp_path}/w/L/../m.db"
+    request = SweepRequest.from_caller(str(tmp_path / "space.yaml"), tracking_uri=uri, cwd=tmp_path)
+    opened = os.path.abspath(uri.removeprefix("sqlite:///"))  # what SQLAlchemy's SQLite dialect opens
+    assert str(sqlite_path(request.tracking_uri)) == opened == str(tmp_path / "w" / "m.db")
+
+
+def test_paths_through_the_launch_s_own_process_entries_are_the_files_they_name_for_the_service(tmp_path):
+    """`/dev/fd/3` and `/proc/self/cwd` name the caller's file and folder; sent as written, the service
+    read its own (fd 3 was its lock file)."""
+    import os
+
+    from sweeper.request import SweepRequest
+
+    space = tmp_path / "space.yaml"
+    space.write_text("name: s\n")
+    with open(space) as f:
+        request = SweepRequest.from_caller(f"/dev/fd/{f.fileno()}", storage="/proc/self/cwd/no-such-yet", cwd=tmp_path)
+    assert request.file == str(space)
+    assert request.storage == os.path.join(os.getcwd(), "no-such-yet")

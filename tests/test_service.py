@@ -350,7 +350,11 @@ def test_the_socket_answers_its_user_only_and_bad_requests_get_one_line(tmp_path
                              ({"file": "/x\ud800.yaml"}, "file: holds '\\ud800', a character no file name can hold"),
                              ({"storage": str(tmp_path / "\udfff")}, "storage: holds"),
                              ({"file": "/x\nsweep service: stopped\n\x1b]0;owned\x07.yaml"}, "file: holds '\\n', a control"),
-                             ({"cwd": str(tmp_path / "gone")}, "cwd: must be an existing folder")):
+                             ({"cwd": str(tmp_path / "gone")}, "cwd: must be an existing folder"),
+                             # paths the service would read as its own, or not as SQLAlchemy opens them
+                             ({"file": "/dev/fd/3"}, "file: must be an absolute path without . or .."),
+                             ({"storage": "/proc/self/cwd"}, "storage: must be an absolute path without"),
+                             ({"tracking_uri": f"sqlite:///{tmp_path}/link/../m.db"}, "tracking_uri: must be resolved")):
         with socket.socket(socket.AF_UNIX) as s:
             s.connect(str(sock))
             s.sendall(json.dumps({"verb": "launch", "code": "0" * 16, "root": str(ROOT), **here, **fields}).encode() + b"\n")
