@@ -289,7 +289,7 @@ def store_failure(uri: str, source: str, err: BaseException) -> ConfigError:
                            f"{cut(option, 40)}; {type(err).__name__}: {cut(reason(err, uri), 80)}); the store's "
                            "libraries warn as they work: unset PYTHONWARNINGS (or -W) and run this again")
     if "out-of-date database schema" in str(err):  # a store of an older MLflow: its own command brings it up to date
-        return ConfigError(f"{source} {shown_uri(uri)}: the store's schema is an older MLflow's; back it up, then "
+        return ConfigError(f"{source}: the store's schema is an older MLflow's; back it up, then "
                            f"`mlflow db upgrade {shown_uri(uri)}`, and run this again")
     return ConfigError(f"{source} {shown_uri(uri)}: the tracking store failed ({type(err).__name__}: "
                        f"{cut(reason(err, uri), 100)}); mend or move it away and run this again (the sweep's files are kept)")
