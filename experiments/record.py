@@ -211,9 +211,9 @@ def provenance(config: dict, times: dict, commit: str | None) -> dict:
             "config_hash": config_hash(config)}
 
 
-PROVENANCE_FORMS = {"started_utc": re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"),
-                    "ended_utc": re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"),
-                    "commit": re.compile(r"[0-9a-f]{7,40}(-dirty)?"), "config_hash": re.compile(r"[0-9a-f]{64}")}
+UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")  # as `provenance` takes it from times.json
+PROVENANCE_FORMS = {"started_utc": UTC_TIME, "ended_utc": UTC_TIME, "commit": re.compile(r"[0-9a-f]{7,40}(-dirty)?"),
+                    "config_hash": re.compile(r"[0-9a-f]{64}")}
 MACHINE_TEXT = re.compile(r"[A-Za-z0-9 .,:+()/_-]{1,120}")  # `trained_on`: "CPU", "NVIDIA H200, torch 2.11.0+cu130"
 
 
